@@ -1,0 +1,17 @@
+# Every EPINFER_* CMake option, in one place.
+option(EPINFER_BUILD_TESTS "Build the tests (GoogleTest, ctest)" ON)
+option(EPINFER_CUDA "Build the CUDA backend (needs the CUDA toolkit)" OFF)
+option(EPINFER_MPI "Build the MPI communicator (needs Open MPI)" ON)
+option(EPINFER_FUZZ "Build libFuzzer targets (needs clang)" OFF)
+option(EPINFER_WERROR "Treat warnings as errors" OFF)
+option(EPINFER_SANITIZE_ADDRESS "Build with AddressSanitizer" OFF)
+option(EPINFER_SANITIZE_UNDEFINED "Build with UndefinedBehaviorSanitizer" OFF)
+
+if(EPINFER_SANITIZE_ADDRESS)
+  add_compile_options(-fsanitize=address -fno-omit-frame-pointer)
+  add_link_options(-fsanitize=address)
+endif()
+if(EPINFER_SANITIZE_UNDEFINED)
+  add_compile_options(-fsanitize=undefined -fno-sanitize-recover=undefined)
+  add_link_options(-fsanitize=undefined)
+endif()

@@ -1,0 +1,85 @@
+// safetensors checkpoints: a memory-mapped reader for one file and for sharded checkpoints.
+//
+// Format (https://github.com/huggingface/safetensors): u64 little-endian header length N, N bytes of
+// JSON {name: {"dtype", "shape", "data_offsets": [begin, end]}, "__metadata__": {...}}, then the data
+// section; offsets are relative to the data section. The header is validated on open: offsets inside
+// the file, ordered, no two tensors overlapping, end − begin == dtype size × product(shape).
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/dtype.h"
+#include "core/status.h"
+
+namespace epinfer {
+
+struct TensorInfo {
+    std::string name;
+    DType dtype = DType::kF32;
+    std::vector<int64_t> shape;   // outermost first, as PyTorch
+    uint64_t data_begin = 0;      // byte offset into the data section
+    uint64_t data_end = 0;
+    int64_t numel() const;
+    uint64_t num_bytes() const { return data_end - data_begin; }
+};
+
+// Parses and validates a header. `header` is the JSON text, `data_bytes` the size of the data section,
+// `source` names the file in errors. Never crashes on any input (fuzzed: tests/fuzz).
+Result<std::vector<TensorInfo>> parse_safetensors_header(const std::string& header, uint64_t data_bytes,
+                                                         const std::string& source);
+
+// One memory-mapped .safetensors file.
+class SafetensorsFile {
+public:
+    // Errors: kNotFound (no file), kDataLoss (truncated, corrupt header or offsets), kNotSupported (dtype).
+    static Result<std::unique_ptr<SafetensorsFile>> open(const std::string& path);
+    ~SafetensorsFile();
+    SafetensorsFile(const SafetensorsFile&) = delete;
+    SafetensorsFile& operator=(const SafetensorsFile&) = delete;
+
+    const std::string& path() const { return path_; }
+    const std::vector<TensorInfo>& tensors() const { return tensors_; }
+    const TensorInfo* find(const std::string& name) const;
+    // Pointer to the tensor's first byte inside the mapping (valid while this object lives).
+    const void* data(const TensorInfo& info) const;
+
+private:
+    SafetensorsFile() = default;
+    std::string path_;
+    std::vector<TensorInfo> tensors_;
+    std::map<std::string, size_t> index_;
+    const uint8_t* map_ = nullptr;
+    size_t map_bytes_ = 0;
+    uint64_t data_offset_ = 0;  // 8 + header length
+};
+
+// A checkpoint folder: model.safetensors, or model.safetensors.index.json with its shards
+// ({"weight_map": {tensor: shard file}}), or else every *.safetensors file in the folder.
+class Checkpoint {
+public:
+    // Errors: kNotFound (no safetensors, missing shard), kDataLoss (as SafetensorsFile, a tensor in two
+    // files, an index naming a tensor its shard does not hold).
+    static Result<std::unique_ptr<Checkpoint>> open(const std::string& model_dir);
+
+    struct Entry {
+        const TensorInfo* info;
+        const SafetensorsFile* file;
+        const void* data() const { return file->data(*info); }
+    };
+    // nullopt-like: returns {nullptr, nullptr} when absent.
+    Entry find(const std::string& name) const;
+    // Every tensor name, sorted.
+    std::vector<std::string> names() const;
+    const std::string& dir() const { return dir_; }
+
+private:
+    std::string dir_;
+    std::vector<std::unique_ptr<SafetensorsFile>> files_;
+    std::map<std::string, Entry> entries_;
+};
+
+}  // namespace epinfer

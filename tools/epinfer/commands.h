@@ -1,0 +1,20 @@
+// Subcommands of the epinfer CLI. Each cmd_<name>.cc defines one add_<name>_command(), which registers
+// its options and its callback on the app. A callback that fails prints one line "epinfer: error: ..."
+// on stderr and exits non-zero (cli_exit_on_error).
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+#include "core/status.h"
+
+namespace epinfer::cli {
+
+void add_generate_command(CLI::App& app);  // cmd_generate.cc
+void add_inspect_command(CLI::App& app);   // cmd_inspect.cc
+void add_plan_command(CLI::App& app);      // cmd_plan.cc
+void add_bench_command(CLI::App& app);     // cmd_bench.cc
+
+// Prints "epinfer: error: <message>" and exits with status 1 when `status` is not OK.
+void exit_on_error(const Status& status);
+
+}  // namespace epinfer::cli
