@@ -4,6 +4,7 @@
 // JSON {name: {"dtype", "shape", "data_offsets": [begin, end]}, "__metadata__": {...}}, then the data
 // section; offsets are relative to the data section. The header is validated on open: offsets inside
 // the file, ordered, no two tensors overlapping, end − begin == dtype size × product(shape).
+// Every error message is one line naming the file and, where there is one, the tensor.
 #pragma once
 
 #include <cstdint>
@@ -17,18 +18,25 @@
 
 namespace epinfer {
 
+// Largest header accepted, as the reference implementation (safetensors MAX_HEADER_SIZE).
+inline constexpr uint64_t kMaxSafetensorsHeaderBytes = 100ull << 20;
+
 struct TensorInfo {
     std::string name;
     DType dtype = DType::kF32;
-    std::vector<int64_t> shape;   // outermost first, as PyTorch
-    uint64_t data_begin = 0;      // byte offset into the data section
+    std::vector<int64_t> shape;  // outermost first, as PyTorch
+    uint64_t data_begin = 0;     // byte offset into the data section
     uint64_t data_end = 0;
-    int64_t numel() const;
+    int64_t numel() const;  // product of shape; 1 for a scalar (shape [])
     uint64_t num_bytes() const { return data_end - data_begin; }
 };
 
 // Parses and validates a header. `header` is the JSON text, `data_bytes` the size of the data section,
-// `source` names the file in errors. Never crashes on any input (fuzzed: tests/fuzz).
+// `source` names the file in errors. Returns the tensors sorted by name ("__metadata__" is checked to be
+// a string→string map and skipped). Errors: kDataLoss (not a JSON object, a malformed entry, offsets
+// outside the data section, byte length ≠ dtype size × numel, overlapping tensors, header larger than
+// kMaxSafetensorsHeaderBytes), kNotSupported (unknown dtype). Never crashes or throws on any input
+// (fuzzed: tests/fuzz/fuzz_safetensors_header.cc).
 Result<std::vector<TensorInfo>> parse_safetensors_header(const std::string& header, uint64_t data_bytes,
                                                          const std::string& source);
 
@@ -44,7 +52,8 @@ public:
     const std::string& path() const { return path_; }
     const std::vector<TensorInfo>& tensors() const { return tensors_; }
     const TensorInfo* find(const std::string& name) const;
-    // Pointer to the tensor's first byte inside the mapping (valid while this object lives).
+    // Pointer to the tensor's first byte inside the read-only mapping (valid while this object lives).
+    // Not necessarily aligned to the dtype's size: read elements with memcpy or convert_to_f32.
     const void* data(const TensorInfo& info) const;
 
 private:
@@ -57,12 +66,15 @@ private:
     uint64_t data_offset_ = 0;  // 8 + header length
 };
 
-// A checkpoint folder: model.safetensors, or model.safetensors.index.json with its shards
-// ({"weight_map": {tensor: shard file}}), or else every *.safetensors file in the folder.
+// A checkpoint folder: model.safetensors when present (as transformers), else
+// model.safetensors.index.json with its shards ({"weight_map": {tensor: shard file name}}), else every
+// *.safetensors file in the folder. Every tensor of every opened file is visible, also one that the
+// weight_map does not list.
 class Checkpoint {
 public:
-    // Errors: kNotFound (no safetensors, missing shard), kDataLoss (as SafetensorsFile, a tensor in two
-    // files, an index naming a tensor its shard does not hold).
+    // Errors: kNotFound (no folder, no safetensors, missing shard), kNotSupported (as SafetensorsFile),
+    // kDataLoss (as SafetensorsFile, a malformed index, a shard that is not a plain file name, a tensor in
+    // two files, an index naming a tensor its shard does not hold).
     static Result<std::unique_ptr<Checkpoint>> open(const std::string& model_dir);
 
     struct Entry {
@@ -70,7 +82,7 @@ public:
         const SafetensorsFile* file;
         const void* data() const { return file->data(*info); }
     };
-    // nullopt-like: returns {nullptr, nullptr} when absent.
+    // The tensor called `name`, or {nullptr, nullptr} when absent.
     Entry find(const std::string& name) const;
     // Every tensor name, sorted.
     std::vector<std::string> names() const;
