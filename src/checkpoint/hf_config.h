@@ -1,20 +1,37 @@
 // config.json (+ generation_config.json) → ModelConfig.
+//
+// Semantics are those of transformers 5.17 (configuration_<family>.py and modeling_<family>.py): a key
+// that fixes tensor shapes and has no sensible default (vocab_size, hidden_size, num_hidden_layers,
+// num_attention_heads, the expert count, num_experts_per_tok, the MoE width, the MLA ranks) is required;
+// every other key takes the default of its family's transformers configuration class.
+// Both spellings of RoPE are read: rope_theta + rope_scaling ("type" or "rope_type") of published
+// checkpoints, and the rope_parameters dict that transformers 5 writes; rope_scaling wins when both are
+// set, as in transformers.
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include "checkpoint/model_config.h"
 #include "core/status.h"
 
 namespace epinfer {
 
+// The config.json model_type values this build runs, in a fixed order (deepseek_v3, kimi_k2, ...).
+const std::vector<std::string>& supported_model_types();
+
 // Parses the JSON text of a config.json. `source` names the file in error messages.
-// Errors: kInvalidArgument for malformed JSON, missing or mistyped keys, and an unknown
-// model_type/architecture (the message lists the supported ones).
+// Errors (one line naming `source` and the key): kInvalidArgument for malformed JSON, a missing required
+// key, a key of the wrong type, an unknown model_type/architecture (the message lists the supported
+// model_types; gpt_oss is not supported) and inconsistent values (heads not divisible by KV heads,
+// K > E, E not divisible by n_group, ...); kNotSupported for valid settings this build does not run
+// (sliding-window attention, clip_qkv, a RoPE type other than default/linear/yarn/llama3, ...).
 Result<ModelConfig> parse_hf_config(const std::string& json_text, const std::string& source);
 
-// Reads DIR/config.json and, when present, DIR/generation_config.json (its eos_token_id is merged).
-// Errors: kNotFound when DIR/config.json is missing; otherwise as parse_hf_config.
+// Reads DIR/config.json and, when present, DIR/generation_config.json (its eos_token_id is merged after
+// config.json's, deduplicated, order kept).
+// Errors: kNotFound when DIR/config.json is missing; kInvalidArgument for a malformed
+// generation_config.json; otherwise as parse_hf_config.
 Result<ModelConfig> load_hf_config(const std::string& model_dir);
 
 }  // namespace epinfer

@@ -71,7 +71,8 @@ struct ModelConfig {
 
     int64_t vocab_size = 0;
     int64_t hidden_size = 0;                // H
-    int64_t num_hidden_layers = 0;
+    int64_t num_hidden_layers = 0;          // L: decoder layers, MTP layers excluded
+    int64_t num_nextn_predict_layers = 0;   // DeepSeek-V3/GLM-4.5 MTP layers model.layers.{L+i}: not used
     int64_t max_position_embeddings = 0;
     double rms_norm_eps = 1e-6;
     bool tie_word_embeddings = false;
@@ -80,8 +81,11 @@ struct ModelConfig {
     AttentionKind attention = AttentionKind::kGqa;
     int64_t num_attention_heads = 0;        // Nh
     int64_t num_key_value_heads = 0;        // Nkv (GQA)
-    int64_t head_dim = 0;                   // D (GQA)
-    bool attention_bias = false;            // q/k/v projections carry a bias (Qwen2-MoE, GLM-4.5)
+    int64_t head_dim = 0;                   // D (GQA); MLA: qk_nope_head_dim + qk_rope_head_dim
+    // Input projections carry a bias: GQA q/k/v (Qwen2-MoE qkv_bias; attention_bias of GLM-4.5, Qwen3-MoE,
+    // OLMoE); MLA q_a_proj and kv_a_proj_with_mqa (DeepSeek attention_bias).
+    bool attention_bias = false;
+    bool attention_out_bias = false;        // o_proj bias (attention_bias of Qwen3-MoE, OLMoE, DeepSeek)
     QkNormKind qk_norm = QkNormKind::kNone;
     int64_t q_lora_rank = 0;                // MLA; 0 = no q compression (DeepSeek-V2-Lite)
     int64_t kv_lora_rank = 0;               // MLA
@@ -91,13 +95,16 @@ struct ModelConfig {
     RopeConfig rope;
 
     // Dense MLP (dense layers) and MoE.
-    int64_t intermediate_size = 0;          // dense MLP width
+    int64_t intermediate_size = 0;          // dense MLP width (as read; Mixtral/OLMoE have no dense layer)
     int64_t n_routed_experts = 0;           // E (num_experts, num_local_experts)
-    int64_t moe_intermediate_size = 0;      // I (Mixtral: intermediate_size)
+    int64_t moe_intermediate_size = 0;      // I (Mixtral, OLMoE: intermediate_size)
     int64_t n_shared_experts = 0;           // DeepSeek/GLM: one shared MLP of width n_shared_experts·I
     int64_t shared_expert_intermediate_size = 0;  // Qwen2-MoE: sigmoid-gated shared_expert width; 0 = none
     RouterConfig router;
     std::vector<bool> layer_is_moe;         // [num_hidden_layers]: first_k_dense_replace, mlp_only_layers, ...
+
+    // quantization_config.quant_method, e.g. "fp8" (DeepSeek-V3 block-scaled weights); empty = none.
+    std::string quant_method;
 
     // Generation: eos_token_id of config.json and generation_config.json (merged, deduplicated).
     std::vector<int64_t> eos_token_ids;

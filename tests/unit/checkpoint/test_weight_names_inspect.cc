@@ -1,0 +1,158 @@
+// `epinfer inspect` end to end: the built CLI (EPINFER_CLI_PATH) on a fixture, and on copies whose
+// config.json asks for more or fewer layers than the safetensors file holds.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
+
+namespace {
+
+namespace fs = std::filesystem;
+
+const std::string kFixture = std::string(EPINFER_TEST_DATA_DIR) + "/fixtures/deepseek_v3_tiny";
+
+struct CliRun {
+    int exit_code = -1;
+    std::string out, err;
+};
+
+std::string read_file(const fs::path& path) {
+    std::ifstream in(path);
+    std::stringstream text;
+    text << in.rdbuf();
+    return text.str();
+}
+
+class InspectCli : public ::testing::Test {
+protected:
+    void SetUp() override {
+        tmp_ = fs::temp_directory_path() / ("epinfer_inspect_" + std::to_string(::getpid()) + "_" +
+                                            ::testing::UnitTest::GetInstance()->current_test_info()->name());
+        fs::create_directories(tmp_);
+    }
+    void TearDown() override { fs::remove_all(tmp_); }
+
+    CliRun run(const std::string& args) {
+        const fs::path out = tmp_ / "stdout.txt", err = tmp_ / "stderr.txt";
+        const std::string cmd = std::string("'") + EPINFER_CLI_PATH + "' inspect " + args + " >'" +
+                                out.string() + "' 2>'" + err.string() + "'";
+        const int status = std::system(cmd.c_str());
+        CliRun r;
+        r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+        r.out = read_file(out);
+        r.err = read_file(err);
+        return r;
+    }
+
+    // A copy of the fixture whose config.json has the given keys changed.
+    fs::path copy_with(const std::vector<std::pair<std::string, nlohmann::json>>& changes) {
+        const fs::path dir = tmp_ / ("model" + std::to_string(num_copies_++));
+        fs::create_directories(dir);
+        fs::copy_file(fs::path(kFixture) / "model.safetensors", dir / "model.safetensors");
+        nlohmann::json config = nlohmann::json::parse(read_file(fs::path(kFixture) / "config.json"));
+        for (const auto& [key, value] : changes) config[key] = value;
+        std::ofstream(dir / "config.json") << config.dump(2);
+        return dir;
+    }
+
+    fs::path tmp_;
+    int num_copies_ = 0;
+};
+
+TEST_F(InspectCli, FixtureText) {
+    const CliRun r = run("--model '" + kFixture + "'");
+    EXPECT_EQ(r.exit_code, 0) << r.err;
+    EXPECT_EQ(r.err, "");
+    for (const char* line : {
+             "architecture  DeepseekV3ForCausalLM (model_type deepseek_v3)\n",
+             "layers        3 (1 dense, 2 MoE)\n",
+             "experts       E=16 routed of width 32, K=4, 1 shared (width 32)\n",
+             "router        sigmoid + correction bias, noaux_tc, n_group 4, topk_group 2, norm_topk_prob "
+             "true, "
+             "scale 2.5\n",
+             "attention     MLA, 4 heads, q_lora_rank 48, kv_lora_rank 32, qk_nope 16 + qk_rope 8, v 16\n",
+             "parameters    total 326,352 (0.00B), active 178,896 (0.00B)\n",
+             "weights       BF16: 652,704 bytes in 139 tensors\n",  // 326,352 bf16 parameters
+             "tensors       139 expected, all present\n",
+         }) {
+        EXPECT_NE(r.out.find(line), std::string::npos) << "missing line: " << line << "in:\n" << r.out;
+    }
+}
+
+TEST_F(InspectCli, FixtureJson) {
+    const CliRun r = run("--model '" + kFixture + "' --json");
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    const nlohmann::json j = nlohmann::json::parse(r.out);
+    EXPECT_EQ(j["architecture"], "DeepseekV3ForCausalLM");
+    EXPECT_EQ(j["layers"]["moe"], 2);
+    EXPECT_EQ(j["layers"]["dense"], 1);
+    EXPECT_EQ(j["experts"]["routed"], 16);
+    EXPECT_EQ(j["experts"]["top_k"], 4);
+    EXPECT_EQ(j["attention"]["kind"], "mla");
+    EXPECT_EQ(j["parameters"]["total"], 326352);
+    EXPECT_EQ(j["parameters"]["active"], 178896);
+    EXPECT_EQ(j["weights"]["BF16"]["bytes"], 652704);
+    EXPECT_EQ(j["tensors"]["expected"], 139);
+    EXPECT_EQ(j["tensors"]["complete"], true);
+}
+
+TEST_F(InspectCli, MissingLayerExitsOne) {
+    // Four layers asked for, three stored: every tensor of layer 3 is missing.
+    const fs::path dir = copy_with({{"num_hidden_layers", 4}});
+    const CliRun r = run("--model '" + dir.string() + "'");
+    EXPECT_EQ(r.exit_code, 1);
+    EXPECT_NE(
+        r.out.find("tensors       201 expected: 62 missing, 0 unexpected, 0 wrong shape, 0 wrong dtype"),
+        std::string::npos)
+        << r.out;
+    EXPECT_NE(
+        r.out.find("  missing      model.layers.3.input_layernorm.weight: missing (expected shape [64])"),
+        std::string::npos)
+        << r.out;
+    EXPECT_EQ(r.err.rfind("epinfer: error: " + dir.string() + ": the checkpoint's tensors do not match", 0),
+              0u)
+        << r.err;
+}
+
+TEST_F(InspectCli, ExtraLayerExitsOneAndJsonListsIt) {
+    // Two layers and no MTP layer asked for: the stored layer 2 is unexpected.
+    const fs::path dir = copy_with({{"num_hidden_layers", 2}, {"num_nextn_predict_layers", 0}});
+    const CliRun r = run("--model '" + dir.string() + "' --json");
+    EXPECT_EQ(r.exit_code, 1);
+    const nlohmann::json j = nlohmann::json::parse(r.out);
+    EXPECT_EQ(j["tensors"]["complete"], false);
+    EXPECT_EQ(j["tensors"]["missing"].size(), 0u);
+    EXPECT_EQ(j["tensors"]["unexpected"].size(), 62u);
+    EXPECT_EQ(j["tensors"]["unexpected"][0]["name"], "model.layers.2.input_layernorm.weight");
+
+    // With its MTP layer allowed (num_nextn_predict_layers 1), layer 2 is ignored.
+    const fs::path mtp = copy_with({{"num_hidden_layers", 2}, {"num_nextn_predict_layers", 1}});
+    EXPECT_EQ(run("--model '" + mtp.string() + "'").exit_code, 0);
+}
+
+TEST_F(InspectCli, ConfigFileAlone) {
+    const CliRun r =
+        run("--model '" + std::string(EPINFER_TEST_DATA_DIR) + "/configs/mixtral_8x7b.json' --json");
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    const nlohmann::json j = nlohmann::json::parse(r.out);
+    EXPECT_EQ(j["architecture"], "MixtralForCausalLM");
+    EXPECT_EQ(j["parameters"]["total"], 46702792704);
+    EXPECT_TRUE(j["tensors"].is_null());
+}
+
+TEST_F(InspectCli, Errors) {
+    CliRun r = run("--model '" + (tmp_ / "nowhere").string() + "'");
+    EXPECT_EQ(r.exit_code, 1);
+    EXPECT_EQ(r.err, "epinfer: error: " + (tmp_ / "nowhere" / "config.json").string() + ": not found\n");
+    r = run("--model '" + std::string(EPINFER_TEST_DATA_DIR) + "/configs/gpt_oss_120b.json'");
+    EXPECT_EQ(r.exit_code, 1);
+    EXPECT_NE(r.err.find("unsupported model_type 'gpt_oss'"), std::string::npos) << r.err;
+}
+
+}  // namespace
