@@ -1,0 +1,291 @@
+// epinfer bench comm: collective bandwidth on whatever Communicator backend runs, as nccl-tests reports it.
+//
+// For each message size (min-bytes, ×4, ..., max-bytes) and each op (all_reduce, all_gather,
+// all_to_all_v), fp32 data: median time over --iters timed iterations (each iteration's time is the
+// slowest rank's), algorithm bandwidth algbw = size / time, bus bandwidth busbw = algbw × factor with
+// the nccl-tests factors (doc/PERFORMANCE.md of nccl-tests): all_reduce 2(n−1)/n, all_gather (n−1)/n,
+// all_to_all (n−1)/n. `size` is as in nccl-tests: the all_reduce buffer, the gathered buffer, and what
+// each rank sends in the all-to-all. The check column compares every received element with the
+// expected rank-coded value after the timed iterations (wrong = elements that differ, summed over ranks).
+// Exits 1 when any check fails.
+//   epinfer bench comm --ranks 4
+//   epinfer bench comm --ranks 2 --min-bytes 1K --max-bytes 64M --iters 20 --json comm.json
+// Without MPI around it and with --ranks > 1 it relaunches itself through mpirun (mpi_launch.h).
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "comm/communicator.h"
+#include "commands.h"
+#include "mpi_launch.h"
+
+namespace epinfer::cli {
+namespace {
+
+struct BenchCommOptions {
+    int ranks = 0;  // 0: the world's size (1 outside MPI)
+    uint64_t min_bytes = 1024;
+    uint64_t max_bytes = 16u << 20;
+    int step_factor = 4;
+    int iters = 10;
+    int warmup_iters = 2;
+    std::string json_path;
+};
+
+enum class BenchOp { kAllReduce, kAllGather, kAllToAllV };
+
+const char* bench_op_name(BenchOp op) {
+    switch (op) {
+        case BenchOp::kAllReduce:
+            return "all_reduce";
+        case BenchOp::kAllGather:
+            return "all_gather";
+        case BenchOp::kAllToAllV:
+            return "all_to_all_v";
+    }
+    return "unknown";
+}
+
+// nccl-tests busbw factors.
+double bus_factor(BenchOp op, int n) {
+    if (n <= 1) return 0.0;
+    const double ranks = n;
+    return op == BenchOp::kAllReduce ? 2.0 * (ranks - 1) / ranks : (ranks - 1) / ranks;
+}
+
+struct BenchRow {
+    BenchOp op;
+    int64_t size_bytes;  // as nccl-tests counts it (see the file comment)
+    int64_t count;   // fp32 elements per rank: all_reduce buffer, all_gather block, all-to-all block per peer
+    double time_us;  // median over iterations of the slowest rank's time
+    double algbw_gbps;
+    double busbw_gbps;
+    int64_t wrong;  // elements that differ from the expected value, summed over ranks
+};
+
+// Rank-coded values, exact in fp32 (small integers).
+float reduce_input(int rank, int64_t i) {
+    return static_cast<float>((rank + 1) * (i % 13 + 1));
+}
+float gather_input(int rank, int64_t i) {
+    return static_cast<float>(rank * 64 + i % 61);
+}
+float a2a_input(int src, int dst, int64_t i) {
+    return static_cast<float>(src * 1024 + dst * 32 + i % 31);
+}
+
+// One op at one size: buffers, the op itself, and the expected result.
+class OpCase {
+public:
+    OpCase(Communicator& comm, BenchOp op, int64_t count) : comm_(comm), op_(op), count_(count) {
+        const int n = comm.size(), r = comm.rank();
+        if (op == BenchOp::kAllReduce) {
+            send_.resize(static_cast<size_t>(count));
+            recv_.resize(static_cast<size_t>(count));
+            for (int64_t i = 0; i < count; ++i) send_[static_cast<size_t>(i)] = reduce_input(r, i);
+        } else if (op == BenchOp::kAllGather) {
+            send_.resize(static_cast<size_t>(count));
+            recv_.resize(static_cast<size_t>(count * n));
+            for (int64_t i = 0; i < count; ++i) send_[static_cast<size_t>(i)] = gather_input(r, i);
+        } else {
+            send_.resize(static_cast<size_t>(count * n));
+            recv_.resize(static_cast<size_t>(count * n));
+            counts_.assign(static_cast<size_t>(n), count);
+            for (int d = 0; d < n; ++d) {
+                displs_.push_back(d * count);
+                for (int64_t i = 0; i < count; ++i)
+                    send_[static_cast<size_t>(d * count + i)] = a2a_input(r, d, i);
+            }
+        }
+    }
+
+    Status run() {
+        switch (op_) {
+            case BenchOp::kAllReduce:
+                return comm_.all_reduce(send_.data(), recv_.data(), count_, DType::kF32, ReduceOp::kSum);
+            case BenchOp::kAllGather:
+                return comm_.all_gather(send_.data(), recv_.data(), count_, DType::kF32);
+            case BenchOp::kAllToAllV:
+                return comm_.all_to_all_v(
+                    {send_.data(), counts_, displs_, recv_.data(), counts_, displs_, DType::kF32});
+        }
+        return internal_error("unknown bench op");
+    }
+
+    // Elements of the last result that differ from the expected value on this rank.
+    int64_t count_wrong() const {
+        const int n = comm_.size(), r = comm_.rank();
+        int64_t wrong = 0;
+        for (size_t k = 0; k < recv_.size(); ++k) {
+            const int64_t i = static_cast<int64_t>(k) % count_;
+            const int block = static_cast<int>(static_cast<int64_t>(k) / count_);
+            float expected = 0.0f;
+            if (op_ == BenchOp::kAllReduce) {
+                expected = static_cast<float>(n * (n + 1) / 2 * (i % 13 + 1));
+            } else if (op_ == BenchOp::kAllGather) {
+                expected = gather_input(block, i);
+            } else {
+                expected = a2a_input(block, r, i);
+            }
+            if (recv_[k] != expected) ++wrong;
+        }
+        return wrong;
+    }
+
+    void clear_result() { std::fill(recv_.begin(), recv_.end(), -1.0f); }
+
+private:
+    Communicator& comm_;
+    BenchOp op_;
+    int64_t count_;
+    std::vector<float> send_, recv_;
+    std::vector<int64_t> counts_, displs_;
+};
+
+Result<BenchRow> bench_one(Communicator& comm, BenchOp op, uint64_t bytes, const BenchCommOptions& opts) {
+    const int n = comm.size();
+    // Elements per rank (per peer for all-to-all), at least one; size is then what nccl-tests reports.
+    const int64_t total_floats = static_cast<int64_t>(bytes / sizeof(float));
+    const int64_t count = std::max<int64_t>(1, op == BenchOp::kAllReduce ? total_floats : total_floats / n);
+    const int64_t size_bytes =
+        static_cast<int64_t>(sizeof(float)) * (op == BenchOp::kAllReduce ? count : count * n);
+    OpCase c(comm, op, count);
+    for (int i = 0; i < opts.warmup_iters; ++i) EPI_RETURN_IF_ERROR(c.run());
+    c.clear_result();
+    std::vector<double> times_us(static_cast<size_t>(opts.iters));
+    for (int i = 0; i < opts.iters; ++i) {
+        EPI_RETURN_IF_ERROR(comm.barrier());
+        const auto start = std::chrono::steady_clock::now();
+        EPI_RETURN_IF_ERROR(c.run());
+        times_us[static_cast<size_t>(i)] =
+            std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start).count();
+    }
+    // The slowest rank's time per iteration, then the median.
+    EPI_RETURN_IF_ERROR(
+        comm.all_reduce(times_us.data(), times_us.data(), opts.iters, DType::kF64, ReduceOp::kMax));
+    std::sort(times_us.begin(), times_us.end());
+    const size_t mid = times_us.size() / 2;
+    const double median_us = times_us.size() % 2 ? times_us[mid] : 0.5 * (times_us[mid - 1] + times_us[mid]);
+    int64_t wrong = c.count_wrong();
+    EPI_RETURN_IF_ERROR(comm.all_reduce(&wrong, &wrong, 1, DType::kI64, ReduceOp::kSum));
+    const double algbw_gbps = static_cast<double>(size_bytes) / (median_us * 1e-6) / 1e9;
+    return BenchRow{op, size_bytes, count, median_us, algbw_gbps, algbw_gbps * bus_factor(op, n), wrong};
+}
+
+void print_table(const Communicator& comm, const BenchCommOptions& opts, const std::vector<BenchRow>& rows) {
+    std::printf("# epinfer bench comm: backend %s, %d ranks, fp32, median of %d iterations (%d warmup)\n",
+                comm.backend_name(), comm.size(), opts.iters, opts.warmup_iters);
+    std::printf(
+        "# busbw = algbw x 2(n-1)/n (all_reduce), x (n-1)/n (all_gather, all_to_all_v), as nccl-tests\n");
+    std::printf("%-13s %12s %10s %12s %11s %11s %6s\n", "op", "size_bytes", "count", "time_us", "algbw_GB/s",
+                "busbw_GB/s", "check");
+    for (const BenchRow& row : rows) {
+        std::printf("%-13s %12lld %10lld %12.1f %11.3f %11.3f %6s\n", bench_op_name(row.op),
+                    static_cast<long long>(row.size_bytes), static_cast<long long>(row.count), row.time_us,
+                    row.algbw_gbps, row.busbw_gbps, row.wrong == 0 ? "ok" : "FAIL");
+    }
+    std::fflush(stdout);
+}
+
+Status write_json(const std::string& path, const Communicator& comm, const BenchCommOptions& opts,
+                  const std::vector<BenchRow>& rows) {
+    char host[256] = {};
+    gethostname(host, sizeof(host) - 1);
+    nlohmann::json doc = {{"bench", "comm"},      {"backend", comm.backend_name()},
+                          {"ranks", comm.size()}, {"dtype", "F32"},
+                          {"iters", opts.iters},  {"warmup_iters", opts.warmup_iters},
+                          {"host", host},         {"results", nlohmann::json::array()}};
+    for (const BenchRow& row : rows) {
+        doc["results"].push_back({{"op", bench_op_name(row.op)},
+                                  {"size_bytes", row.size_bytes},
+                                  {"count", row.count},
+                                  {"time_us", row.time_us},
+                                  {"algbw_gbps", row.algbw_gbps},
+                                  {"busbw_gbps", row.busbw_gbps},
+                                  {"check", row.wrong == 0 ? "ok" : "FAIL"},
+                                  {"wrong", row.wrong}});
+    }
+    std::ofstream out(path);
+    out << doc.dump(2) << "\n";
+    if (!out) return not_found(fmt::format("--json {}: cannot write the file", path));
+    return Status::ok();
+}
+
+Status check_options(const BenchCommOptions& opts) {
+    if (opts.ranks < 0) return invalid_argument(fmt::format("--ranks {}: must be at least 1", opts.ranks));
+    if (opts.min_bytes < 4 || opts.min_bytes > opts.max_bytes) {
+        return invalid_argument(fmt::format("--min-bytes {} and --max-bytes {}: need 4 ≤ min ≤ max",
+                                            opts.min_bytes, opts.max_bytes));
+    }
+    if (opts.step_factor < 2)
+        return invalid_argument(fmt::format("--step-factor {}: must be at least 2", opts.step_factor));
+    if (opts.iters < 1 || opts.warmup_iters < 0) {
+        return invalid_argument(fmt::format("--iters {} / --warmup-iters {}: need iters ≥ 1 and warmup ≥ 0",
+                                            opts.iters, opts.warmup_iters));
+    }
+    return Status::ok();
+}
+
+Status run_bench_comm(const BenchCommOptions& opts) {
+    EPI_RETURN_IF_ERROR(check_options(opts));
+    EPI_RETURN_IF_ERROR(relaunch_under_mpirun_if_needed(opts.ranks));
+    EPI_ASSIGN_OR_RETURN(std::unique_ptr<Communicator> comm, create_world_communicator());
+    if (opts.ranks > 0 && comm->size() != opts.ranks) {
+        return invalid_argument(
+            fmt::format("--ranks {}, but the MPI world has {} ranks", opts.ranks, comm->size()));
+    }
+    std::vector<BenchRow> rows;
+    for (BenchOp op : {BenchOp::kAllReduce, BenchOp::kAllGather, BenchOp::kAllToAllV}) {
+        for (uint64_t bytes = opts.min_bytes; bytes <= opts.max_bytes;
+             bytes *= static_cast<uint64_t>(opts.step_factor)) {
+            EPI_ASSIGN_OR_RETURN(BenchRow row, bench_one(*comm, op, bytes, opts));
+            rows.push_back(row);
+        }
+    }
+    int64_t wrong = 0;
+    for (const BenchRow& row : rows) wrong += row.wrong;
+    if (comm->rank() == 0) {
+        print_table(*comm, opts, rows);
+        if (!opts.json_path.empty()) EPI_RETURN_IF_ERROR(write_json(opts.json_path, *comm, opts, rows));
+    }
+    if (wrong > 0) {
+        return internal_error(fmt::format("rank {}: bench comm: {} elements differ from the expected values",
+                                          comm->rank(), wrong));
+    }
+    return Status::ok();
+}
+
+}  // namespace
+
+void add_bench_command(CLI::App& app) {
+    CLI::App* bench = app.add_subcommand("bench", "Benchmarks (comm: collectives over the communicator)");
+    bench->require_subcommand(1);
+    auto opts = std::make_shared<BenchCommOptions>();
+    CLI::App* comm =
+        bench->add_subcommand("comm", "all_reduce, all_gather, all_to_all_v bandwidth (nccl-tests style)");
+    comm->add_option("--ranks", opts->ranks,
+                     "ranks; without MPI around, starts them through mpirun (default: the world)");
+    comm->add_option("--min-bytes", opts->min_bytes, "smallest message (suffixes K, M, G: powers of 1024)")
+        ->transform(CLI::AsSizeValue(false))
+        ->capture_default_str();
+    comm->add_option("--max-bytes", opts->max_bytes, "largest message")
+        ->transform(CLI::AsSizeValue(false))
+        ->capture_default_str();
+    comm->add_option("--step-factor", opts->step_factor, "size multiplier between rows")
+        ->capture_default_str();
+    comm->add_option("--iters", opts->iters, "timed iterations per size (median reported)")
+        ->capture_default_str();
+    comm->add_option("--warmup-iters", opts->warmup_iters, "untimed iterations first")->capture_default_str();
+    comm->add_option("--json", opts->json_path, "also write the results to this JSON file (rank 0)");
+    comm->callback([opts] { exit_on_error(run_bench_comm(*opts)); });
+}
+
+}  // namespace epinfer::cli
