@@ -1,0 +1,153 @@
+// The cost model: pure functions from (model, layout, hardware) to time breakdowns (STYLE.md R19).
+//
+// Formulas, each pinned by tests/unit/planner/ to a hand calculation (docs/planner.md derives them):
+//   distinct experts touched by T tokens, uniform routing     E·(1 − (1 − K/E)^T)
+//   EP ranks a token's K experts land on, contiguous blocks   Σ_r (1 − C(E − n_r, K)/C(E, K))
+//                                                             = R·(1 − C(E − E/R, K)/C(E, K)) when R | E
+//   collective (nccl-tests busbw convention)                  latency + size · f(n) / busbw,
+//       f = 2(n−1)/n all_reduce, (n−1)/n all_gather and all_to_all, 1 send_recv; a measured table replaces
+//       it at the group size it was measured at
+//   roofline of one op: max(bytes / (BW · mem_eff), FLOPs / (rate · mm_eff))
+//   pipeline of stage times t_s and m micro-batches: step = max(Σ t_s, m · max t_s),
+//       bubble = step − m · max t_s
+// Routed experts run at the pace of the busiest EP rank: it reads E[max] touched local experts (binomial
+// above) and computes μ + σ·E[max of moe_ep normals] token-expert pairs, μ = T·K·n/E, σ² = μ·(1 − n/E).
+// One decode step of C requests in flight (never divided by pp: ARCHITECTURE.md §5) runs m micro-batches
+// of ⌈C/m⌉ requests (m = pp by default); each stage's time per micro-batch is the sum over its layers of
+// attention, expert GEMMs, dense parts, collectives and kernel launches, with no overlap between them.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "parallel/layout.h"
+#include "planner/hardware_profile.h"
+#include "planner/model_costs.h"
+#include "planner/weight_format.h"
+
+namespace epinfer::planner {
+
+// Expected number of distinct experts T tokens select, each picking K of E uniformly without repetition.
+double expected_distinct_experts(int64_t num_experts, int64_t top_k, double tokens);
+
+// Expected number of distinct EP ranks that own at least one of a token's K experts, E experts placed in
+// contiguous blocks over `ranks` ranks (sizes differ by at most one), uniform routing.
+double expected_destination_ranks(int64_t num_experts, int64_t top_k, int ranks);
+
+// E[max of `samples` independent Binomial(trials, p)] = Σ_{k≥1} (1 − F(k−1)^samples), F the binomial CDF.
+// The busiest of R EP ranks: each of its n local experts is touched with p = 1 − (1 − K/E)^T, taken as
+// independent across experts and ranks (an approximation: the K picks of a token are not independent).
+double expected_max_binomial(int64_t trials, double p, int samples);
+
+// E[max of `samples` independent standard normals] (0 for one sample), by numerical integration.
+double expected_max_standard_normal(int samples);
+
+// nccl-tests bus-bandwidth factor f(n) of a collective over n ranks (0 when n = 1).
+double collective_bus_factor(Collective collective, int ranks);
+
+// Time of one collective of nccl-tests size `size_bytes` over `ranks` ranks: 0 when ranks ≤ 1; the table,
+// linearly interpolated, when it was measured at this group size (below its first size: the first time;
+// above its last: the last time plus the extra bytes at bus bandwidth); else latency + size·f(n)/busbw.
+double collective_time_us(const CollectiveSpec& spec, Collective collective, double size_bytes, int ranks);
+
+struct Roofline {
+    double bytes = 0.0;
+    double flops = 0.0;
+    double memory_us = 0.0;
+    double compute_us = 0.0;
+    double time_us() const { return memory_us > compute_us ? memory_us : compute_us; }
+    bool memory_bound() const { return memory_us >= compute_us; }
+};
+// `bandwidth_gbps` in GB/s and `tflops` in TFLOP/s, both already effective (× efficiency).
+Roofline roofline(double bytes, double flops, double bandwidth_gbps, double tflops);
+
+// Achievable rates of `gpu`: bandwidth × memory_efficiency; the rate of `rate` × matmul_efficiency, falling
+// back to bf16 when the GPU lacks fp8/fp4 tensor cores.
+double effective_bandwidth_gbps(const GpuSpec& gpu);
+double effective_tflops(const GpuSpec& gpu, MathRate rate);
+
+struct PipelineTiming {
+    int micro_batches = 1;
+    double path_us = 0.0;        // Σ t_s: one micro-batch through every stage
+    double bottleneck_us = 0.0;  // max t_s
+    double step_us = 0.0;        // max(path, m · bottleneck)
+    double wait_us = 0.0;        // step − path: a micro-batch queueing behind the others
+    double bubble_us = 0.0;      // step − m · bottleneck: idle time of the slowest stage per step
+};
+PipelineTiming pipeline_timing(const std::vector<double>& stage_us, int micro_batches);
+
+// One kind of collective along a step's path, e.g. 122 all-reduces of 14 KiB over 8 ranks.
+struct CollectiveTerm {
+    // "attention all_reduce", "MoE all_reduce", "MLP all_reduce", "shared-expert all_reduce", "dispatch",
+    // "combine", "stage send".
+    std::string what;
+    Collective kind = Collective::kAllReduce;
+    int ranks = 1;
+    bool inter_node = false;
+    double size_bytes = 0.0;  // nccl-tests size of one call (all_to_all: per-rank remote bytes · n/(n−1))
+    int64_t calls = 0;        // along the path of one micro-batch
+    double us_per_call = 0.0;
+    double total_us() const { return static_cast<double>(calls) * us_per_call; }
+};
+
+// Time of one step along the path of one micro-batch through every stage, by part.
+struct StepBreakdown {
+    int64_t tokens = 0;                // tokens of one micro-batch (all attention-DP ranks of a stage)
+    int64_t tokens_per_attn_rank = 0;  // ⌈tokens / attn_dp⌉
+    int micro_batches = 1;
+    double attention_us = 0.0;
+    double experts_us = 0.0;  // routed-expert GEMMs
+    double dense_us = 0.0;    // dense MLPs, shared experts, routers, LM head
+    double launch_us = 0.0;
+    std::vector<CollectiveTerm> collectives;
+    double path_us = 0.0;           // sum of the above
+    double pipeline_wait_us = 0.0;  // step − path
+    double bubble_us = 0.0;         // idle time of the slowest stage per step
+    double step_us = 0.0;
+    // Routed experts, per MoE layer on the busiest rank.
+    int64_t moe_layers = 0;
+    int64_t local_experts = 0;
+    double experts_touched_per_rank = 0.0;  // on the busiest EP rank (expected maximum)
+    double expert_bytes_per_layer = 0.0;
+    double tokens_per_touched_expert = 0.0;
+    bool experts_memory_bound = false;
+
+    double collectives_us() const;
+};
+
+struct DecodeResult {
+    int64_t concurrency = 0;
+    bool kv_fits = false;  // ⌈C / attn_dp⌉ · context ≤ KV tokens per rank
+    int64_t kv_tokens_needed_per_rank = 0;
+    StepBreakdown step;         // step_us = TPOT
+    double tokens_per_s = 0.0;  // output tokens/s of the whole layout: C / TPOT
+    double tpot_ms = 0.0;
+};
+
+struct PrefillResult {
+    int64_t input_len = 0;
+    StepBreakdown step;  // one prompt per attention-DP rank; step_us = TTFT on an idle system
+    double ttft_ms = 0.0;
+    double tokens_per_s = 0.0;  // prompt tokens/s of the whole layout, prompts streaming in
+};
+
+struct CostInputs {
+    const ModelCosts* model = nullptr;
+    const HardwareProfile* hardware = nullptr;
+    ParallelLayout layout;
+    int nodes = 1;  // the layout's ranks split evenly over this many nodes, rank-major
+    WeightFormats weights;
+    int kv_bytes_per_element = 2;
+    int64_t context_tokens = 4096;  // KV tokens each decoding request attends over
+    int micro_batches = 0;          // 0 = pp
+};
+
+// One decode step with `concurrency` requests in flight; `kv_tokens_per_rank` from plan_memory.
+// Requires a validated layout, concurrency ≥ 1 and hardware->inter_node when nodes > 1.
+DecodeResult decode_step(const CostInputs& inputs, int64_t concurrency, int64_t kv_tokens_per_rank);
+
+// Prefill of one prompt of `input_len` tokens per attention-DP rank, in m chunks through the pipeline.
+PrefillResult prefill_step(const CostInputs& inputs, int64_t input_len);
+
+}  // namespace epinfer::planner

@@ -1,0 +1,94 @@
+// The memory model: what one GPU of a layout holds, and how many KV-cache tokens fit in the rest.
+//
+// Per GPU, for each pipeline stage (parallel/pipeline_stages.h), in bytes:
+//   weights       by part (weight_format.h bytes/element; RankShare for the split); the embedding on the
+//                 first stage and the LM head on the last, both vocab-parallel across attention TP, bf16
+//   EP buffers    when tokens move by all-to-all (attn_dp > 1): a dispatch and a combine buffer of
+//                 max_dispatch_tokens_per_rank · K · H bf16 each
+//   activations   max_prefill_tokens · 8 · H bf16 hidden-state buffers
+//                 + max(MoE rows · (3·I/moe_tp + 2·H), max_prefill_tokens · 3 · width/attn_tp) bf16,
+//                   MoE rows = max_prefill_tokens · attn_dp · K · local_experts / E, width the larger of
+//                   the dense MLP and the shared experts
+//                 + max_batch_requests_per_rank · V/attn_tp fp32 logits
+//   CUDA graphs   a fixed reserve (cuda_graph_bytes)
+//   KV cache      the rest of usable = memory · usable fraction; per token: layers of the stage ·
+//                 RankShare::kv_elems_per_token · kv_bytes_per_element
+// A layout fits when every stage holds its non-KV terms plus the KV of one request of context_tokens.
+// The engine calls plan_memory before allocating anything (issue 6 item 6).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "checkpoint/model_config.h"
+#include "parallel/layout.h"
+#include "planner/hardware_profile.h"
+#include "planner/model_costs.h"
+#include "planner/weight_format.h"
+
+namespace epinfer::planner {
+
+struct MemoryOptions {
+    WeightFormats weights;
+    int64_t context_tokens = 4096;                // KV tokens one request holds (prompt + output)
+    int kv_bytes_per_element = 2;                 // 2 = bf16, 1 = fp8
+    int64_t max_prefill_tokens = 8192;            // tokens per attention-DP rank per forward
+    int64_t max_dispatch_tokens_per_rank = 4096;  // EP dispatch/combine buffer rows (× K)
+    int64_t max_batch_requests_per_rank = 1024;   // decode rows per rank (logits buffer)
+    int64_t cuda_graph_bytes = int64_t{1} << 30;  // estimate: captured graphs and their pools
+};
+
+struct WeightBytes {
+    int64_t embedding = 0;
+    int64_t lm_head = 0;
+    int64_t attention = 0;
+    int64_t dense_mlp = 0;
+    int64_t shared_experts = 0;
+    int64_t routed_experts = 0;
+    int64_t router_and_norms = 0;
+    int64_t total() const;
+};
+
+// One GPU of one pipeline stage.
+struct StageMemory {
+    int stage = 0;
+    int64_t first_layer = 0;
+    int64_t num_layers = 0;
+    int64_t num_moe_layers = 0;
+    WeightBytes weights;
+    int64_t ep_buffer_bytes = 0;
+    int64_t activation_bytes = 0;
+    int64_t cuda_graph_bytes = 0;
+    int64_t kv_bytes_per_token = 0;  // this GPU's share of one token's KV over the stage's layers
+    int64_t kv_cache_bytes = 0;      // usable − non-KV terms; negative when those alone do not fit
+    int64_t kv_tokens = 0;           // kv_cache_bytes / kv_bytes_per_token (0 when negative)
+    int64_t non_kv_bytes() const;
+};
+
+struct MemoryPlan {
+    int64_t device_bytes = 0;
+    int64_t usable_bytes = 0;
+    std::vector<StageMemory> stages;
+    int worst_stage = 0;             // the stage with the least room (smallest margin)
+    int64_t kv_tokens_per_rank = 0;  // min over stages: KV tokens one attention-DP rank can hold
+    int64_t kv_tokens_total = 0;     // kv_tokens_per_rank · attn_dp: tokens the whole layout can hold
+    int64_t max_requests = 0;  // requests of context_tokens: ⌊kv_tokens_per_rank/context⌋ · attn_dp
+    bool fits = false;         // every stage: non-KV + context_tokens of KV ≤ usable
+    int64_t margin_bytes = 0;  // worst stage: usable − non-KV − one request's KV (negative: over by)
+    std::string largest_term;  // the largest term of the worst stage, e.g. "routed experts"
+    int64_t largest_term_bytes = 0;
+
+    const StageMemory& worst() const { return stages[static_cast<size_t>(worst_stage)]; }
+};
+
+// The memory plan of `layout` on `gpu`. Requires a layout validate_layout accepts for this model.
+MemoryPlan plan_memory(const ModelCosts& model, const ParallelLayout& layout, const GpuSpec& gpu,
+                       const MemoryOptions& options);
+MemoryPlan plan_memory(const ModelConfig& config, const ParallelLayout& layout, const GpuSpec& gpu,
+                       const MemoryOptions& options);
+
+// "1.5 GiB" style, one decimal; negative values keep their sign.
+std::string format_gib(int64_t bytes);
+
+}  // namespace epinfer::planner

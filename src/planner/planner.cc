@@ -1,0 +1,256 @@
+#include "planner/planner.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <map>
+
+#include "planner/layouts.h"
+
+namespace epinfer::planner {
+namespace {
+
+std::string ms(double us) {
+    return fmt::format("{:.2f} ms", us / 1e3);
+}
+
+// One comparable term of a decode step: a key shared across layouts, its time and a description.
+struct Term {
+    std::string key;
+    double us = 0.0;
+    std::string text;
+};
+
+std::vector<Term> terms_of(const LayoutPlan& lp, const DecodeResult& r) {
+    const StepBreakdown& s = r.step;
+    std::vector<Term> terms;
+    terms.push_back({"attention", s.attention_us, fmt::format("attention {}", ms(s.attention_us))});
+    terms.push_back(
+        {"experts", s.experts_us,
+         fmt::format("expert GEMMs {} (busiest rank reads {:.1f} of its {} experts, {:.0f} MB, per MoE "
+                     "layer × {})",
+                     ms(s.experts_us), s.experts_touched_per_rank, s.local_experts,
+                     s.expert_bytes_per_layer / 1e6, s.moe_layers)});
+    terms.push_back({"dense", s.dense_us,
+                     fmt::format("dense parts (shared experts, routers, LM head) {}", ms(s.dense_us))});
+    terms.push_back({"launch", s.launch_us, fmt::format("kernel launches {}", ms(s.launch_us))});
+    terms.push_back({"pipeline", s.pipeline_wait_us,
+                     fmt::format("pipeline wait {} ({} micro-batches over {} stages)", ms(s.pipeline_wait_us),
+                                 s.micro_batches, lp.layout.pp)});
+    // Collectives, aggregated by kind.
+    std::map<Collective, std::pair<int64_t, double>> by_kind;  // calls, µs
+    for (const CollectiveTerm& t : s.collectives) {
+        by_kind[t.kind].first += t.calls;
+        by_kind[t.kind].second += t.total_us();
+    }
+    for (const auto& [kind, calls_us] : by_kind) {
+        const auto& [calls, us] = calls_us;
+        const char* suffix = kind == Collective::kAllToAll   ? " (dispatch + combine)"
+                             : kind == Collective::kSendRecv ? " (stage sends)"
+                                                             : "";
+        terms.push_back({collective_name(kind), us,
+                         fmt::format("{} {}{} × {:.1f} µs = {} per step", calls, collective_name(kind),
+                                     suffix, calls > 0 ? us / calls : 0.0, ms(us))});
+    }
+    return terms;
+}
+
+const Term* find_term(const std::vector<Term>& terms, const std::string& key) {
+    for (const Term& t : terms) {
+        if (t.key == key) return &t;
+    }
+    return nullptr;
+}
+
+Status validate_request(const HardwareProfile& hw, const PlanRequest& r) {
+    if (r.gpus < 1) return invalid_argument(fmt::format("--gpus {}: must be >= 1", r.gpus));
+    if (r.nodes < 1) return invalid_argument(fmt::format("--nodes {}: must be >= 1", r.nodes));
+    if (r.gpus % r.nodes != 0) {
+        return invalid_argument(
+            fmt::format("--gpus {} --nodes {}: the GPUs must split evenly over the nodes", r.gpus, r.nodes));
+    }
+    if (r.gpus / r.nodes > hw.gpus_per_node) {
+        return invalid_argument(fmt::format(
+            "--gpus {} on {} node(s): profile {} has at most {} GPUs per node; pass --nodes {}", r.gpus,
+            r.nodes, hw.name, hw.gpus_per_node, (r.gpus + hw.gpus_per_node - 1) / hw.gpus_per_node));
+    }
+    if (r.nodes > 1 && !hw.inter_node) {
+        return invalid_argument(
+            fmt::format("--nodes {}: profile {} has no inter_node link", r.nodes, hw.name));
+    }
+    if (r.concurrency.empty()) return invalid_argument("--concurrency: empty list");
+    for (int64_t c : r.concurrency) {
+        if (c < 1) return invalid_argument(fmt::format("--concurrency {}: must be >= 1", c));
+    }
+    if (r.memory.context_tokens < 1) {
+        return invalid_argument(fmt::format("--context {}: must be >= 1", r.memory.context_tokens));
+    }
+    if (r.input_len < 1) return invalid_argument(fmt::format("--input-len {}: must be >= 1", r.input_len));
+    if (r.micro_batches < 0) {
+        return invalid_argument(fmt::format("--micro-batches {}: must be >= 0", r.micro_batches));
+    }
+    return Status::ok();
+}
+
+std::string recommend_reason(const Plan& plan, const Recommendation& rec, size_t ci) {
+    const LayoutPlan& win = plan.layouts[static_cast<size_t>(rec.layout)];
+    const DecodeResult& w = win.decode[ci];
+    std::string text = fmt::format("{}: {:.0f} tok/s, TPOT {:.1f} ms", win.spec, w.tokens_per_s, w.tpot_ms);
+    if (rec.runner_up >= 0) {
+        const LayoutPlan& run = plan.layouts[static_cast<size_t>(rec.runner_up)];
+        text += fmt::format(". {} ({:.0f} tok/s) {}", run.spec, run.decode[ci].tokens_per_s,
+                            explain_difference(win, w, run, run.decode[ci]));
+    } else {
+        text += ". The only layout that fits";
+    }
+    // A faster layout that fits the weights but not this many requests' KV.
+    for (const LayoutPlan& lp : plan.layouts) {
+        const DecodeResult& d = lp.decode[ci];
+        if (lp.memory.fits && !d.kv_fits && d.tokens_per_s > w.tokens_per_s) {
+            text += fmt::format(". {} would be faster ({:.0f} tok/s) but holds only {} requests of {} tokens",
+                                lp.spec, d.tokens_per_s, lp.memory.max_requests,
+                                plan.request.memory.context_tokens);
+            break;
+        }
+    }
+    return text;
+}
+
+std::string memory_verdict(const Plan& plan) {
+    const LayoutPlan* closest = nullptr;
+    for (const LayoutPlan& lp : plan.layouts) {
+        if (!closest || lp.memory.margin_bytes > closest->memory.margin_bytes) closest = &lp;
+    }
+    if (!closest) return "";
+    const MemoryPlan& mem = closest->memory;
+    const StageMemory& s = mem.worst();
+    return fmt::format(
+        "nothing fits: {} on {}× {} with weights {}: the closest layout, {}, needs {} of weights per GPU "
+        "(largest: "
+        "{} {}) + {} of buffers, activations and CUDA graphs + {} of KV for one {}-token request, over the "
+        "usable {} "
+        "by {}",
+        plan.request.model_label, plan.request.gpus, plan.hardware.gpu.name,
+        weight_formats_to_string(plan.request.memory.weights), closest->spec, format_gib(s.weights.total()),
+        mem.largest_term, format_gib(mem.largest_term_bytes),
+        format_gib(s.ep_buffer_bytes + s.activation_bytes + s.cuda_graph_bytes),
+        format_gib(plan.request.memory.context_tokens * s.kv_bytes_per_token),
+        plan.request.memory.context_tokens, format_gib(mem.usable_bytes), format_gib(-mem.margin_bytes));
+}
+
+}  // namespace
+
+std::string explain_difference(const LayoutPlan& winner, const DecodeResult& win, const LayoutPlan& loser,
+                               const DecodeResult& lose) {
+    std::vector<Term> wt = terms_of(winner, win), lt = terms_of(loser, lose);
+    std::vector<std::pair<double, const Term*>> diffs;
+    for (const Term& t : lt) {
+        const Term* other = find_term(wt, t.key);
+        diffs.emplace_back(t.us - (other ? other->us : 0.0), &t);
+    }
+    std::sort(diffs.begin(), diffs.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
+    if (diffs.empty() || diffs[0].first <= 1e-3) {
+        return fmt::format("ties with {} at C={} (equal predicted step times)", winner.spec,
+                           lose.concurrency);
+    }
+    // The loser's term in full; the winner's counterpart as its time (collectives: in full, or its own kind).
+    auto describe = [&](const Term& t) {
+        const Term* other = find_term(wt, t.key);
+        bool collective = t.key == "all_reduce" || t.key == "all_to_all" || t.key == "send_recv";
+        std::string counterpart;
+        if (other && collective) {
+            counterpart = other->text;
+        } else if (other) {
+            counterpart = ms(other->us);
+        } else {
+            counterpart = fmt::format("none; its collectives take {}", ms(win.step.collectives_us()));
+        }
+        return fmt::format("{} ({}: {})", t.text, winner.spec, counterpart);
+    };
+    std::string text = fmt::format("loses at C={}: {}", lose.concurrency, describe(*diffs[0].second));
+    if (diffs.size() > 1 && diffs[1].first > 0.25 * diffs[0].first) {
+        text += "; and " + describe(*diffs[1].second);
+    }
+    return text;
+}
+
+Result<Plan> make_plan(const ModelConfig& config, const HardwareProfile& hardware,
+                       const PlanRequest& request) {
+    EPI_RETURN_IF_ERROR(validate_request(hardware, request));
+    Plan plan;
+    plan.request = request;
+    plan.model = model_costs(config);
+    plan.model_type = config.model_type;
+    plan.hardware = hardware;
+
+    std::vector<ParallelLayout> layouts = request.layouts;
+    const LayoutModelDims dims = layout_model_dims(plan.model);
+    for (const ParallelLayout& l : layouts) {
+        EPI_RETURN_IF_ERROR_CTX(validate_layout(l, dims, request.gpus), "layout " + layout_spec(l));
+    }
+    if (layouts.empty()) layouts = enumerate_layouts(request.gpus, plan.model);
+    if (layouts.empty()) {
+        return invalid_argument(fmt::format(
+            "--gpus {}: no layout of {} GPUs suits the model's shapes ({} heads, {} "
+            "experts, {} layers)",
+            request.gpus, request.gpus, plan.model.num_heads, plan.model.n_experts, plan.model.num_layers));
+    }
+
+    for (const ParallelLayout& l : layouts) {
+        LayoutPlan lp;
+        lp.layout = l;
+        lp.spec = layout_spec(l);
+        lp.memory = plan_memory(plan.model, l, hardware.gpu, request.memory);
+        CostInputs in;
+        in.model = &plan.model;
+        in.hardware = &plan.hardware;
+        in.layout = l;
+        in.nodes = request.nodes;
+        in.weights = request.memory.weights;
+        in.kv_bytes_per_element = request.memory.kv_bytes_per_element;
+        in.context_tokens = request.memory.context_tokens;
+        in.micro_batches = request.micro_batches;
+        for (int64_t c : request.concurrency)
+            lp.decode.push_back(decode_step(in, c, lp.memory.kv_tokens_per_rank));
+        lp.prefill = prefill_step(in, request.input_len);
+        plan.any_fits = plan.any_fits || lp.memory.fits;
+        plan.layouts.push_back(std::move(lp));
+    }
+
+    for (size_t ci = 0; ci < request.concurrency.size(); ++ci) {
+        Recommendation rec;
+        rec.concurrency = request.concurrency[ci];
+        for (size_t li = 0; li < plan.layouts.size(); ++li) {
+            const LayoutPlan& lp = plan.layouts[li];
+            if (!lp.memory.fits || !lp.decode[ci].kv_fits) continue;
+            double tps = lp.decode[ci].tokens_per_s;
+            if (rec.layout < 0 ||
+                tps > plan.layouts[static_cast<size_t>(rec.layout)].decode[ci].tokens_per_s) {
+                rec.runner_up = rec.layout;
+                rec.layout = static_cast<int>(li);
+            } else if (rec.runner_up < 0 ||
+                       tps > plan.layouts[static_cast<size_t>(rec.runner_up)].decode[ci].tokens_per_s) {
+                rec.runner_up = static_cast<int>(li);
+            }
+        }
+        if (rec.layout >= 0) {
+            rec.reason = recommend_reason(plan, rec, ci);
+        } else if (plan.any_fits) {
+            const LayoutPlan* most = nullptr;
+            for (const LayoutPlan& lp : plan.layouts) {
+                if (lp.memory.fits && (!most || lp.memory.max_requests > most->memory.max_requests))
+                    most = &lp;
+            }
+            rec.reason = fmt::format(
+                "no layout holds {} requests × {} tokens of KV; the most is {} requests ({})",
+                rec.concurrency, request.memory.context_tokens, most->memory.max_requests, most->spec);
+        } else {
+            rec.reason = "no layout fits the weights";
+        }
+        plan.recommendations.push_back(std::move(rec));
+    }
+    if (!plan.any_fits) plan.memory_verdict = memory_verdict(plan);
+    return plan;
+}
+
+}  // namespace epinfer::planner

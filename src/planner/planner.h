@@ -1,0 +1,68 @@
+// The planner: every layout of N GPUs for a model on a machine, its memory plan, decode steps at each
+// concurrency and prefill, the recommended layout per concurrency and the terms that decide it.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "checkpoint/model_config.h"
+#include "core/status.h"
+#include "parallel/layout.h"
+#include "planner/cost_model.h"
+#include "planner/hardware_profile.h"
+#include "planner/memory_model.h"
+#include "planner/model_costs.h"
+
+namespace epinfer::planner {
+
+struct PlanRequest {
+    std::string model_label;  // shown in reports, e.g. the config file's name
+    int gpus = 0;             // all GPUs of the run
+    int nodes = 1;            // the GPUs split evenly over this many nodes
+    std::vector<int64_t> concurrency = {1, 8, 32, 64, 256, 1024};
+    int64_t input_len = 2048;             // prompt tokens for the prefill estimate
+    int micro_batches = 0;                // pipeline micro-batches; 0 = pp
+    MemoryOptions memory;                 // weights, context, KV dtype, buffers
+    std::vector<ParallelLayout> layouts;  // empty = every layout enumerate_layouts() finds
+};
+
+struct LayoutPlan {
+    ParallelLayout layout;
+    std::string spec;  // layout_spec(), e.g. "dp8-ep8"
+    MemoryPlan memory;
+    std::vector<DecodeResult> decode;  // one per PlanRequest::concurrency
+    PrefillResult prefill;
+};
+
+struct Recommendation {
+    int64_t concurrency = 0;
+    int layout = -1;     // index into Plan::layouts; −1 = nothing fits at this concurrency
+    int runner_up = -1;  // the next best that fits, −1 = none
+    std::string reason;  // one or two deciding terms, in words with numbers
+};
+
+struct Plan {
+    PlanRequest request;
+    ModelCosts model;
+    std::string model_type;
+    HardwareProfile hardware;
+    std::vector<LayoutPlan> layouts;
+    std::vector<Recommendation> recommendations;  // one per concurrency
+    bool any_fits = false;
+    std::string memory_verdict;  // when nothing fits: why, naming the largest term
+};
+
+// Errors: kInvalidArgument, one line naming the flag and value, for gpus < 1, nodes < 1, GPUs that do not
+// split evenly over the nodes or exceed the profile's gpus_per_node, several nodes on a profile without an
+// inter-node link, a concurrency, context or input length < 1, a requested layout the model or the GPU
+// count does not admit (validate_layout's message), or no admissible layout at all.
+Result<Plan> make_plan(const ModelConfig& config, const HardwareProfile& hardware,
+                       const PlanRequest& request);
+
+// The deciding terms of `winner` over `loser` at one concurrency, e.g.
+// "tp8 loses: 122 all_reduce × 24.6 µs = 3.0 ms per step (dp8-ep8: 120 all_to_all × 31.0 µs = 3.7 ms)".
+std::string explain_difference(const LayoutPlan& winner, const DecodeResult& win, const LayoutPlan& loser,
+                               const DecodeResult& lose);
+
+}  // namespace epinfer::planner

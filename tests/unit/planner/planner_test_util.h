@@ -1,0 +1,84 @@
+// Hand-built ModelConfigs and a round-number hardware profile for the planner tests.
+#pragma once
+
+#include <string>
+
+#include "checkpoint/model_config.h"
+#include "planner/hardware_profile.h"
+
+namespace epinfer::planner::testing {
+
+// Kimi K2 Instruct 0905 as its config.json (tests/data/configs/kimi_k2_instruct_0905.json) describes it.
+inline ModelConfig kimi_k2_config() {
+    ModelConfig c;
+    c.architecture = Architecture::kDeepseekV3;
+    c.model_type = "kimi_k2";
+    c.vocab_size = 163840;
+    c.hidden_size = 7168;
+    c.num_hidden_layers = 61;
+    c.attention = AttentionKind::kMla;
+    c.num_attention_heads = 64;
+    c.num_key_value_heads = 64;
+    c.head_dim = 192;
+    c.q_lora_rank = 1536;
+    c.kv_lora_rank = 512;
+    c.qk_nope_head_dim = 128;
+    c.qk_rope_head_dim = 64;
+    c.v_head_dim = 128;
+    c.intermediate_size = 18432;
+    c.n_routed_experts = 384;
+    c.moe_intermediate_size = 2048;
+    c.n_shared_experts = 1;
+    c.router.num_experts_per_tok = 8;
+    c.router.has_correction_bias = true;
+    c.layer_is_moe.assign(61, true);
+    c.layer_is_moe[0] = false;  // first_k_dense_replace = 1
+    c.quant_method = "fp8";
+    return c;
+}
+
+// A small GQA MoE model with round numbers: H 1024, 8 heads of 128 (8 KV heads), 4 MoE layers of 8 experts
+// (top-2, width 512), vocab 1000.
+inline ModelConfig tiny_gqa_config() {
+    ModelConfig c;
+    c.architecture = Architecture::kQwen3Moe;
+    c.model_type = "qwen3_moe";
+    c.vocab_size = 1000;
+    c.hidden_size = 1024;
+    c.num_hidden_layers = 4;
+    c.attention = AttentionKind::kGqa;
+    c.num_attention_heads = 8;
+    c.num_key_value_heads = 8;
+    c.head_dim = 128;
+    c.n_routed_experts = 8;
+    c.moe_intermediate_size = 512;
+    c.router.num_experts_per_tok = 2;
+    c.layer_is_moe.assign(4, true);
+    return c;
+}
+
+// 4 GPUs per node; 1000 GB/s, 100 TFLOP/s at every precision, efficiencies 1, no launch overhead;
+// all_reduce 10 µs + 100 GB/s, all_to_all 20 µs + 50 GB/s, all_gather 10 µs + 100 GB/s,
+// send_recv 5 µs + 200 GB/s; inter-node: every collective 50 µs + 10 GB/s.
+inline std::string round_profile_json() {
+    auto link = [](const char* kind, double ar_lat, double ar_bw, double a2a_lat, double a2a_bw,
+                   double sr_lat, double sr_bw) {
+        auto c = [](double lat, double bw) {
+            return "{\"latency_us\": " + std::to_string(lat) +
+                   ", \"bus_bandwidth_gbps\": " + std::to_string(bw) + "}";
+        };
+        return std::string("{\"kind\": \"") + kind + "\", \"all_reduce\": " + c(ar_lat, ar_bw) +
+               ", \"all_gather\": " + c(ar_lat, ar_bw) + ", \"all_to_all\": " + c(a2a_lat, a2a_bw) +
+               ", \"send_recv\": " + c(sr_lat, sr_bw) + "}";
+    };
+    return std::string(R"({"schema": "epinfer.hardware_profile/1", "name": "round", "gpus_per_node": 4,
+        "gpu": {"name": "Round GPU", "memory_bytes": 10000000000, "usable_memory_fraction": 1.0,
+                "memory_bandwidth_gbps": 1000, "bf16_tflops": 100, "fp8_tflops": 100, "fp4_tflops": 100,
+                "kernel_launch_us": 0, "graph_kernel_us": 0, "memory_efficiency": 1.0,
+                "matmul_efficiency": 1.0},
+        "intra_node": )") +
+           link("nvlink", 10, 100, 20, 50, 5, 200) +
+           ", \"inter_node\": " + link("infiniband", 50, 10, 50, 10, 50, 10) + "}";
+}
+
+}  // namespace epinfer::planner::testing

@@ -1,0 +1,200 @@
+// Each cost-model formula against a hand calculation (the arithmetic is in the comments).
+#include <gtest/gtest.h>
+
+#include "planner/cost_model.h"
+#include "planner/layouts.h"
+#include "planner/model_costs.h"
+#include "planner/weight_format.h"
+#include "planner_test_util.h"
+
+namespace epinfer::planner {
+namespace {
+
+TEST(WeightFormat, BytesPerElementIncludeScales) {
+    EXPECT_DOUBLE_EQ(weight_bytes_per_element(WeightFormat::kBf16), 2.0);
+    EXPECT_DOUBLE_EQ(weight_bytes_per_element(WeightFormat::kFp8Block128),
+                     1.000244140625);                                                // 1 + 4/(128·128)
+    EXPECT_DOUBLE_EQ(weight_bytes_per_element(WeightFormat::kInt4Group32), 0.5625);  // 0.5 + 2/32
+    EXPECT_DOUBLE_EQ(weight_bytes_per_element(WeightFormat::kNvfp4), 0.5625);        // 0.5 + 1/16
+    EXPECT_DOUBLE_EQ(weight_bytes_per_element(WeightFormat::kMxfp4), 0.53125);       // 0.5 + 1/32
+}
+
+TEST(WeightFormat, BytesPerKimiExpert) {
+    // One Kimi K2 routed expert: 3 · 7168 · 2048 = 44,040,192 parameters (FACTS.md A.6: 44.04 M).
+    ModelCosts m = model_costs(testing::kimi_k2_config());
+    ASSERT_EQ(m.expert_params, 44040192);
+    const double p = static_cast<double>(m.expert_params);
+    EXPECT_DOUBLE_EQ(p * weight_bytes_per_element(WeightFormat::kBf16), 88080384.0);
+    EXPECT_DOUBLE_EQ(p * weight_bytes_per_element(WeightFormat::kFp8Block128),
+                     44050944.0);  // + 2688 blocks · 4 B
+    EXPECT_DOUBLE_EQ(p * weight_bytes_per_element(WeightFormat::kInt4Group32), 24772608.0);
+    EXPECT_DOUBLE_EQ(p * weight_bytes_per_element(WeightFormat::kNvfp4), 24772608.0);
+    EXPECT_DOUBLE_EQ(p * weight_bytes_per_element(WeightFormat::kMxfp4), 23396352.0);
+}
+
+TEST(WeightFormat, ParsesWeightDtypeOption) {
+    WeightFormats base{WeightFormat::kFp8Block128, WeightFormat::kFp8Block128};
+    auto all = parse_weight_dtype("bf16", base);
+    ASSERT_TRUE(all.is_ok());
+    EXPECT_EQ(*all, (WeightFormats{WeightFormat::kBf16, WeightFormat::kBf16}));
+    auto experts = parse_weight_dtype("experts=int4", base);
+    ASSERT_TRUE(experts.is_ok());
+    EXPECT_EQ(*experts, (WeightFormats{WeightFormat::kInt4Group32, WeightFormat::kFp8Block128}));
+    auto both = parse_weight_dtype("experts=mxfp4,dense=bf16", base);
+    ASSERT_TRUE(both.is_ok());
+    EXPECT_EQ(*both, (WeightFormats{WeightFormat::kMxfp4, WeightFormat::kBf16}));
+    for (const char* bad : {"int3", "experts=", "attention=bf16", "experts=int4,", ""}) {
+        auto r = parse_weight_dtype(bad, base);
+        ASSERT_FALSE(r.is_ok()) << bad;
+        EXPECT_NE(r.status().message().find("--weight-dtype"), std::string::npos);
+    }
+    ModelConfig kimi = testing::kimi_k2_config();
+    EXPECT_EQ(checkpoint_weight_formats(kimi),
+              (WeightFormats{WeightFormat::kFp8Block128, WeightFormat::kFp8Block128}));
+    kimi.quant_method = "mxfp4";
+    EXPECT_EQ(checkpoint_weight_formats(kimi), (WeightFormats{WeightFormat::kMxfp4, WeightFormat::kBf16}));
+}
+
+TEST(CostFormula, ExpectedDistinctExperts) {
+    // E·(1 − (1 − K/E)^T).
+    EXPECT_NEAR(expected_distinct_experts(384, 8, 1), 8.0, 1e-9);                 // one token: its K experts
+    EXPECT_NEAR(expected_distinct_experts(384, 8, 2), 15.833333333333357, 1e-9);  // 384·(1 − (376/384)²)
+    EXPECT_DOUBLE_EQ(expected_distinct_experts(8, 2, 4), 5.46875);  // 8·(1 − 0.75⁴) = 8·0.68359375
+    EXPECT_DOUBLE_EQ(expected_distinct_experts(8, 2, 0), 0.0);
+    EXPECT_NEAR(expected_distinct_experts(384, 8, 1024), 384.0, 1e-6);  // every expert
+}
+
+TEST(CostFormula, ExpectedDestinationRanks) {
+    // R·(1 − C(E − E/R, K)/C(E, K)).
+    EXPECT_NEAR(expected_destination_ranks(8, 2, 4), 52.0 / 28.0, 1e-12);  // 4·(1 − C(6,2)/C(8,2)) = 4·13/28
+    EXPECT_NEAR(expected_destination_ranks(384, 8, 8), 5.2800157235546, 1e-9);
+    EXPECT_DOUBLE_EQ(expected_destination_ranks(384, 8, 1), 1.0);
+    // Uneven blocks 6, 5, 5 of 16 experts, K = 2: (1 − 45/120) + 2·(1 − 55/120) = 205/120.
+    EXPECT_NEAR(expected_destination_ranks(16, 2, 3), 205.0 / 120.0, 1e-12);
+    // One expert per rank: exactly K ranks.
+    EXPECT_NEAR(expected_destination_ranks(8, 2, 8), 2.0, 1e-12);
+}
+
+TEST(CostFormula, ExpectedMaxima) {
+    EXPECT_NEAR(expected_max_standard_normal(2), 0.5641895835, 1e-6);  // 1/√π
+    EXPECT_NEAR(expected_max_standard_normal(8), 1.4236003, 1e-5);     // tabulated
+    EXPECT_DOUBLE_EQ(expected_max_standard_normal(1), 0.0);
+    // Two Bernoulli(0.5): E[max] = P(any is 1) = 0.75. Two Binomial(2, 0.5): P(max ≥ 1) + P(max ≥ 2)
+    // = (1 − 0.25²) + (1 − 0.75²) = 0.9375 + 0.4375 = 1.375.
+    EXPECT_NEAR(expected_max_binomial(1, 0.5, 2), 0.75, 1e-12);
+    EXPECT_NEAR(expected_max_binomial(2, 0.5, 2), 1.375, 1e-12);
+    EXPECT_NEAR(expected_max_binomial(48, 0.25, 1), 12.0, 1e-12);  // one sample: the mean
+    EXPECT_DOUBLE_EQ(expected_max_binomial(48, 1.0, 8), 48.0);
+}
+
+TEST(CostFormula, CollectiveCost) {
+    CollectiveSpec spec;
+    spec.latency_us.value = 10.0;
+    spec.bus_bandwidth_gbps.value = 100.0;
+    // all_reduce of 1 MB over 8 ranks: 10 + 1e6 · 2·7/8 / (100 GB/s = 1e5 B/µs) = 10 + 17.5.
+    EXPECT_DOUBLE_EQ(collective_time_us(spec, Collective::kAllReduce, 1e6, 8), 27.5);
+    // all_to_all / all_gather: (n−1)/n; 4 ranks, 4 MB: 10 + 4e6 · 0.75 / 1e5 = 40.
+    EXPECT_DOUBLE_EQ(collective_time_us(spec, Collective::kAllToAll, 4e6, 4), 40.0);
+    EXPECT_DOUBLE_EQ(collective_time_us(spec, Collective::kAllGather, 4e6, 4), 40.0);
+    // send_recv: factor 1.
+    EXPECT_DOUBLE_EQ(collective_time_us(spec, Collective::kSendRecv, 1e6, 2), 20.0);
+    EXPECT_DOUBLE_EQ(collective_time_us(spec, Collective::kAllReduce, 1e6, 1), 0.0);
+
+    // A table measured at 8 ranks (the RTX PRO 6000 all_reduce points of FACTS.md C.5).
+    spec.bus_bandwidth_gbps.value = 40.0;
+    spec.table.ranks = 8;
+    spec.table.points = {{256, 24.1}, {65536, 24.6}, {262144, 28.0}};
+    // One Kimi token's hidden state, 7168 · 2 B = 14336 B: 24.1 + (14336 − 256)/(65536 − 256) · 0.5.
+    EXPECT_NEAR(collective_time_us(spec, Collective::kAllReduce, 14336, 8), 24.207843137254905, 1e-9);
+    EXPECT_DOUBLE_EQ(collective_time_us(spec, Collective::kAllReduce, 8, 8), 24.1);  // below the table
+    // Above: 28.0 + (1 MiB − 256 KiB) · 1.75 / 4e4.
+    EXPECT_NEAR(collective_time_us(spec, Collective::kAllReduce, 1048576, 8), 28.0 + 786432 * 1.75 / 4e4,
+                1e-9);
+    // Another group size ignores the table: 4 ranks, 1 MB: 10 + 1e6 · 1.5 / 4e4 = 47.5.
+    EXPECT_DOUBLE_EQ(collective_time_us(spec, Collective::kAllReduce, 1e6, 4), 47.5);
+}
+
+TEST(CostFormula, Roofline) {
+    Roofline r = roofline(1e9, 1e12, 1000.0, 100.0);  // 1 GB at 1000 GB/s; 1 TFLOP at 100 TFLOP/s
+    EXPECT_DOUBLE_EQ(r.memory_us, 1000.0);
+    EXPECT_DOUBLE_EQ(r.compute_us, 10000.0);
+    EXPECT_DOUBLE_EQ(r.time_us(), 10000.0);
+    EXPECT_FALSE(r.memory_bound());
+}
+
+TEST(CostFormula, PipelineBubble) {
+    // Four stages of 2 µs. One micro-batch: it walks all stages (8 µs), each stage idles 6 of 8 µs.
+    PipelineTiming one = pipeline_timing({2, 2, 2, 2}, 1);
+    EXPECT_DOUBLE_EQ(one.step_us, 8.0);
+    EXPECT_DOUBLE_EQ(one.bubble_us, 6.0);
+    EXPECT_DOUBLE_EQ(one.wait_us, 0.0);
+    // As many micro-batches as stages: no bubble.
+    PipelineTiming four = pipeline_timing({2, 2, 2, 2}, 4);
+    EXPECT_DOUBLE_EQ(four.step_us, 8.0);
+    EXPECT_DOUBLE_EQ(four.bubble_us, 0.0);
+    // Twice as many: each micro-batch waits 8 µs behind the others.
+    PipelineTiming eight = pipeline_timing({2, 2, 2, 2}, 8);
+    EXPECT_DOUBLE_EQ(eight.step_us, 16.0);
+    EXPECT_DOUBLE_EQ(eight.wait_us, 8.0);
+    // Uneven stages: the slow stage sets the pace: max(1 + 3, 2 · 3) = 6.
+    PipelineTiming uneven = pipeline_timing({1, 3}, 2);
+    EXPECT_DOUBLE_EQ(uneven.step_us, 6.0);
+    EXPECT_DOUBLE_EQ(uneven.wait_us, 2.0);
+    EXPECT_DOUBLE_EQ(uneven.bubble_us, 0.0);
+}
+
+TEST(ModelCosts, KvBytesPerTokenMlaVsGqa) {
+    // MLA caches the latent: kv_lora_rank + qk_rope_head_dim = 512 + 64 = 576 elements, 1152 B in bf16
+    // per layer (FACTS.md A.6), 70,272 B over Kimi's 61 layers; the same on every attention-TP rank.
+    ModelCosts kimi = model_costs(testing::kimi_k2_config());
+    EXPECT_EQ(kimi.kv_elems_per_token_per_layer, 576);
+    EXPECT_EQ(kimi.kv_elems_per_token_per_layer * 2 * kimi.num_layers, 70272);
+    EXPECT_EQ(rank_share(kimi, ParallelLayout{1, 8, 1, 8, 1}).kv_elems_per_token, 576);
+    // GQA caches K and V of every KV head: Qwen3-235B 2 · 4 · 128 = 1024 elements, 2048 B (FACTS.md A.6).
+    ModelConfig qwen = testing::tiny_gqa_config();
+    qwen.num_attention_heads = 64;
+    qwen.num_key_value_heads = 4;
+    qwen.head_dim = 128;
+    ModelCosts q = model_costs(qwen);
+    EXPECT_EQ(q.kv_elems_per_token_per_layer * 2, 2048);
+    // Split by KV head under attention TP 2, replicated (one head per rank) under TP 8.
+    EXPECT_EQ(rank_share(q, ParallelLayout{1, 2, 1, 2, 1}).kv_elems_per_token, 512);
+    EXPECT_EQ(rank_share(q, ParallelLayout{1, 8, 1, 8, 1}).kv_elems_per_token, 256);
+}
+
+TEST(ModelCosts, KimiParameterCounts) {
+    ModelCosts m = model_costs(testing::kimi_k2_config());
+    // MLA per layer: q_a 7168·1536 + 1536, q_b 1536·64·192, kv_a 7168·576 + 512, kv_b 512·64·256,
+    // o 64·128·7168.
+    EXPECT_EQ(m.attn_split_params + m.attn_replicated_params, 101124096);
+    EXPECT_EQ(m.num_moe_layers, 60);
+    EXPECT_EQ(m.num_dense_layers, 1);
+    EXPECT_EQ(m.shared_expert_params, 44040192);
+    EXPECT_EQ(m.dense_mlp_params, 3LL * 7168 * 18432);
+    // 2·V·H + final norm + 61·(attention + 2 norms) + 60·(shared + router 384·H + bias + 384 experts)
+    // + dense MLP.
+    EXPECT_EQ(m.total_params(), 1026408232448LL);
+}
+
+TEST(Layouts, SpecsRoundTrip) {
+    ModelCosts kimi = model_costs(testing::kimi_k2_config());
+    std::vector<ParallelLayout> layouts = enumerate_layouts(8, kimi);
+    ASSERT_FALSE(layouts.empty());
+    EXPECT_EQ(layout_spec(layouts[0]), "tp8");
+    EXPECT_EQ(layout_spec(layouts[1]), "ep8");
+    EXPECT_EQ(layout_spec(layouts[2]), "dp8-ep8");
+    for (const ParallelLayout& l : layouts) {
+        auto parsed = parse_layout_spec(layout_spec(l));
+        ASSERT_TRUE(parsed.is_ok()) << layout_spec(l) << ": " << parsed.status().message();
+        EXPECT_EQ(*parsed, l) << layout_spec(l);
+    }
+    EXPECT_EQ(layout_spec(ParallelLayout{1, 2, 4, 4, 2}), "tp8-dp4-ep2");
+    EXPECT_EQ(layout_spec(ParallelLayout{2, 1, 1, 1, 1}), "pp2");
+    EXPECT_EQ(layout_spec(ParallelLayout{}), "tp1");
+    for (const char* bad : {"tp", "xx8", "tp8-tp4", "tp0", "", "tp8-ep3"}) {
+        EXPECT_FALSE(parse_layout_spec(bad).is_ok()) << bad;
+    }
+}
+
+}  // namespace
+}  // namespace epinfer::planner

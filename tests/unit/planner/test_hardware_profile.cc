@@ -1,0 +1,137 @@
+// Hardware profiles: the shipped ones load and carry a source for every figure; malformed ones give one
+// line naming the file and the key.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "planner/hardware_profile.h"
+#include "planner_test_util.h"
+
+namespace epinfer::planner {
+namespace {
+
+const std::string kProfilesDir = std::string(EPINFER_TEST_DATA_DIR) + "/../../profiles";
+
+std::vector<const Figure*> figures_of(const HardwareProfile& p) {
+    const GpuSpec& g = p.gpu;
+    std::vector<const Figure*> figs = {&g.memory_bytes,
+                                       &g.usable_memory_fraction,
+                                       &g.memory_bandwidth_gbps,
+                                       &g.bf16_tflops,
+                                       &g.fp8_tflops,
+                                       &g.fp4_tflops,
+                                       &g.kernel_launch_us,
+                                       &g.graph_kernel_us,
+                                       &g.memory_efficiency,
+                                       &g.matmul_efficiency};
+    for (const LinkSpec* link : {&p.intra_node, p.inter_node ? &*p.inter_node : nullptr}) {
+        if (!link) continue;
+        for (const CollectiveSpec& c : link->collectives) {
+            figs.push_back(&c.latency_us);
+            figs.push_back(&c.bus_bandwidth_gbps);
+        }
+    }
+    return figs;
+}
+
+TEST(HardwareProfile, ShippedProfilesLoadWithSources) {
+    std::vector<std::string> names = list_profile_names(kProfilesDir);
+    EXPECT_EQ(names,
+              (std::vector<std::string>{"b200", "h100_sxm", "h200_sxm", "l40s", "rtx_4090", "rtx_pro_6000"}));
+    for (const std::string& name : names) {
+        auto p = load_hardware_profile_file(kProfilesDir + "/" + name + ".json");
+        ASSERT_TRUE(p.is_ok()) << p.status().message();
+        EXPECT_EQ(p->name, name);
+        EXPECT_EQ(p->gpus_per_node, 8);
+        ASSERT_TRUE(p->inter_node.has_value()) << name;
+        for (const Figure* f : figures_of(*p)) {
+            EXPECT_NE(f->provenance, Provenance::kUnspecified) << name;
+            EXPECT_FALSE(f->source.empty()) << name;
+        }
+    }
+}
+
+TEST(HardwareProfile, ShippedFiguresFromFacts) {
+    auto h200 = load_hardware_profile_file(kProfilesDir + "/h200_sxm.json");
+    ASSERT_TRUE(h200.is_ok());
+    EXPECT_DOUBLE_EQ(h200->gpu.memory_bytes.value, 143771.0 * 1024 * 1024);  // FACTS.md C.2 [M]
+    EXPECT_EQ(h200->gpu.memory_bytes.provenance, Provenance::kMeasured);
+    EXPECT_DOUBLE_EQ(h200->gpu.memory_bandwidth_gbps.value, 4800.0);
+    EXPECT_EQ(h200->intra_node.kind, LinkKind::kNvlink);
+    auto rtx = load_hardware_profile_file(kProfilesDir + "/rtx_pro_6000.json");
+    ASSERT_TRUE(rtx.is_ok());
+    EXPECT_EQ(rtx->intra_node.kind, LinkKind::kPcieP2p);
+    EXPECT_DOUBLE_EQ(rtx->gpu.memory_bandwidth_gbps.value, 1792.0);  // FACTS.md C.1
+    EXPECT_EQ(rtx->intra_node[Collective::kAllReduce].table.points.size(), 3u);
+    auto rtx4090 = load_hardware_profile_file(kProfilesDir + "/rtx_4090.json");
+    ASSERT_TRUE(rtx4090.is_ok());
+    EXPECT_EQ(rtx4090->intra_node.kind, LinkKind::kPcieNoP2p);
+}
+
+// Applies `edit` to the round profile, parses it as "bad.json" and returns the error message.
+template <typename Edit>
+std::string error_after(Edit edit) {
+    nlohmann::json doc = nlohmann::json::parse(testing::round_profile_json());
+    edit(doc);
+    auto p = parse_hardware_profile(doc.dump(), "bad.json");
+    return p.is_ok() ? std::string("(parsed)") : p.status().message();
+}
+
+TEST(HardwareProfile, ErrorsNameFileAndKey) {
+    using nlohmann::json;
+    EXPECT_EQ(error_after([](json& d) { d["gpu"].erase("memory_bandwidth_gbps"); }),
+              "bad.json: gpu.memory_bandwidth_gbps: missing");
+    EXPECT_EQ(error_after([](json& d) { d["gpu"]["memory_bytes"] = -1; }),
+              "bad.json: gpu.memory_bytes: must be > 0 (got -1)");
+    EXPECT_EQ(error_after([](json& d) { d["gpu"]["usable_memory_fraction"] = 1.5; }),
+              "bad.json: gpu.usable_memory_fraction: must be > 0 and <= 1 (got 1.5)");
+    EXPECT_EQ(error_after([](json& d) { d["gpu"]["hbm_bandwith_gbps"] = 1; }),
+              "bad.json: gpu.hbm_bandwith_gbps: unknown key");
+    EXPECT_EQ(error_after([](json& d) { d["intra_node"]["kind"] = "infiniband"; }),
+              "bad.json: intra_node.kind: 'infiniband' is not one of nvlink, pcie_p2p, pcie_no_p2p");
+    EXPECT_EQ(error_after([](json& d) { d["intra_node"]["all_to_all"]["latency_us"] = "fast"; }),
+              "bad.json: intra_node.all_to_all.latency_us: expected a number or {\"value\": ..., "
+              "\"provenance\": ..., "
+              "\"source\": ...}");
+    EXPECT_EQ(error_after([](json& d) {
+                  d["gpu"]["bf16_tflops"] = json{{"value", 100}, {"provenance", "guess"}};
+              }),
+              "bad.json: gpu.bf16_tflops.provenance: 'guess' is not one of datasheet, measured, estimate");
+    EXPECT_EQ(error_after([](json& d) {
+                  d["intra_node"]["all_reduce"]["table"] =
+                      json{{"ranks", 8}, {"points", {{1024, 5.0}, {512, 6.0}}}};
+              }),
+              "bad.json: intra_node.all_reduce.table.points[1]: sizes must be strictly ascending");
+    EXPECT_EQ(error_after([](json& d) { d["schema"] = "epinfer.hardware_profile/2"; }),
+              "bad.json: schema: 'epinfer.hardware_profile/2' is not 'epinfer.hardware_profile/1'");
+    EXPECT_EQ(error_after([](json& d) { d.erase("inter_node"); }), "(parsed)");  // optional
+    EXPECT_EQ(error_after([](json& d) { d["gpu"]["note_datasheet"] = "a comment"; }), "(parsed)");
+
+    auto malformed = parse_hardware_profile("{\"schema\": ", "broken.json");
+    ASSERT_FALSE(malformed.is_ok());
+    EXPECT_EQ(malformed.status().message().rfind("broken.json: malformed JSON: ", 0), 0u);
+    EXPECT_EQ(malformed.status().message().find('\n'), std::string::npos);
+}
+
+TEST(HardwareProfile, ResolvesNamesAndFiles) {
+    auto by_file = resolve_hardware_profile(kProfilesDir + "/b200.json", "");
+    ASSERT_TRUE(by_file.is_ok()) << by_file.status().message();
+    EXPECT_EQ(by_file->name, "b200");
+    // A name, through the folder next to a (pretend) executable build-x/tools/epinfer/epinfer.
+    auto by_name = resolve_hardware_profile("l40s", kProfilesDir + "/../build-x/tools/epinfer/epinfer");
+    ASSERT_TRUE(by_name.is_ok()) << by_name.status().message();
+    EXPECT_EQ(by_name->name, "l40s");
+    auto unknown = resolve_hardware_profile("a100", kProfilesDir + "/../build-x/tools/epinfer/epinfer");
+    ASSERT_FALSE(unknown.is_ok());
+    EXPECT_NE(
+        unknown.status().message().find("unknown hardware profile 'a100'; shipped profiles: b200, h100_sxm, "
+                                        "h200_sxm, l40s, rtx_4090, rtx_pro_6000"),
+        std::string::npos)
+        << unknown.status().message();
+    EXPECT_EQ(resolve_hardware_profile("/nonexistent/x.json", "").status().code(), StatusCode::kNotFound);
+}
+
+}  // namespace
+}  // namespace epinfer::planner

@@ -1,0 +1,139 @@
+// epinfer plan: predicts memory and throughput of every TP/EP/PP/DP layout of a model on a machine.
+//
+//   epinfer plan --model kimi_k2/config.json --hardware rtx_pro_6000 --gpus 8 [--nodes 1] [--context 4096]
+//                [--input-len 2048] [--concurrency 1,8,32,64,256,1024] [--weight-dtype experts=int4]
+//                [--kv-dtype bf16] [--layout tp8,dp8-ep8] [--micro-batches 0] [--json]
+// --model is a config.json or a checkpoint folder; --hardware a shipped profile name (profiles/*.json,
+// EPINFER_PROFILES_DIR) or a profile file. Errors print one line and exit 1.
+#include <fmt/format.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "checkpoint/hf_config.h"
+#include "commands.h"
+#include "planner/layouts.h"
+#include "planner/plan_report.h"
+#include "planner/planner.h"
+
+namespace epinfer::cli {
+namespace {
+
+namespace fs = std::filesystem;
+
+struct PlanArgs {
+    std::string model;
+    std::string hardware;
+    int gpus = 0;
+    int nodes = 1;
+    int64_t context = 4096;
+    int64_t input_len = 2048;
+    std::vector<int64_t> concurrency = {1, 8, 32, 64, 256, 1024};
+    std::string weight_dtype;
+    std::string kv_dtype = "bf16";
+    std::string layouts;
+    int micro_batches = 0;
+    bool json = false;
+};
+
+// The model's config and a label for reports (the checkpoint folder's or the file's name).
+Result<ModelConfig> load_model(const std::string& path, std::string& label) {
+    std::error_code ec;
+    if (fs::is_directory(path, ec)) {
+        label = fs::path(path).lexically_normal().filename().string();
+        if (label.empty()) label = fs::path(path).lexically_normal().parent_path().filename().string();
+        return load_hf_config(path);
+    }
+    std::ifstream in(path, std::ios::binary);
+    if (!in) return not_found(fmt::format("--model {}: no such file or folder", path));
+    std::stringstream text;
+    text << in.rdbuf();
+    fs::path p(path);
+    label =
+        p.stem() == "config" && p.has_parent_path() ? p.parent_path().filename().string() : p.stem().string();
+    return parse_hf_config(text.str(), path);
+}
+
+std::string executable_path() {
+    std::error_code ec;
+    fs::path exe = fs::read_symlink("/proc/self/exe", ec);
+    return ec ? std::string() : exe.string();
+}
+
+Status run_plan(const PlanArgs& args) {
+    if (args.model.empty())
+        return invalid_argument("--model is required (a config.json or a checkpoint folder)");
+    if (args.hardware.empty())
+        return invalid_argument("--hardware is required (a profile name or FILE.json)");
+
+    planner::PlanRequest request;
+    EPI_ASSIGN_OR_RETURN(ModelConfig config, load_model(args.model, request.model_label));
+    EPI_ASSIGN_OR_RETURN(planner::HardwareProfile hardware,
+                         planner::resolve_hardware_profile(args.hardware, executable_path()));
+    request.gpus = args.gpus;
+    request.nodes = args.nodes;
+    request.concurrency = args.concurrency;
+    request.input_len = args.input_len;
+    request.micro_batches = args.micro_batches;
+    request.memory.context_tokens = args.context;
+    request.memory.weights = planner::checkpoint_weight_formats(config);
+    if (!args.weight_dtype.empty()) {
+        EPI_ASSIGN_OR_RETURN(request.memory.weights,
+                             planner::parse_weight_dtype(args.weight_dtype, request.memory.weights));
+    }
+    if (args.kv_dtype == "bf16") {
+        request.memory.kv_bytes_per_element = 2;
+    } else if (args.kv_dtype == "fp8") {
+        request.memory.kv_bytes_per_element = 1;
+    } else {
+        return invalid_argument(fmt::format("--kv-dtype '{}': expected bf16 or fp8", args.kv_dtype));
+    }
+    if (!args.layouts.empty()) {
+        std::stringstream specs(args.layouts);
+        std::string spec;
+        while (std::getline(specs, spec, ',')) {
+            EPI_ASSIGN_OR_RETURN(ParallelLayout layout, planner::parse_layout_spec(spec));
+            request.layouts.push_back(layout);
+        }
+    }
+    EPI_ASSIGN_OR_RETURN(planner::Plan plan, planner::make_plan(config, hardware, request));
+    std::string text = args.json ? planner::plan_to_json(plan) : planner::plan_to_text(plan);
+    std::fwrite(text.data(), 1, text.size(), stdout);
+    return Status::ok();
+}
+
+}  // namespace
+
+void add_plan_command(CLI::App& app) {
+    auto args = std::make_shared<PlanArgs>();
+    CLI::App* cmd = app.add_subcommand(
+        "plan", "Predict memory and throughput of every TP/EP/PP/DP layout of a model on a machine");
+    cmd->add_option("--model", args->model, "config.json or checkpoint folder");
+    cmd->add_option("--hardware", args->hardware, "hardware profile name (profiles/*.json) or FILE.json");
+    cmd->add_option("--gpus", args->gpus, "GPUs in all (over every node)");
+    cmd->add_option("--nodes", args->nodes, "nodes the GPUs split evenly over")->capture_default_str();
+    cmd->add_option("--context", args->context, "KV tokens per request (prompt + output)")
+        ->capture_default_str();
+    cmd->add_option("--input-len", args->input_len, "prompt tokens for the prefill estimate")
+        ->capture_default_str();
+    cmd->add_option("--concurrency", args->concurrency, "requests in flight, comma separated")
+        ->delimiter(',')
+        ->capture_default_str();
+    cmd->add_option("--weight-dtype", args->weight_dtype,
+                    "bf16|fp8|int4|nvfp4|mxfp4 for every linear weight, or experts=D,dense=D "
+                    "(default: the checkpoint's)");
+    cmd->add_option("--kv-dtype", args->kv_dtype, "bf16|fp8")->capture_default_str();
+    cmd->add_option("--layout", args->layouts,
+                    "only these layouts, comma separated (e.g. tp8,dp8-ep8,pp2-tp4)");
+    cmd->add_option("--micro-batches", args->micro_batches, "pipeline micro-batches (0 = pp)")
+        ->capture_default_str();
+    cmd->add_flag("--json", args->json, "print one JSON document instead of the table");
+    cmd->callback([args]() { exit_on_error(run_plan(*args)); });
+}
+
+}  // namespace epinfer::cli
