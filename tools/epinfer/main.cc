@@ -21,6 +21,10 @@ int main(int argc, char** argv) {
     CLI::App app{"epinfer: an inference runtime for Mixture-of-Experts models"};
     app.require_subcommand(1);
     // Subcommands are registered here as they land (each file cmd_<name>.cc).
+    epinfer::cli::add_generate_command(app);
+    epinfer::cli::add_inspect_command(app);
+    epinfer::cli::add_plan_command(app);
+    epinfer::cli::add_bench_command(app);
     CLI11_PARSE(app, argc, argv);
     return 0;
 }

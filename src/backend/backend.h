@@ -1,0 +1,82 @@
+// Backend: the one op interface every compute backend implements (ARCHITECTURE.md §2, STYLE.md R1-R3).
+//
+// A backend owns its memory (alloc/free/copies) and runs ops described by the POD argument structs of
+// backend/op_args.h and backend/moe_router_args.h. The CPU backend (backend/cpu/) is the naive reference
+// every other backend is tested against. No CUDA, NCCL or MPI type appears here.
+//
+// Ops run in issue order; on an asynchronous backend a pointer handed to an op must stay valid until
+// synchronize(). Every op validates its arguments (<op>_check) and returns kInvalidArgument or
+// kNotSupported without touching memory when they are bad.
+#pragma once
+
+#include <cstddef>
+#include <utility>
+
+#include "backend/moe_router_args.h"
+#include "backend/op_args.h"
+#include "core/status.h"
+
+namespace epinfer {
+
+class Backend {
+public:
+    virtual ~Backend() = default;
+
+    // Short name, e.g. "cpu".
+    virtual const char* name() const = 0;
+    // True when device memory is host memory: checkpoint weights are then used in place from the mmap.
+    virtual bool host_accessible() const = 0;
+
+    // Memory. alloc returns 64-byte aligned memory (kOutOfMemory naming the size); free(nullptr) is a no-op.
+    virtual Result<void*> alloc(size_t num_bytes) = 0;
+    virtual void free(void* ptr) = 0;
+    virtual Status copy_to_device(void* dst, const void* host_src, size_t num_bytes) = 0;
+    virtual Status copy_to_host(void* host_dst, const void* src, size_t num_bytes) = 0;
+    virtual Status copy_on_device(void* dst, const void* src, size_t num_bytes) = 0;
+    // num_rows rows of row_bytes each, from src (row pitch src_pitch_bytes) to dst (dst_pitch_bytes),
+    // both device memory (a 2-D copy, as cudaMemcpy2D).
+    virtual Status copy_rows_on_device(void* dst, size_t dst_pitch_bytes, const void* src,
+                                       size_t src_pitch_bytes, size_t row_bytes, size_t num_rows) = 0;
+    // Waits for every op issued so far (a no-op on synchronous backends).
+    virtual Status synchronize() = 0;
+
+    // Ops (semantics and shapes: op_args.h, moe_router_args.h).
+    virtual Status embedding(const EmbeddingArgs& args) = 0;
+    virtual Status rms_norm(const RmsNormArgs& args) = 0;
+    virtual Status matmul(const MatmulArgs& args) = 0;
+    virtual Status rope(const RopeArgs& args) = 0;
+    virtual Status attention(const AttentionArgs& args) = 0;
+    virtual Status silu_mul(const SiluMulArgs& args) = 0;
+    virtual Status add(const AddArgs& args) = 0;
+    virtual Status add_sigmoid_gated(const AddSigmoidGatedArgs& args) = 0;
+    virtual Status moe_router_topk(const MoeRouterTopkArgs& args) = 0;
+};
+
+// Device memory owned by one backend, freed on destruction. Move-only.
+class DeviceBuffer {
+public:
+    DeviceBuffer() = default;
+    // Errors: as Backend::alloc. A zero-byte buffer holds no memory.
+    static Result<DeviceBuffer> alloc(Backend& backend, size_t num_bytes);
+    // num_floats fp32 elements (uninitialised).
+    static Result<DeviceBuffer> alloc_f32(Backend& backend, int64_t num_floats) {
+        return alloc(backend, static_cast<size_t>(num_floats) * sizeof(float));
+    }
+    ~DeviceBuffer() { reset(); }
+    DeviceBuffer(DeviceBuffer&& other) noexcept { *this = std::move(other); }
+    DeviceBuffer& operator=(DeviceBuffer&& other) noexcept;
+    DeviceBuffer(const DeviceBuffer&) = delete;
+    DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+
+    void* data() const { return data_; }
+    float* f32() const { return static_cast<float*>(data_); }
+    size_t num_bytes() const { return num_bytes_; }
+    void reset();
+
+private:
+    Backend* backend_ = nullptr;
+    void* data_ = nullptr;
+    size_t num_bytes_ = 0;
+};
+
+}  // namespace epinfer

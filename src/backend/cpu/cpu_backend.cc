@@ -1,0 +1,123 @@
+#include "backend/cpu/cpu_backend.h"
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <new>
+#include <string>
+#include <thread>
+
+#include "backend/cpu/cpu_kernels.h"
+#include "backend/cpu/moe_router.h"
+#include "backend/cpu/thread_pool.h"
+
+namespace epinfer {
+
+namespace {
+
+constexpr size_t kAlignBytes = 64;
+constexpr int kMaxDefaultThreads = 8;
+
+class CpuBackend final : public Backend {
+public:
+    explicit CpuBackend(int num_threads) : pool_(num_threads) {}
+
+    const char* name() const override { return "cpu"; }
+    bool host_accessible() const override { return true; }
+
+    Result<void*> alloc(size_t num_bytes) override {
+        const size_t rounded = (std::max<size_t>(num_bytes, 1) + kAlignBytes - 1) / kAlignBytes * kAlignBytes;
+        void* ptr = std::aligned_alloc(kAlignBytes, rounded);
+        if (ptr == nullptr) {
+            return Status(StatusCode::kOutOfMemory,
+                          "cpu: cannot allocate " + std::to_string(num_bytes) + " bytes");
+        }
+        return ptr;
+    }
+    void free(void* ptr) override { std::free(ptr); }
+
+    Status copy_to_device(void* dst, const void* src, size_t num_bytes) override {
+        copy(dst, src, num_bytes);
+        return Status::ok();
+    }
+    Status copy_to_host(void* dst, const void* src, size_t num_bytes) override {
+        copy(dst, src, num_bytes);
+        return Status::ok();
+    }
+    Status copy_on_device(void* dst, const void* src, size_t num_bytes) override {
+        copy(dst, src, num_bytes);
+        return Status::ok();
+    }
+    Status copy_rows_on_device(void* dst, size_t dst_pitch_bytes, const void* src, size_t src_pitch_bytes,
+                               size_t row_bytes, size_t num_rows) override {
+        if (num_rows > 0 && (row_bytes > dst_pitch_bytes || row_bytes > src_pitch_bytes)) {
+            return invalid_argument("copy_rows: row of " + std::to_string(row_bytes) +
+                                    " bytes exceeds a pitch");
+        }
+        for (size_t r = 0; r < num_rows; ++r) {
+            copy(static_cast<uint8_t*>(dst) + r * dst_pitch_bytes,
+                 static_cast<const uint8_t*>(src) + r * src_pitch_bytes, row_bytes);
+        }
+        return Status::ok();
+    }
+    Status synchronize() override { return Status::ok(); }
+
+    Status embedding(const EmbeddingArgs& args) override {
+        EPI_RETURN_IF_ERROR(embedding_check(args));
+        return cpu_embedding(args, pool_);
+    }
+    Status rms_norm(const RmsNormArgs& args) override {
+        EPI_RETURN_IF_ERROR(rms_norm_check(args));
+        cpu_rms_norm(args, pool_);
+        return Status::ok();
+    }
+    Status matmul(const MatmulArgs& args) override {
+        EPI_RETURN_IF_ERROR(matmul_check(args));
+        cpu_matmul(args, pool_);
+        return Status::ok();
+    }
+    Status rope(const RopeArgs& args) override {
+        EPI_RETURN_IF_ERROR(rope_check(args));
+        cpu_rope(args, pool_);
+        return Status::ok();
+    }
+    Status attention(const AttentionArgs& args) override {
+        EPI_RETURN_IF_ERROR(attention_check(args));
+        return cpu_attention(args, pool_);
+    }
+    Status silu_mul(const SiluMulArgs& args) override {
+        EPI_RETURN_IF_ERROR(silu_mul_check(args));
+        cpu_silu_mul(args);
+        return Status::ok();
+    }
+    Status add(const AddArgs& args) override {
+        EPI_RETURN_IF_ERROR(add_check(args));
+        cpu_add(args);
+        return Status::ok();
+    }
+    Status add_sigmoid_gated(const AddSigmoidGatedArgs& args) override {
+        EPI_RETURN_IF_ERROR(add_sigmoid_gated_check(args));
+        cpu_add_sigmoid_gated(args);
+        return Status::ok();
+    }
+    Status moe_router_topk(const MoeRouterTopkArgs& args) override { return cpu_moe_router_topk(args); }
+
+private:
+    static void copy(void* dst, const void* src, size_t num_bytes) {
+        if (num_bytes > 0 && dst != src) std::memmove(dst, src, num_bytes);
+    }
+
+    ThreadPool pool_;
+};
+
+}  // namespace
+
+std::unique_ptr<Backend> make_cpu_backend(int num_threads) {
+    if (num_threads <= 0) {
+        num_threads =
+            std::clamp(static_cast<int>(std::thread::hardware_concurrency()), 1, kMaxDefaultThreads);
+    }
+    return std::make_unique<CpuBackend>(num_threads);
+}
+
+}  // namespace epinfer

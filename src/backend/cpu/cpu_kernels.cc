@@ -1,0 +1,182 @@
+// CPU reference kernels: plain loops, fp32 accumulation in a fixed order.
+#include "backend/cpu/cpu_kernels.h"
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+#include <vector>
+
+namespace epinfer {
+
+namespace {
+
+// Σ a[i]·b[i] in fp32 with 8 interleaved partial sums, combined pairwise: a fixed order for every caller.
+float dot_f32(const float* a, const float* b, int64_t n) {
+    float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        for (int j = 0; j < 8; ++j) acc[j] += a[i + j] * b[i + j];
+    for (int j = 0; i < n; ++i, ++j) acc[j] += a[i] * b[i];
+    return ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
+}
+
+const uint8_t* byte_ptr(const void* p) {
+    return static_cast<const uint8_t*>(p);
+}
+
+// Elements [index·count, (index+1)·count) of a F32/F16/BF16 array, as fp32.
+void load_row_f32(DType dtype, const void* base, int64_t index, int64_t count, float* dst) {
+    convert_to_f32(dtype, byte_ptr(base) + static_cast<size_t>(index * count) * dtype_size(dtype), dst,
+                   static_cast<size_t>(count));
+}
+
+float sigmoid(float x) {
+    return 1.0f / (1.0f + std::exp(-x));
+}
+
+// Work (multiply-adds or element updates) below which waking another thread costs more than it saves.
+constexpr int64_t kMinWorkPerChunk = int64_t{1} << 17;
+
+// Items per chunk so that a chunk holds at least kMinWorkPerChunk of work.
+int64_t min_items(int64_t work_per_item) {
+    return std::max<int64_t>(1, kMinWorkPerChunk / std::max<int64_t>(1, work_per_item));
+}
+
+}  // namespace
+
+Status cpu_embedding(const EmbeddingArgs& a, ThreadPool& pool) {
+    for (int64_t t = 0; t < a.num_tokens; ++t) {
+        if (a.token_ids[t] < 0 || a.token_ids[t] >= a.vocab_size) {
+            return invalid_argument("embedding: token id " + std::to_string(a.token_ids[t]) + " at row " +
+                                    std::to_string(t) + " is outside [0, " + std::to_string(a.vocab_size) +
+                                    ")");
+        }
+    }
+    pool.parallel_for(a.num_tokens, min_items(a.hidden_size), [&](int64_t t0, int64_t t1) {
+        for (int64_t t = t0; t < t1; ++t)
+            load_row_f32(a.table_dtype, a.table, a.token_ids[t], a.hidden_size, a.out + t * a.hidden_size);
+    });
+    return Status::ok();
+}
+
+void cpu_rms_norm(const RmsNormArgs& a, ThreadPool& pool) {
+    const int64_t W = a.width;
+    pool.parallel_for(a.num_rows, min_items(W), [&](int64_t r0, int64_t r1) {
+        std::vector<float> weight(static_cast<size_t>(W));
+        load_row_f32(a.weight_dtype, a.weight, 0, W, weight.data());
+        for (int64_t r = r0; r < r1; ++r) {
+            const float* x = a.x + r * a.x_row_stride;  // [W]
+            float* out = a.out + r * a.out_row_stride;  // [W]
+            const float mean_sq = dot_f32(x, x, W) / static_cast<float>(W);
+            const float inv_rms = 1.0f / std::sqrt(mean_sq + a.eps);
+            for (int64_t i = 0; i < W; ++i) out[i] = weight[i] * (x[i] * inv_rms);
+        }
+    });
+}
+
+void cpu_matmul(const MatmulArgs& a, ThreadPool& pool) {
+    const int64_t T = a.num_rows, N = a.out_features, K = a.in_features;
+    if (T == 0) return;
+    pool.parallel_for(N, min_items(T * K), [&](int64_t n0, int64_t n1) {
+        std::vector<float> w_row(static_cast<size_t>(K));  // [K]
+        for (int64_t n = n0; n < n1; ++n) {
+            load_row_f32(a.w_dtype, a.w, n, K, w_row.data());
+            float bias = 0.0f;
+            if (a.bias != nullptr) load_row_f32(a.bias_dtype, a.bias, n, 1, &bias);
+            for (int64_t t = 0; t < T; ++t) {
+                const float acc = dot_f32(a.x + t * a.x_row_stride, w_row.data(), K);
+                a.y[t * a.y_row_stride + n] = a.bias != nullptr ? acc + bias : acc;
+            }
+        }
+    });
+}
+
+void cpu_rope(const RopeArgs& a, ThreadPool& pool) {
+    const int64_t half = a.rotary_dim / 2;
+    pool.parallel_for(a.num_tokens, min_items(a.num_heads * a.rotary_dim), [&](int64_t t0, int64_t t1) {
+        std::vector<float> cos_v(static_cast<size_t>(half)), sin_v(static_cast<size_t>(half));
+        std::vector<float> tmp(static_cast<size_t>(a.rotary_dim));
+        for (int64_t t = t0; t < t1; ++t) {
+            const float pos = static_cast<float>(a.positions[t]);
+            for (int64_t i = 0; i < half; ++i) {
+                const float angle = pos * a.inv_freq[i];  // fp32, as transformers' inv_freq @ position_ids
+                cos_v[i] = std::cos(angle) * a.attention_scaling;
+                sin_v[i] = std::sin(angle) * a.attention_scaling;
+            }
+            for (int64_t h = 0; h < a.num_heads; ++h) {
+                float* x = a.x + t * a.token_stride + h * a.head_stride + a.rot_offset;  // [rotary_dim]
+                for (int64_t i = 0; i < a.rotary_dim; ++i) tmp[i] = x[i];
+                for (int64_t i = 0; i < half; ++i) {
+                    const float x1 = a.interleaved ? tmp[2 * i] : tmp[i];
+                    const float x2 = a.interleaved ? tmp[2 * i + 1] : tmp[i + half];
+                    x[i] = x1 * cos_v[i] - x2 * sin_v[i];
+                    x[i + half] = x2 * cos_v[i] + x1 * sin_v[i];
+                }
+            }
+        }
+    });
+}
+
+Status cpu_attention(const AttentionArgs& a, ThreadPool& pool) {
+    for (int64_t t = 0; t < a.num_tokens; ++t) {
+        if (a.positions[t] < 0 || a.positions[t] >= a.num_kv_tokens) {
+            return invalid_argument("attention: position " + std::to_string(a.positions[t]) + " of query " +
+                                    std::to_string(t) + " is outside the " + std::to_string(a.num_kv_tokens) +
+                                    " cached tokens");
+        }
+    }
+    const int64_t group = a.num_heads / a.num_kv_heads;
+    const int64_t work_per_item = a.num_kv_tokens * (a.head_dim_qk + a.head_dim_v);  // at most
+    pool.parallel_for(a.num_tokens * a.num_heads, min_items(work_per_item), [&](int64_t i0, int64_t i1) {
+        std::vector<float> probs(static_cast<size_t>(a.num_kv_tokens));  // [S]
+        std::vector<float> acc(static_cast<size_t>(a.head_dim_v));       // [Dv]
+        for (int64_t item = i0; item < i1; ++item) {
+            const int64_t t = item / a.num_heads, h = item % a.num_heads, kvh = h / group;
+            const int64_t num_keys = a.positions[t] + 1;                        // causal
+            const float* q = a.q + t * a.q_token_stride + h * a.q_head_stride;  // [Dqk]
+            float max_score = -INFINITY;
+            for (int64_t j = 0; j < num_keys; ++j) {
+                const float* k = a.k + j * a.k_token_stride + kvh * a.k_head_stride;  // [Dqk]
+                probs[j] = dot_f32(q, k, a.head_dim_qk) * a.scale;
+                max_score = std::max(max_score, probs[j]);
+            }
+            float sum = 0.0f;
+            for (int64_t j = 0; j < num_keys; ++j) {
+                probs[j] = std::exp(probs[j] - max_score);
+                sum += probs[j];
+            }
+            std::fill(acc.begin(), acc.end(), 0.0f);
+            for (int64_t j = 0; j < num_keys; ++j) {
+                const float p = probs[j] / sum;
+                const float* v = a.v + j * a.v_token_stride + kvh * a.v_head_stride;  // [Dv]
+                for (int64_t d = 0; d < a.head_dim_v; ++d) acc[d] += p * v[d];
+            }
+            float* out = a.out + t * a.out_token_stride + h * a.out_head_stride;  // [Dv]
+            for (int64_t d = 0; d < a.head_dim_v; ++d) out[d] = acc[d];
+        }
+    });
+    return Status::ok();
+}
+
+void cpu_silu_mul(const SiluMulArgs& a) {
+    for (int64_t i = 0; i < a.num_elements; ++i) {
+        const float g = a.gate[i];
+        a.out[i] = g / (1.0f + std::exp(-g)) * a.up[i];
+    }
+}
+
+void cpu_add(const AddArgs& a) {
+    for (int64_t i = 0; i < a.num_elements; ++i) a.out[i] = a.a[i] + a.b[i];
+}
+
+void cpu_add_sigmoid_gated(const AddSigmoidGatedArgs& a) {
+    for (int64_t t = 0; t < a.num_rows; ++t) {
+        const float g = sigmoid(a.gate[t]);
+        for (int64_t i = 0; i < a.width; ++i) {
+            const int64_t idx = t * a.width + i;
+            a.out[idx] = a.a[idx] + g * a.b[idx];
+        }
+    }
+}
+
+}  // namespace epinfer

@@ -1,0 +1,151 @@
+#include "backend/op_args.h"
+
+#include <string>
+
+namespace epinfer {
+
+namespace {
+
+Status bad(const char* op, const std::string& what) {
+    return invalid_argument(std::string(op) + ": " + what);
+}
+
+Status check_positive(const char* op, const char* field, int64_t value) {
+    if (value <= 0) return bad(op, std::string(field) + " must be > 0, got " + std::to_string(value));
+    return Status::ok();
+}
+
+Status check_not_null(const char* op, const char* field, const void* ptr) {
+    if (ptr == nullptr) return bad(op, std::string(field) + " is null");
+    return Status::ok();
+}
+
+Status check_stride(const char* op, const char* field, int64_t stride, int64_t min_value) {
+    if (stride < min_value) {
+        return bad(
+            op, std::string(field) + " " + std::to_string(stride) + " is below " + std::to_string(min_value));
+    }
+    return Status::ok();
+}
+
+Status check_weight_dtype(const char* op, const char* field, DType dtype) {
+    if (!dtype_is_float_weight(dtype)) {
+        return {StatusCode::kNotSupported,
+                std::string(op) + ": " + field + " dtype " + dtype_name(dtype) + " (want F32, F16 or BF16)"};
+    }
+    return Status::ok();
+}
+
+Status check_count(const char* op, const char* field, int64_t value) {
+    if (value < 0) return bad(op, std::string(field) + " must be ≥ 0, got " + std::to_string(value));
+    return Status::ok();
+}
+
+}  // namespace
+
+Status embedding_check(const EmbeddingArgs& a) {
+    const char* op = "embedding";
+    EPI_RETURN_IF_ERROR(check_count(op, "num_tokens", a.num_tokens));
+    EPI_RETURN_IF_ERROR(check_positive(op, "vocab_size", a.vocab_size));
+    EPI_RETURN_IF_ERROR(check_positive(op, "hidden_size", a.hidden_size));
+    EPI_RETURN_IF_ERROR(check_weight_dtype(op, "table", a.table_dtype));
+    if (a.num_tokens == 0) return Status::ok();
+    EPI_RETURN_IF_ERROR(check_not_null(op, "token_ids", a.token_ids));
+    EPI_RETURN_IF_ERROR(check_not_null(op, "table", a.table));
+    return check_not_null(op, "out", a.out);
+}
+
+Status rms_norm_check(const RmsNormArgs& a) {
+    const char* op = "rms_norm";
+    EPI_RETURN_IF_ERROR(check_count(op, "num_rows", a.num_rows));
+    EPI_RETURN_IF_ERROR(check_positive(op, "width", a.width));
+    EPI_RETURN_IF_ERROR(check_stride(op, "x_row_stride", a.x_row_stride, a.width));
+    EPI_RETURN_IF_ERROR(check_stride(op, "out_row_stride", a.out_row_stride, a.width));
+    EPI_RETURN_IF_ERROR(check_weight_dtype(op, "weight", a.weight_dtype));
+    if (!(a.eps >= 0.0f)) return bad(op, "eps must be ≥ 0, got " + std::to_string(a.eps));
+    if (a.num_rows == 0) return Status::ok();
+    EPI_RETURN_IF_ERROR(check_not_null(op, "x", a.x));
+    EPI_RETURN_IF_ERROR(check_not_null(op, "weight", a.weight));
+    return check_not_null(op, "out", a.out);
+}
+
+Status matmul_check(const MatmulArgs& a) {
+    const char* op = "matmul";
+    EPI_RETURN_IF_ERROR(check_count(op, "num_rows", a.num_rows));
+    EPI_RETURN_IF_ERROR(check_positive(op, "out_features", a.out_features));
+    EPI_RETURN_IF_ERROR(check_positive(op, "in_features", a.in_features));
+    EPI_RETURN_IF_ERROR(check_stride(op, "x_row_stride", a.x_row_stride, a.in_features));
+    EPI_RETURN_IF_ERROR(check_stride(op, "y_row_stride", a.y_row_stride, a.out_features));
+    EPI_RETURN_IF_ERROR(check_weight_dtype(op, "w", a.w_dtype));
+    if (a.bias != nullptr) EPI_RETURN_IF_ERROR(check_weight_dtype(op, "bias", a.bias_dtype));
+    if (a.num_rows == 0) return Status::ok();
+    EPI_RETURN_IF_ERROR(check_not_null(op, "x", a.x));
+    EPI_RETURN_IF_ERROR(check_not_null(op, "w", a.w));
+    return check_not_null(op, "y", a.y);
+}
+
+Status rope_check(const RopeArgs& a) {
+    const char* op = "rope";
+    EPI_RETURN_IF_ERROR(check_count(op, "num_tokens", a.num_tokens));
+    EPI_RETURN_IF_ERROR(check_positive(op, "num_heads", a.num_heads));
+    EPI_RETURN_IF_ERROR(check_positive(op, "rotary_dim", a.rotary_dim));
+    if (a.rotary_dim % 2 != 0) return bad(op, "rotary_dim must be even, got " + std::to_string(a.rotary_dim));
+    EPI_RETURN_IF_ERROR(check_count(op, "rot_offset", a.rot_offset));
+    EPI_RETURN_IF_ERROR(check_count(op, "head_stride", a.head_stride));
+    EPI_RETURN_IF_ERROR(check_count(op, "token_stride", a.token_stride));
+    if (a.num_tokens == 0) return Status::ok();
+    EPI_RETURN_IF_ERROR(check_not_null(op, "x", a.x));
+    EPI_RETURN_IF_ERROR(check_not_null(op, "positions", a.positions));
+    return check_not_null(op, "inv_freq", a.inv_freq);
+}
+
+Status attention_check(const AttentionArgs& a) {
+    const char* op = "attention";
+    EPI_RETURN_IF_ERROR(check_count(op, "num_tokens", a.num_tokens));
+    EPI_RETURN_IF_ERROR(check_positive(op, "num_kv_tokens", a.num_kv_tokens));
+    EPI_RETURN_IF_ERROR(check_positive(op, "num_heads", a.num_heads));
+    EPI_RETURN_IF_ERROR(check_positive(op, "num_kv_heads", a.num_kv_heads));
+    EPI_RETURN_IF_ERROR(check_positive(op, "head_dim_qk", a.head_dim_qk));
+    EPI_RETURN_IF_ERROR(check_positive(op, "head_dim_v", a.head_dim_v));
+    if (a.num_heads % a.num_kv_heads != 0) {
+        return bad(op, "num_kv_heads " + std::to_string(a.num_kv_heads) + " does not divide num_heads " +
+                           std::to_string(a.num_heads));
+    }
+    if (a.num_tokens == 0) return Status::ok();
+    EPI_RETURN_IF_ERROR(check_not_null(op, "q", a.q));
+    EPI_RETURN_IF_ERROR(check_not_null(op, "k", a.k));
+    EPI_RETURN_IF_ERROR(check_not_null(op, "v", a.v));
+    EPI_RETURN_IF_ERROR(check_not_null(op, "positions", a.positions));
+    return check_not_null(op, "out", a.out);
+}
+
+Status silu_mul_check(const SiluMulArgs& a) {
+    const char* op = "silu_mul";
+    EPI_RETURN_IF_ERROR(check_count(op, "num_elements", a.num_elements));
+    if (a.num_elements == 0) return Status::ok();
+    EPI_RETURN_IF_ERROR(check_not_null(op, "gate", a.gate));
+    EPI_RETURN_IF_ERROR(check_not_null(op, "up", a.up));
+    return check_not_null(op, "out", a.out);
+}
+
+Status add_check(const AddArgs& a) {
+    const char* op = "add";
+    EPI_RETURN_IF_ERROR(check_count(op, "num_elements", a.num_elements));
+    if (a.num_elements == 0) return Status::ok();
+    EPI_RETURN_IF_ERROR(check_not_null(op, "a", a.a));
+    EPI_RETURN_IF_ERROR(check_not_null(op, "b", a.b));
+    return check_not_null(op, "out", a.out);
+}
+
+Status add_sigmoid_gated_check(const AddSigmoidGatedArgs& a) {
+    const char* op = "add_sigmoid_gated";
+    EPI_RETURN_IF_ERROR(check_count(op, "num_rows", a.num_rows));
+    EPI_RETURN_IF_ERROR(check_positive(op, "width", a.width));
+    if (a.num_rows == 0) return Status::ok();
+    EPI_RETURN_IF_ERROR(check_not_null(op, "a", a.a));
+    EPI_RETURN_IF_ERROR(check_not_null(op, "gate", a.gate));
+    EPI_RETURN_IF_ERROR(check_not_null(op, "b", a.b));
+    return check_not_null(op, "out", a.out);
+}
+
+}  // namespace epinfer

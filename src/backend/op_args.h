@@ -1,0 +1,136 @@
+// Argument structs of the backend ops (STYLE.md R3, R8): POD, raw device pointers, sizes and dtypes only.
+//
+// Every tensor field says `[shape] dtype`, outermost dimension first, row-major. "device" means memory of
+// the backend running the op (host memory for the CPU backend). Strides are in elements. Weights may be
+// F32, F16 or BF16 and are read in place (no up-front fp32 copy); activations are fp32.
+// Each op family has a <op>_check() that validates shapes and pointers with a one-line kInvalidArgument
+// naming the field; every backend calls it before running.
+#pragma once
+
+#include <cstdint>
+
+#include "core/dtype.h"
+#include "core/status.h"
+
+namespace epinfer {
+
+// out[t, :] = float(table[token_ids[t], :]).
+struct EmbeddingArgs {
+    const int32_t* token_ids = nullptr;  // [T] int32, device; each in [0, V)
+    const void* table = nullptr;         // [V, H] table_dtype, device
+    DType table_dtype = DType::kBF16;
+    float* out = nullptr;     // [T, H] fp32, device
+    int64_t num_tokens = 0;   // T (0 allowed)
+    int64_t vocab_size = 0;   // V
+    int64_t hidden_size = 0;  // H
+};
+
+// RMSNorm over rows of any width (full hidden, per head, whole projection), as transformers *RMSNorm in
+// fp32: out = weight · (x · rsqrt(mean(x²) + eps)).
+struct RmsNormArgs {
+    const float* x = nullptr;      // [R, W] fp32, device, row stride x_row_stride
+    const void* weight = nullptr;  // [W] weight_dtype, device
+    DType weight_dtype = DType::kBF16;
+    float* out = nullptr;        // [R, W] fp32, device, row stride out_row_stride; may equal x
+    int64_t num_rows = 0;        // R (0 allowed)
+    int64_t width = 0;           // W
+    int64_t x_row_stride = 0;    // ≥ W
+    int64_t out_row_stride = 0;  // ≥ W
+    float eps = 1e-6f;
+};
+
+// y = x · Wᵀ + bias (nn.Linear), accumulated in fp32.
+struct MatmulArgs {
+    const float* x = nullptr;  // [T, K] fp32, device, row stride x_row_stride
+    const void* w = nullptr;   // [N, K] w_dtype, device, row-major (nn.Linear.weight)
+    DType w_dtype = DType::kBF16;
+    const void* bias = nullptr;  // [N] bias_dtype, device, or nullptr
+    DType bias_dtype = DType::kBF16;
+    float* y = nullptr;        // [T, N] fp32, device, row stride y_row_stride; must not overlap x
+    int64_t num_rows = 0;      // T (0 allowed)
+    int64_t out_features = 0;  // N
+    int64_t in_features = 0;   // K
+    int64_t x_row_stride = 0;  // ≥ K
+    int64_t y_row_stride = 0;  // ≥ N
+};
+
+// Rotary position embedding, in place, on `rotary_dim` consecutive elements of each head starting at
+// `rot_offset`. Angles are fp32 as transformers computes them: f_i = float(position) · inv_freq[i];
+// cos/sin are scaled by attention_scaling (YaRN attention_factor, else 1).
+//   half-split (interleaved = false, transformers rotate_half): pairs (i, i + d/2):
+//     out[i] = x[i]·cos_i − x[i+d/2]·sin_i,  out[i+d/2] = x[i+d/2]·cos_i + x[i]·sin_i
+//   interleaved (DeepSeek rope_interleave, apply_rotary_pos_emb_interleave): pairs (2i, 2i+1), written
+//   de-interleaved as transformers does: out[i] = x[2i]·cos_i − x[2i+1]·sin_i,
+//     out[i+d/2] = x[2i+1]·cos_i + x[2i]·sin_i  (q and k get the same layout, so q·k is unchanged).
+struct RopeArgs {
+    float* x = nullptr;  // [T, num_heads, head_stride] fp32, device, token stride token_stride
+    const int32_t* positions = nullptr;  // [T] int32, device
+    const float* inv_freq = nullptr;     // [rotary_dim / 2] fp32, device
+    float attention_scaling = 1.0f;
+    int64_t num_tokens = 0;  // T (0 allowed)
+    int64_t num_heads = 0;
+    int64_t token_stride = 0;  // elements between tokens
+    int64_t head_stride = 0;   // elements between heads
+    int64_t rot_offset = 0;    // first rotated element inside a head
+    int64_t rotary_dim = 0;    // d, even
+    bool interleaved = false;
+};
+
+// Causal scaled-dot-product attention of T queries against S cached keys/values of one sequence, as
+// transformers eager_attention_forward: s_j = (q·k_j)·scale for j ≤ positions[t]; p = softmax(s) in fp32;
+// out = Σ_j p_j v_j. GQA: query head h reads kv head h / (num_heads / num_kv_heads).
+struct AttentionArgs {
+    const float* q = nullptr;            // [T, Nh, Dqk] fp32, device (strides below)
+    const float* k = nullptr;            // [S, Nkv, Dqk] fp32, device
+    const float* v = nullptr;            // [S, Nkv, Dv] fp32, device
+    const int32_t* positions = nullptr;  // [T] int32, device; query t sees keys 0..positions[t] (< S)
+    float* out = nullptr;                // [T, Nh, Dv] fp32, device; must not overlap q, k or v
+    int64_t num_tokens = 0;              // T (0 allowed)
+    int64_t num_kv_tokens = 0;           // S
+    int64_t num_heads = 0;               // Nh
+    int64_t num_kv_heads = 0;            // Nkv, divides Nh
+    int64_t head_dim_qk = 0;             // Dqk
+    int64_t head_dim_v = 0;              // Dv
+    int64_t q_token_stride = 0, q_head_stride = 0;
+    int64_t k_token_stride = 0, k_head_stride = 0;
+    int64_t v_token_stride = 0, v_head_stride = 0;
+    int64_t out_token_stride = 0, out_head_stride = 0;
+    float scale = 1.0f;
+};
+
+// out[i] = silu(gate[i]) · up[i], silu(x) = x / (1 + exp(−x)) (SwiGLU).
+struct SiluMulArgs {
+    const float* gate = nullptr;  // [n] fp32, device
+    const float* up = nullptr;    // [n] fp32, device
+    float* out = nullptr;         // [n] fp32, device; may equal gate or up
+    int64_t num_elements = 0;     // n (0 allowed)
+};
+
+// out[i] = a[i] + b[i].
+struct AddArgs {
+    const float* a = nullptr;  // [n] fp32, device
+    const float* b = nullptr;  // [n] fp32, device
+    float* out = nullptr;      // [n] fp32, device; may equal a or b
+    int64_t num_elements = 0;  // n (0 allowed)
+};
+
+// out[t, :] = a[t, :] + sigmoid(gate[t]) · b[t, :] (Qwen2-MoE shared expert gate).
+struct AddSigmoidGatedArgs {
+    const float* a = nullptr;     // [T, H] fp32, device
+    const float* gate = nullptr;  // [T] fp32, device (pre-sigmoid)
+    const float* b = nullptr;     // [T, H] fp32, device
+    float* out = nullptr;         // [T, H] fp32, device; may equal a or b
+    int64_t num_rows = 0;         // T (0 allowed)
+    int64_t width = 0;            // H
+};
+
+Status embedding_check(const EmbeddingArgs& args);
+Status rms_norm_check(const RmsNormArgs& args);
+Status matmul_check(const MatmulArgs& args);
+Status rope_check(const RopeArgs& args);
+Status attention_check(const AttentionArgs& args);
+Status silu_mul_check(const SiluMulArgs& args);
+Status add_check(const AddArgs& args);
+Status add_sigmoid_gated_check(const AddSigmoidGatedArgs& args);
+
+}  // namespace epinfer

@@ -1,0 +1,45 @@
+// The generate loop: prefill every prompt in one forward, then one forward per new token using the KV
+// caches (the prefix is never recomputed); all sequences of a call share each forward.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "engine/sampler.h"
+#include "models/model.h"
+
+namespace epinfer {
+
+struct GenerateRequest {
+    std::vector<int32_t> prompt_ids;  // [P] token ids, P ≥ 1
+    int64_t max_new_tokens = 16;      // ≥ 1
+    SamplingParams sampling;
+    bool ignore_eos = false;  // false: stop after a token of config.eos_token_ids
+};
+
+struct GenerateStats {
+    int64_t prefill_tokens = 0;  // Σ prompt lengths
+    double prefill_seconds = 0.0;
+    int64_t decode_tokens = 0;  // tokens produced by the decode forwards (one per sequence per step)
+    double decode_seconds = 0.0;
+    double prefill_tokens_per_s() const {
+        return prefill_seconds > 0 ? prefill_tokens / prefill_seconds : 0.0;
+    }
+    double decode_tokens_per_s() const { return decode_seconds > 0 ? decode_tokens / decode_seconds : 0.0; }
+};
+
+struct GenerateOutput {
+    std::vector<std::vector<int32_t>> output_ids;  // [num_requests][new tokens], prompt excluded
+    GenerateStats stats;
+};
+
+// kInvalidArgument naming the value: an empty prompt, a prompt id outside [0, vocab_size), max_new_tokens
+// < 1, prompt + max_new_tokens > max_position_embeddings, bad sampling parameters.
+Status generate_request_check(const ModelConfig& config, const GenerateRequest& request);
+
+// Generates for every request; output_ids[i] has max_new_tokens tokens unless request i stopped at EOS.
+// Errors: as generate_request_check (naming the request), then those of Model::forward.
+Result<GenerateOutput> generate(Model& model, std::span<const GenerateRequest> requests);
+
+}  // namespace epinfer

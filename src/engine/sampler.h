@@ -1,0 +1,42 @@
+// Next-token sampling from fp32 logits on the host.
+//
+// Greedy (temperature 0): argmax, ties to the lower id. Otherwise, in transformers' order: logits /
+// temperature; keep the top_k best (0 = all; ranked by value, ties by lower id); softmax over the kept in
+// double; keep the smallest prefix of that ranking whose probability mass reaches top_p; draw from the
+// renormalised prefix with std::mt19937_64 seeded by `seed` (53-bit uniform). Same seed, same logits →
+// same tokens, on every machine.
+#pragma once
+
+#include <cstdint>
+#include <random>
+#include <span>
+
+#include "core/status.h"
+
+namespace epinfer {
+
+struct SamplingParams {
+    double temperature = 0.0;  // ≥ 0; 0 = greedy
+    int64_t top_k = 0;         // ≥ 0; 0 = no top-k filter
+    double top_p = 1.0;        // (0, 1]; 1 = no nucleus filter
+    uint64_t seed = 0;
+};
+
+// kInvalidArgument naming the bad field (negative or non-finite temperature, top_k < 0, top_p ∉ (0, 1]).
+Status sampling_params_check(const SamplingParams& params);
+
+// Index of the largest logit, ties to the lower index; NaN never wins unless every logit is NaN (then 0).
+int32_t argmax_token(std::span<const float> logits);
+
+class Sampler {
+public:
+    explicit Sampler(const SamplingParams& params) : params_(params), rng_(params.seed) {}
+    // One token id from logits [V] fp32 host (V ≥ 1).
+    int32_t sample(std::span<const float> logits);
+
+private:
+    SamplingParams params_;
+    std::mt19937_64 rng_;
+};
+
+}  // namespace epinfer

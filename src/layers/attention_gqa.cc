@@ -1,0 +1,88 @@
+#include "layers/attention_gqa.h"
+
+namespace epinfer {
+
+namespace {
+
+// RoPE on the first rotary_dim of each of `num_heads` heads of x: [T, num_heads, D] fp32.
+Status apply_rope(Backend& backend, const GqaAttentionParams& p, float* x, int64_t num_rows,
+                  int64_t num_heads, const int32_t* positions) {
+    RopeArgs args;
+    args.x = x;
+    args.positions = positions;
+    args.inv_freq = p.inv_freq;
+    args.attention_scaling = p.rope_attention_scaling;
+    args.num_tokens = num_rows;
+    args.num_heads = num_heads;
+    args.token_stride = num_heads * p.head_dim;
+    args.head_stride = p.head_dim;
+    args.rot_offset = 0;
+    args.rotary_dim = p.rotary_dim;
+    args.interleaved = p.rope_interleaved;
+    return backend.rope(args);
+}
+
+// q/k norm in place on x: [T, num_heads, D] fp32.
+Status apply_qk_norm(Backend& backend, const GqaAttentionParams& p, const RmsNormWeight& norm, float* x,
+                     int64_t num_rows, int64_t num_heads) {
+    switch (p.qk_norm) {
+        case QkNormMode::kNone:
+            return Status::ok();
+        case QkNormMode::kPerHead:
+            return rms_norm_forward(backend, norm, x, num_rows * num_heads, x);
+        case QkNormMode::kFullProjection:
+            return rms_norm_forward(backend, norm, x, num_rows, x);
+    }
+    return internal_error("gqa attention: unknown q/k norm mode");
+}
+
+}  // namespace
+
+Status gqa_attention_forward(Backend& backend, const GqaAttentionWeights& w, const GqaAttentionParams& p,
+                             const AttentionBatch& batch, const float* x, int64_t num_rows, float* y) {
+    const int64_t T = num_rows, Nh = p.num_heads, Nkv = p.num_kv_heads, D = p.head_dim;
+    EPI_ASSIGN_OR_RETURN(DeviceBuffer q, DeviceBuffer::alloc_f32(backend, T * Nh * D));     // [T, Nh, D]
+    EPI_ASSIGN_OR_RETURN(DeviceBuffer k, DeviceBuffer::alloc_f32(backend, T * Nkv * D));    // [T, Nkv, D]
+    EPI_ASSIGN_OR_RETURN(DeviceBuffer v, DeviceBuffer::alloc_f32(backend, T * Nkv * D));    // [T, Nkv, D]
+    EPI_ASSIGN_OR_RETURN(DeviceBuffer attn, DeviceBuffer::alloc_f32(backend, T * Nh * D));  // [T, Nh, D]
+
+    EPI_RETURN_IF_ERROR_CTX(linear_forward(backend, w.q_proj, x, T, q.f32()), "q_proj");
+    EPI_RETURN_IF_ERROR_CTX(linear_forward(backend, w.k_proj, x, T, k.f32()), "k_proj");
+    EPI_RETURN_IF_ERROR_CTX(linear_forward(backend, w.v_proj, x, T, v.f32()), "v_proj");
+    EPI_RETURN_IF_ERROR_CTX(apply_qk_norm(backend, p, w.q_norm, q.f32(), T, Nh), "q_norm");
+    EPI_RETURN_IF_ERROR_CTX(apply_qk_norm(backend, p, w.k_norm, k.f32(), T, Nkv), "k_norm");
+    EPI_RETURN_IF_ERROR(apply_rope(backend, p, q.f32(), T, Nh, batch.positions));
+    EPI_RETURN_IF_ERROR(apply_rope(backend, p, k.f32(), T, Nkv, batch.positions));
+
+    const int64_t kv_row = Nkv * D;
+    for (const AttentionSequence& seq : batch.sequences) {
+        EPI_RETURN_IF_ERROR(check_kv_capacity(seq));
+        const int64_t cached = seq.kv->num_tokens, n = seq.num_rows, r0 = seq.row_begin;
+        const size_t bytes = static_cast<size_t>(n * kv_row) * sizeof(float);
+        EPI_RETURN_IF_ERROR(
+            backend.copy_on_device(seq.kv->k + cached * kv_row, k.f32() + r0 * kv_row, bytes));
+        EPI_RETURN_IF_ERROR(
+            backend.copy_on_device(seq.kv->v + cached * kv_row, v.f32() + r0 * kv_row, bytes));
+
+        AttentionArgs args;
+        args.q = q.f32() + r0 * Nh * D;
+        args.k = seq.kv->k;
+        args.v = seq.kv->v;
+        args.positions = batch.positions + r0;
+        args.out = attn.f32() + r0 * Nh * D;
+        args.num_tokens = n;
+        args.num_kv_tokens = cached + n;
+        args.num_heads = Nh;
+        args.num_kv_heads = Nkv;
+        args.head_dim_qk = D;
+        args.head_dim_v = D;
+        args.q_token_stride = args.out_token_stride = Nh * D;
+        args.k_token_stride = args.v_token_stride = Nkv * D;
+        args.q_head_stride = args.k_head_stride = args.v_head_stride = args.out_head_stride = D;
+        args.scale = p.softmax_scale;
+        EPI_RETURN_IF_ERROR(backend.attention(args));
+    }
+    return linear_forward(backend, w.o_proj, attn.f32(), T, y);
+}
+
+}  // namespace epinfer

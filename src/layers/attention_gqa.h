@@ -1,0 +1,44 @@
+// Grouped-query attention (Qwen2/3-MoE, Mixtral, OLMoE, GLM-4.5): q/k/v projections with optional biases,
+// optional q/k RMSNorm (per head, or over the whole projection as OLMoE), RoPE on the first rotary_dim of
+// each head (half-split pairs), causal attention against the KV cache, o_proj.
+// Source: transformers 5.17 Qwen3MoeAttention, Glm4MoeAttention, OlmoeAttention, MixtralAttention.
+#pragma once
+
+#include <cstdint>
+
+#include "layers/kv_cache.h"
+#include "layers/linear.h"
+
+namespace epinfer {
+
+enum class QkNormMode { kNone, kPerHead, kFullProjection };
+
+struct GqaAttentionWeights {
+    Linear q_proj;         // [Nh·D, H]
+    Linear k_proj;         // [Nkv·D, H]
+    Linear v_proj;         // [Nkv·D, H]
+    Linear o_proj;         // [H, Nh·D]
+    RmsNormWeight q_norm;  // [D] (per head) or [Nh·D] (full projection)
+    RmsNormWeight k_norm;  // [D] or [Nkv·D]
+};
+
+struct GqaAttentionParams {
+    int64_t num_heads = 0;     // Nh
+    int64_t num_kv_heads = 0;  // Nkv
+    int64_t head_dim = 0;      // D
+    QkNormMode qk_norm = QkNormMode::kNone;
+    int64_t rotary_dim = 0;  // rotated dims at the start of each head, even, ≤ D
+    bool rope_interleaved = false;
+    const float* inv_freq = nullptr;  // [rotary_dim / 2] fp32, device
+    float rope_attention_scaling = 1.0f;
+    float softmax_scale = 0.0f;  // D^-0.5
+};
+
+// y = attention(x) for the T rows of `batch`; writes each sequence's new K/V into its cache.
+// x: [T, H] fp32 device; y: [T, H] fp32 device (must not overlap x).
+// Errors: kInvalidArgument when a cache lacks the capacity for its new rows; op errors.
+Status gqa_attention_forward(Backend& backend, const GqaAttentionWeights& weights,
+                             const GqaAttentionParams& params, const AttentionBatch& batch, const float* x,
+                             int64_t num_rows, float* y);
+
+}  // namespace epinfer

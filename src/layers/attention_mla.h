@@ -1,0 +1,51 @@
+// Multi-head latent attention (DeepSeek-V2/V3, Kimi K2).
+//
+//   q      = q_b_proj(q_a_layernorm(q_a_proj(x)))  or  q_proj(x)            [T, Nh, Dn + Dr]
+//   latent = kv_a_proj_with_mqa(x) = [c_kv (R) | k_pe (Dr)]; c_kv ← kv_a_layernorm(c_kv)
+//   RoPE on q_pe (last Dr of each q head) and on k_pe (one head shared by all)
+//   cache ← latent (R + Dr per token); then for all S cached tokens:
+//   kv_b_proj(c_kv) → [S, Nh, Dn + Dv] = [k_nope | v]; K = [k_nope | k_pe], V = v
+//   out = o_proj(softmax(q·Kᵀ·scale) V), scale = (Dn + Dr)^-0.5 · mscale² (YaRN, see models/rope_table.h)
+// The expansion of the cache through kv_b_proj happens at every step (naive, exact).
+// Source: transformers 5.17 DeepseekV3Attention, DeepseekV2Attention.
+#pragma once
+
+#include <cstdint>
+
+#include "layers/kv_cache.h"
+#include "layers/linear.h"
+
+namespace epinfer {
+
+struct MlaAttentionWeights {
+    Linear q_proj;                 // [Nh·(Dn+Dr), H], when q_lora_rank = 0
+    Linear q_a_proj;               // [q_lora_rank, H], when q_lora_rank > 0
+    RmsNormWeight q_a_layernorm;   // [q_lora_rank]
+    Linear q_b_proj;               // [Nh·(Dn+Dr), q_lora_rank]
+    Linear kv_a_proj_with_mqa;     // [R + Dr, H]
+    RmsNormWeight kv_a_layernorm;  // [R]
+    Linear kv_b_proj;              // [Nh·(Dn+Dv), R]
+    Linear o_proj;                 // [H, Nh·Dv]
+};
+
+struct MlaAttentionParams {
+    int64_t num_heads = 0;         // Nh
+    int64_t q_lora_rank = 0;       // 0 = q_proj
+    int64_t kv_lora_rank = 0;      // R
+    int64_t qk_nope_head_dim = 0;  // Dn
+    int64_t qk_rope_head_dim = 0;  // Dr
+    int64_t v_head_dim = 0;        // Dv
+    bool rope_interleaved = false;
+    const float* inv_freq = nullptr;  // [Dr / 2] fp32, device
+    float rope_attention_scaling = 1.0f;
+    float softmax_scale = 0.0f;
+};
+
+// y = attention(x) for the T rows of `batch`; writes each sequence's new latent rows into its cache.
+// x: [T, H] fp32 device; y: [T, H] fp32 device (must not overlap x).
+// Errors: kInvalidArgument when a cache lacks the capacity for its new rows; op errors.
+Status mla_attention_forward(Backend& backend, const MlaAttentionWeights& weights,
+                             const MlaAttentionParams& params, const AttentionBatch& batch, const float* x,
+                             int64_t num_rows, float* y);
+
+}  // namespace epinfer

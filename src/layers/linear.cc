@@ -1,0 +1,37 @@
+#include "layers/linear.h"
+
+namespace epinfer {
+
+Status linear_forward(Backend& backend, const Linear& linear, const float* x, int64_t num_rows, float* y,
+                      int64_t x_row_stride) {
+    MatmulArgs args;
+    args.x = x;
+    args.w = linear.weight;
+    args.w_dtype = linear.dtype;
+    args.bias = linear.bias;
+    args.bias_dtype = linear.bias_dtype;
+    args.y = y;
+    args.num_rows = num_rows;
+    args.out_features = linear.out_features;
+    args.in_features = linear.in_features;
+    args.x_row_stride = x_row_stride > 0 ? x_row_stride : linear.in_features;
+    args.y_row_stride = linear.out_features;
+    return backend.matmul(args);
+}
+
+Status rms_norm_forward(Backend& backend, const RmsNormWeight& norm, const float* x, int64_t num_rows,
+                        float* out, int64_t row_stride) {
+    RmsNormArgs args;
+    args.x = x;
+    args.weight = norm.weight;
+    args.weight_dtype = norm.dtype;
+    args.out = out;
+    args.num_rows = num_rows;
+    args.width = norm.width;
+    args.x_row_stride = row_stride > 0 ? row_stride : norm.width;
+    args.out_row_stride = args.x_row_stride;
+    args.eps = norm.eps;
+    return backend.rms_norm(args);
+}
+
+}  // namespace epinfer

@@ -1,0 +1,70 @@
+// The MoE block: router → permute → grouped expert FFN → weighted combine → + shared expert(s).
+//
+//   logits = x · W_gᵀ in fp32 [T, E]; (ids, w) = moe_router_topk (backend/moe_router_args.h)
+//   plan = moe_permute_plan(ids); x_perm[s] = x[token_of_slot[s]]              (layers/moe/permute.h)
+//   y_perm[rows of expert e] = SwiGLU_e(x_perm[rows of expert e]) for every local expert
+//   out[t] = Σ_k w[t, k] · y_perm[slot_of_token_k[t, k]] in fp32, fixed k order
+//   DeepSeek/GLM: out += shared_experts(x);  Qwen2-MoE: out += sigmoid(x · g) · shared_expert(x)
+// The stages are separate functions so expert-parallel dispatch/combine can sit between them; today
+// every expert is local. Permute and combine run on host memory (the CPU backend).
+// Source: transformers 5.17 DeepseekV3MoE, Qwen2MoeSparseMoeBlock, Qwen3MoeSparseMoeBlock,
+// MixtralSparseMoeBlock (the routing weight scales each expert's output; shared experts are added after).
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "core/router_types.h"
+#include "layers/dense_ffn.h"
+#include "layers/moe/permute.h"
+
+namespace epinfer {
+
+enum class SharedExpertMode {
+    kNone,
+    kUnweighted,    // DeepSeek, Kimi, GLM: one MLP of width n_shared_experts·I, added as is
+    kSigmoidGated,  // Qwen2-MoE: shared_expert scaled by sigmoid(shared_expert_gate(x))
+};
+
+struct MoeBlockWeights {
+    Linear router;                                   // [E, H]
+    const float* e_score_correction_bias = nullptr;  // [E] fp32 device, or nullptr
+    std::vector<DenseFfnWeights> experts;            // [E]: gate/up [I, H], down [H, I]
+    SharedExpertMode shared_mode = SharedExpertMode::kNone;
+    DenseFfnWeights shared;  // shared expert(s)
+    Linear shared_gate;      // [1, H] (kSigmoidGated)
+};
+
+// Router semantics of ARCHITECTURE.md §4 (the fields of MoeRouterTopkArgs that come from the config).
+struct MoeRouterParams {
+    int64_t top_k = 1;  // K
+    ScoringFunc scoring_func = ScoringFunc::kSoftmax;
+    TopkMethod topk_method = TopkMethod::kGreedy;
+    int64_t n_group = 1;
+    int64_t topk_group = 1;
+    bool norm_topk_prob = false;
+    float routed_scaling_factor = 1.0f;
+};
+
+// The router's choice for T tokens, on the host, with its permutation plan.
+struct MoeRouting {
+    std::vector<int32_t> topk_ids;    // [T, K] int32; −1 = no expert
+    std::vector<float> topk_weights;  // [T, K] fp32
+    MoeRoutePlan plan;
+};
+
+// Router logits, top-k and plan. x: [T, H] fp32 device.
+Result<MoeRouting> moe_route(Backend& backend, const MoeBlockWeights& weights, const MoeRouterParams& params,
+                             const float* x, int64_t num_rows);
+
+// y_perm = SwiGLU_e(x_perm) over the slots of every expert e with at least one slot.
+// x_perm, y_perm: [S, H] fp32 device, in plan slot order.
+Status moe_grouped_ffn(Backend& backend, const std::vector<DenseFfnWeights>& experts,
+                       const MoeRoutePlan& plan, const float* x_perm, int64_t hidden, float* y_perm);
+
+// The whole block. x: [T, H] fp32 device; out: [T, H] fp32 device (must not overlap x).
+// Errors: kNotSupported on a backend whose memory is not host memory; op errors.
+Status moe_block_forward(Backend& backend, const MoeBlockWeights& weights, const MoeRouterParams& params,
+                         const float* x, int64_t num_rows, int64_t hidden, float* out);
+
+}  // namespace epinfer

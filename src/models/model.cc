@@ -1,0 +1,229 @@
+#include "models/model.h"
+
+#include <cmath>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "checkpoint/hf_config.h"
+#include "models/model_weights.h"
+#include "models/rope_table.h"
+
+namespace epinfer {
+
+namespace {
+
+GqaAttentionParams gqa_params(const ModelConfig& c, const ModelWeights& w) {
+    GqaAttentionParams p;
+    p.num_heads = c.num_attention_heads;
+    p.num_kv_heads = c.num_key_value_heads;
+    p.head_dim = c.head_dim;
+    p.qk_norm = c.qk_norm == QkNormKind::kPerHead          ? QkNormMode::kPerHead
+                : c.qk_norm == QkNormKind::kFullProjection ? QkNormMode::kFullProjection
+                                                           : QkNormMode::kNone;
+    p.rotary_dim = c.rope.rotary_dim;
+    p.rope_interleaved = c.rope.interleaved;
+    p.inv_freq = w.inv_freq;
+    p.rope_attention_scaling = w.rope_attention_scaling;
+    p.softmax_scale = static_cast<float>(std::pow(static_cast<double>(c.head_dim), -0.5));
+    return p;
+}
+
+MlaAttentionParams mla_params(const ModelConfig& c, const ModelWeights& w) {
+    MlaAttentionParams p;
+    p.num_heads = c.num_attention_heads;
+    p.q_lora_rank = c.q_lora_rank;
+    p.kv_lora_rank = c.kv_lora_rank;
+    p.qk_nope_head_dim = c.qk_nope_head_dim;
+    p.qk_rope_head_dim = c.qk_rope_head_dim;
+    p.v_head_dim = c.v_head_dim;
+    p.rope_interleaved = c.rope.interleaved;
+    p.inv_freq = w.inv_freq;
+    p.rope_attention_scaling = w.rope_attention_scaling;
+    p.softmax_scale = mla_softmax_scale(c);
+    return p;
+}
+
+MoeRouterParams router_params(const ModelConfig& c) {
+    MoeRouterParams p;
+    p.top_k = c.router.num_experts_per_tok;
+    p.scoring_func = c.router.scoring_func;
+    p.topk_method = c.router.topk_method;
+    p.n_group = c.router.n_group;
+    p.topk_group = c.router.topk_group;
+    p.norm_topk_prob = c.router.norm_topk_prob;
+    p.routed_scaling_factor = static_cast<float>(c.router.routed_scaling_factor);
+    return p;
+}
+
+Status add_in_place(Backend& backend, float* acc, const float* x, int64_t num_elements) {
+    AddArgs args;
+    args.a = acc;
+    args.b = x;
+    args.out = acc;
+    args.num_elements = num_elements;
+    return backend.add(args);
+}
+
+// Runs `observer` on a host copy of rows [T, H] of device memory.
+Status observe(Backend& backend, const LayerObserver* observer, std::string_view what, int64_t layer,
+               const float* rows, int64_t num_rows, int64_t hidden) {
+    if (observer == nullptr) return Status::ok();
+    std::vector<float> host(static_cast<size_t>(num_rows * hidden));
+    EPI_RETURN_IF_ERROR(backend.copy_to_host(host.data(), rows, host.size() * sizeof(float)));
+    (*observer)(what, layer, host.data(), num_rows);
+    return Status::ok();
+}
+
+}  // namespace
+
+Model::~Model() = default;
+
+Result<std::unique_ptr<Model>> Model::load(const std::string& model_dir, Backend& backend) {
+    std::error_code ec;
+    if (!std::filesystem::is_directory(model_dir, ec)) {
+        return not_found(model_dir + (std::filesystem::exists(model_dir, ec) ? ": not a directory"
+                                                                             : ": no such directory"));
+    }
+    std::unique_ptr<Model> model(new Model());
+    EPI_ASSIGN_OR_RETURN(model->config_, load_hf_config(model_dir));
+    model->backend_ = &backend;
+    EPI_ASSIGN_OR_RETURN(model->weights_, load_model_weights(model->config_, model_dir, backend));
+    return model;
+}
+
+int64_t Model::kv_k_width() const {
+    if (config_.attention == AttentionKind::kMla) return config_.kv_lora_rank + config_.qk_rope_head_dim;
+    return config_.num_key_value_heads * config_.head_dim;
+}
+
+int64_t Model::kv_v_width() const {
+    return config_.attention == AttentionKind::kMla ? 0 : config_.num_key_value_heads * config_.head_dim;
+}
+
+Status Model::check_inputs(const ForwardArgs& args) const {
+    if (args.sequences.empty()) return invalid_argument("forward: no sequence");
+    if (args.logits == nullptr) return invalid_argument("forward: logits is null");
+    for (size_t s = 0; s < args.sequences.size(); ++s) {
+        const SequenceInput& seq = args.sequences[s];
+        const std::string name = "forward: sequence " + std::to_string(s);
+        if (seq.token_ids.empty()) return invalid_argument(name + " has no tokens");
+        if (static_cast<int64_t>(seq.kv.size()) != config_.num_hidden_layers) {
+            return invalid_argument(name + " has a KV cache of " + std::to_string(seq.kv.size()) +
+                                    " layers, not " + std::to_string(config_.num_hidden_layers));
+        }
+        const int64_t cached = seq.kv[0].num_tokens;
+        for (const LayerKvCache& kv : seq.kv) {
+            if (kv.num_tokens != cached) return internal_error(name + ": layers of its KV cache disagree");
+        }
+        const int64_t end = cached + static_cast<int64_t>(seq.token_ids.size());
+        if (end > config_.max_position_embeddings) {
+            return invalid_argument(name + " reaches position " + std::to_string(end - 1) +
+                                    " beyond max_position_embeddings " +
+                                    std::to_string(config_.max_position_embeddings));
+        }
+    }
+    return Status::ok();
+}
+
+Status Model::forward(const ForwardArgs& args) {
+    EPI_RETURN_IF_ERROR(check_inputs(args));
+    Backend& backend = *backend_;
+    const ModelConfig& c = config_;
+    const ModelWeights& w = *weights_;
+    const int64_t H = c.hidden_size, V = c.vocab_size;
+
+    std::vector<int32_t> ids, positions;  // [T] host
+    std::vector<int64_t> row_begin;       // [num_sequences]
+    for (const SequenceInput& seq : args.sequences) {
+        row_begin.push_back(static_cast<int64_t>(ids.size()));
+        const int64_t cached = seq.kv[0].num_tokens;
+        for (size_t i = 0; i < seq.token_ids.size(); ++i) {
+            ids.push_back(seq.token_ids[i]);
+            positions.push_back(static_cast<int32_t>(cached + static_cast<int64_t>(i)));
+        }
+    }
+    const int64_t T = static_cast<int64_t>(ids.size());
+    const size_t id_bytes = ids.size() * sizeof(int32_t);
+    EPI_ASSIGN_OR_RETURN(DeviceBuffer ids_dev, DeviceBuffer::alloc(backend, id_bytes));  // [T] int32
+    EPI_ASSIGN_OR_RETURN(DeviceBuffer pos_dev, DeviceBuffer::alloc(backend, id_bytes));  // [T] int32
+    EPI_RETURN_IF_ERROR(backend.copy_to_device(ids_dev.data(), ids.data(), id_bytes));
+    EPI_RETURN_IF_ERROR(backend.copy_to_device(pos_dev.data(), positions.data(), id_bytes));
+    EPI_ASSIGN_OR_RETURN(DeviceBuffer hidden, DeviceBuffer::alloc_f32(backend, T * H));  // [T, H] residual
+    EPI_ASSIGN_OR_RETURN(DeviceBuffer normed, DeviceBuffer::alloc_f32(backend, T * H));  // [T, H]
+    EPI_ASSIGN_OR_RETURN(DeviceBuffer branch, DeviceBuffer::alloc_f32(backend, T * H));  // [T, H]
+
+    EmbeddingArgs embed;
+    embed.token_ids = static_cast<const int32_t*>(ids_dev.data());
+    embed.table = w.embed_tokens;
+    embed.table_dtype = w.embed_dtype;
+    embed.out = hidden.f32();
+    embed.num_tokens = T;
+    embed.vocab_size = V;
+    embed.hidden_size = H;
+    EPI_RETURN_IF_ERROR(backend.embedding(embed));
+
+    const GqaAttentionParams gqa = gqa_params(c, w);
+    const MlaAttentionParams mla = mla_params(c, w);
+    const MoeRouterParams router = router_params(c);
+    std::vector<AttentionSequence> attn_seqs(args.sequences.size());
+    for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
+        const DecoderLayerWeights& lw = w.layers[static_cast<size_t>(l)];
+        const std::string ctx = "layer " + std::to_string(l);
+        for (size_t s = 0; s < args.sequences.size(); ++s) {
+            attn_seqs[s] = {row_begin[s], static_cast<int64_t>(args.sequences[s].token_ids.size()),
+                            &args.sequences[s].kv[static_cast<size_t>(l)]};
+        }
+        const AttentionBatch batch{static_cast<const int32_t*>(pos_dev.data()), attn_seqs};
+
+        EPI_RETURN_IF_ERROR_CTX(rms_norm_forward(backend, lw.input_layernorm, hidden.f32(), T, normed.f32()),
+                                ctx);
+        if (c.attention == AttentionKind::kMla) {
+            EPI_RETURN_IF_ERROR_CTX(
+                mla_attention_forward(backend, lw.mla, mla, batch, normed.f32(), T, branch.f32()),
+                ctx + " attention");
+        } else {
+            EPI_RETURN_IF_ERROR_CTX(
+                gqa_attention_forward(backend, lw.gqa, gqa, batch, normed.f32(), T, branch.f32()),
+                ctx + " attention");
+        }
+        EPI_RETURN_IF_ERROR(add_in_place(backend, hidden.f32(), branch.f32(), T * H));
+
+        EPI_RETURN_IF_ERROR_CTX(
+            rms_norm_forward(backend, lw.post_attention_layernorm, hidden.f32(), T, normed.f32()), ctx);
+        EPI_RETURN_IF_ERROR(observe(backend, args.observer, "mlp_in", l, normed.f32(), T, H));
+        if (lw.is_moe) {
+            EPI_RETURN_IF_ERROR_CTX(
+                moe_block_forward(backend, lw.moe, router, normed.f32(), T, H, branch.f32()), ctx + " moe");
+        } else {
+            EPI_RETURN_IF_ERROR_CTX(dense_ffn_forward(backend, lw.mlp, normed.f32(), T, branch.f32()),
+                                    ctx + " mlp");
+        }
+        EPI_RETURN_IF_ERROR(observe(backend, args.observer, "mlp_out", l, branch.f32(), T, H));
+        EPI_RETURN_IF_ERROR(add_in_place(backend, hidden.f32(), branch.f32(), T * H));
+        EPI_RETURN_IF_ERROR(observe(backend, args.observer, "hidden", l, hidden.f32(), T, H));
+    }
+    for (const SequenceInput& seq : args.sequences)
+        for (LayerKvCache& kv : seq.kv) kv.num_tokens += static_cast<int64_t>(seq.token_ids.size());
+
+    // Final norm and LM head on the rows whose logits are wanted.
+    int64_t num_out = T;
+    const float* head_in = normed.f32();
+    EPI_RETURN_IF_ERROR(rms_norm_forward(backend, w.norm, hidden.f32(), T, normed.f32()));
+    EPI_RETURN_IF_ERROR(
+        observe(backend, args.observer, "final_norm", c.num_hidden_layers, normed.f32(), T, H));
+    if (args.logits_mode == LogitsMode::kLastRowPerSequence) {
+        num_out = static_cast<int64_t>(args.sequences.size());
+        for (int64_t s = 0; s < num_out; ++s) {
+            const int64_t last = row_begin[s] + static_cast<int64_t>(args.sequences[s].token_ids.size()) - 1;
+            EPI_RETURN_IF_ERROR(backend.copy_on_device(branch.f32() + s * H, normed.f32() + last * H,
+                                                       static_cast<size_t>(H) * sizeof(float)));
+        }
+        head_in = branch.f32();
+    }
+    EPI_ASSIGN_OR_RETURN(DeviceBuffer logits, DeviceBuffer::alloc_f32(backend, num_out * V));  // [rows, V]
+    EPI_RETURN_IF_ERROR_CTX(linear_forward(backend, w.lm_head, head_in, num_out, logits.f32()), "lm_head");
+    return backend.copy_to_host(args.logits, logits.data(), logits.num_bytes());
+}
+
+}  // namespace epinfer

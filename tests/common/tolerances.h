@@ -1,0 +1,60 @@
+// The one table of numeric tolerances for every test (STYLE.md R14), keyed by op and dtype.
+//
+// Metrics (tests/common/compare.h): nmse = Σ(got − want)² / Σ want²; max_rel = max |got − want| / max |want|
+// (the worst error relative to the tensor's scale, never a bare absolute difference). The dtype is that
+// of the op's weights or inputs; the reference is computed in double (op tests) or by transformers in
+// fp32 (goldens), so the bounds measure fp32 summation-order error only. Routing ids, permutation maps
+// and greedy tokens are compared exactly, not here.
+#pragma once
+
+#include <cstdio>
+#include <cstdlib>
+#include <string_view>
+
+#include "core/dtype.h"
+
+namespace epinfer::test {
+
+struct Tolerance {
+    double max_nmse = 0.0;
+    double max_rel = 0.0;
+};
+
+struct ToleranceEntry {
+    std::string_view op;
+    DType dtype;
+    Tolerance tolerance;
+};
+
+inline constexpr ToleranceEntry kTolerances[] = {
+    // CPU reference ops against a double-precision evaluation of the same formula.
+    {"embedding", DType::kBF16, {0.0, 0.0}},  // a copy: exact
+    {"embedding", DType::kF16, {0.0, 0.0}},
+    {"embedding", DType::kF32, {0.0, 0.0}},
+    {"rms_norm", DType::kBF16, {1e-12, 2e-6}},
+    {"rms_norm", DType::kF16, {1e-12, 2e-6}},
+    {"rms_norm", DType::kF32, {1e-12, 2e-6}},
+    {"matmul", DType::kBF16, {1e-12, 5e-6}},
+    {"matmul", DType::kF16, {1e-12, 5e-6}},
+    {"matmul", DType::kF32, {1e-12, 5e-6}},
+    {"rope", DType::kF32, {1e-12, 2e-6}},
+    {"attention", DType::kF32, {1e-12, 5e-6}},
+    {"silu_mul", DType::kF32, {1e-13, 1e-6}},
+    {"add_sigmoid_gated", DType::kF32, {1e-13, 1e-6}},
+    // Tiny checkpoints (bf16 weights, fp32 compute) against transformers 5.17 in fp32 (tests/e2e/golden).
+    // Measured on all 11 fixtures (CPU backend): nmse ≤ 1.3e-12, max_rel ≤ 1.7e-6.
+    {"logits", DType::kBF16, {1e-10, 1e-5}},
+    {"mlp_out", DType::kBF16, {1e-10, 1e-5}},
+    {"hidden", DType::kBF16, {1e-10, 1e-5}},
+};
+
+// The entry of (op, dtype); a missing entry is a bug in the test: abort with its name.
+inline const Tolerance& tolerance(std::string_view op, DType dtype) {
+    for (const ToleranceEntry& e : kTolerances)
+        if (e.op == op && e.dtype == dtype) return e.tolerance;
+    std::fprintf(stderr, "tolerances.h: no entry for op '%.*s' dtype %s\n", static_cast<int>(op.size()),
+                 op.data(), dtype_name(dtype));
+    std::abort();
+}
+
+}  // namespace epinfer::test

@@ -1,0 +1,145 @@
+// `epinfer generate` as a user runs it (the built binary, EPINFER_CLI_PATH): greedy tokens equal to the
+// transformers golden of deepseek_v3_tiny, deterministic sampling, and one-line errors with exit status
+// 1 for bad input.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "checkpoint/safetensors.h"
+
+namespace epinfer {
+namespace {
+
+const std::string kModel = std::string(EPINFER_TEST_DATA_DIR) + "/fixtures/deepseek_v3_tiny";
+
+struct CliResult {
+    int exit_code = -1;
+    std::string out, err;
+};
+
+std::string read_file(const std::filesystem::path& p) {
+    std::ifstream in(p);
+    std::stringstream ss;
+    ss << in.rdbuf();
+    return ss.str();
+}
+
+// Runs `epinfer <args>` (args are shell words, already quoted where needed).
+CliResult run_cli(const std::string& args) {
+    const auto dir = std::filesystem::temp_directory_path() /
+                     ("epinfer_cli_test_" + std::to_string(::getpid()) + "_" +
+                      ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    std::filesystem::create_directories(dir);
+    const std::string cmd = std::string(EPINFER_CLI_PATH) + " " + args + " >" + (dir / "out").string() +
+                            " 2>" + (dir / "err").string();
+    const int status = std::system(cmd.c_str());
+    CliResult r;
+    r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+    r.out = read_file(dir / "out");
+    r.err = read_file(dir / "err");
+    std::filesystem::remove_all(dir);
+    return r;
+}
+
+std::string join(const std::vector<int64_t>& ids) {
+    std::string s;
+    for (size_t i = 0; i < ids.size(); ++i) {
+        if (i > 0) s += ',';
+        s += std::to_string(ids[i]);
+    }
+    return s;
+}
+
+// Prompt p of the golden input_ids and its 6 greedy tokens.
+void golden_prompt(size_t p, std::vector<int64_t>& prompt, std::vector<int64_t>& greedy_new) {
+    auto file = SafetensorsFile::open(kModel + "/golden.safetensors");
+    ASSERT_TRUE(file.is_ok()) << file.status().to_string();
+    const TensorInfo* ids = (*file)->find("input_ids");
+    const TensorInfo* greedy = (*file)->find("greedy");
+    ASSERT_TRUE(ids && greedy);
+    const int64_t P = ids->shape[1], G = greedy->shape[1];
+    std::vector<int64_t> all_ids(ids->numel()), all_greedy(greedy->numel());
+    std::memcpy(all_ids.data(), (*file)->data(*ids), all_ids.size() * 8);
+    std::memcpy(all_greedy.data(), (*file)->data(*greedy), all_greedy.size() * 8);
+    prompt.assign(all_ids.begin() + p * P, all_ids.begin() + (p + 1) * P);
+    greedy_new.assign(all_greedy.begin() + p * G + P, all_greedy.begin() + (p + 1) * G);
+}
+
+TEST(CliGenerate, JsonGreedyEqualsGoldenTokens) {
+    for (size_t p = 0; p < 2; ++p) {
+        std::vector<int64_t> prompt, want;
+        golden_prompt(p, prompt, want);
+        const CliResult r = run_cli("generate --model " + kModel + " --prompt-ids " + join(prompt) +
+                                    " --max-new-tokens 6 --json --ignore-eos");
+        ASSERT_EQ(r.exit_code, 0) << r.err;
+        const auto j = nlohmann::json::parse(r.out);  // exactly one JSON object
+        EXPECT_EQ(j.at("output_ids").get<std::vector<int64_t>>(), want) << r.out;
+        EXPECT_EQ(j.at("prompt_ids").get<std::vector<int64_t>>(), prompt);
+        EXPECT_GT(j.at("prefill_tokens_per_s").get<double>(), 0.0);
+        EXPECT_GT(j.at("decode_tokens_per_s").get<double>(), 0.0);
+        EXPECT_NE(r.err.find("prefill"), std::string::npos) << r.err;
+        EXPECT_NE(r.err.find("decode"), std::string::npos) << r.err;
+    }
+}
+
+TEST(CliGenerate, TextOutputListsNewIds) {
+    std::vector<int64_t> prompt, want;
+    golden_prompt(0, prompt, want);
+    const CliResult r = run_cli("generate --model " + kModel + " --prompt-ids " + join(prompt) +
+                                " --max-new-tokens 6 --ignore-eos");
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    EXPECT_EQ(r.out, join(want) + "\n");
+    EXPECT_NE(r.err.find("tokens/s"), std::string::npos) << r.err;
+}
+
+TEST(CliGenerate, SamplingIsDeterministicForASeed) {
+    const std::string args =
+        "generate --model " + kModel +
+        " --prompt-ids 12,7,99 --max-new-tokens 8 --temperature 0.9 --top-p 0.95 --top-k 40 "
+        "--ignore-eos --seed ";
+    const CliResult a = run_cli(args + "11"), b = run_cli(args + "11");
+    ASSERT_EQ(a.exit_code, 0) << a.err;
+    EXPECT_EQ(a.out, b.out);
+    EXPECT_EQ(std::count(a.out.begin(), a.out.end(), ','), 7);
+}
+
+// Exit status 1 and exactly one stderr line "epinfer: error: ..." that names `value`.
+void expect_one_line_error(const CliResult& r, const std::string& value) {
+    EXPECT_EQ(r.exit_code, 1) << r.err;
+    EXPECT_EQ(r.err.rfind("epinfer: error: ", 0), 0u) << r.err;
+    EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+    EXPECT_NE(r.err.find(value), std::string::npos) << "'" << value << "' not named in: " << r.err;
+    EXPECT_TRUE(r.out.empty()) << r.out;
+}
+
+TEST(CliGenerate, BadInputIsOneLineErrorNamingTheValue) {
+    const std::string gen = "generate --model " + kModel + " ";
+    expect_one_line_error(run_cli("generate --model /nonexistent/epinfer_dir --prompt-ids 1,2"),
+                          "/nonexistent/epinfer_dir");
+    const auto empty_dir =
+        std::filesystem::temp_directory_path() / ("epinfer_empty_" + std::to_string(::getpid()));
+    std::filesystem::create_directories(empty_dir);
+    expect_one_line_error(run_cli("generate --model " + empty_dir.string() + " --prompt-ids 1,2"),
+                          "config.json");
+    std::filesystem::remove_all(empty_dir);
+    expect_one_line_error(run_cli(gen + "--prompt-ids ''"), "prompt_ids");
+    expect_one_line_error(run_cli(gen + "--prompt-ids 12,320"), "320");  // vocab_size 320
+    expect_one_line_error(run_cli(gen + "--prompt-ids=3,-5"), "-5");
+    expect_one_line_error(run_cli(gen + "--prompt-ids 12,abc,7"), "abc");
+    expect_one_line_error(run_cli(gen + "--prompt-ids 99999999999"), "99999999999");
+    expect_one_line_error(run_cli(gen + "--prompt-ids 1,2 --max-new-tokens 0"), "0");
+    expect_one_line_error(run_cli(gen + "--prompt-ids 1,2 --max-new-tokens abc"), "abc");
+    expect_one_line_error(run_cli(gen + "--prompt-ids 1,2,3 --max-new-tokens 600"), "512");  // max positions
+    expect_one_line_error(run_cli(gen + "--prompt-ids 1,2 --top-p 1.5"), "top_p");
+}
+
+}  // namespace
+}  // namespace epinfer

@@ -1,0 +1,149 @@
+// epinfer generate: load a Hugging Face checkpoint and generate from prompt token ids on the CPU backend.
+//
+//   epinfer generate --model DIR --prompt-ids 12,7,99 --max-new-tokens N
+//                    [--temperature T --top-p P --top-k K --seed S] [--ignore-eos] [--json] [--threads N]
+//
+// stdout: the new token ids, comma-separated; with --json one JSON object {"prompt_ids", "output_ids",
+// "prefill_tokens", "prefill_tokens_per_s", "decode_tokens", "decode_tokens_per_s"}. stderr: prefill and
+// decode throughput. Bad input: one line "epinfer: error: ..." naming the value, exit status 1.
+#include <charconv>
+#include <cmath>
+#include <cstdio>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "backend/cpu/cpu_backend.h"
+#include "commands.h"
+#include "engine/generate.h"
+#include "models/model.h"
+
+namespace epinfer::cli {
+
+namespace {
+
+struct GenerateOptions {
+    std::string model_dir;
+    std::string prompt_ids;
+    std::string max_new_tokens = "16";
+    std::string temperature = "0";
+    std::string top_p = "1";
+    std::string top_k = "0";
+    std::string seed = "0";
+    std::string threads = "0";
+    bool ignore_eos = false;
+    bool json = false;
+};
+
+// Whole-string integer parse; errors name the option and the text.
+template <typename Int>
+Result<Int> parse_int(const std::string& text, const std::string& what) {
+    Int value{};
+    const char* end = text.data() + text.size();
+    const auto [ptr, ec] = std::from_chars(text.data(), end, value);
+    if (text.empty() || ec != std::errc() || ptr != end) {
+        return invalid_argument(what + " '" + text + "' is not " +
+                                (ec == std::errc::result_out_of_range ? "in range" : "an integer"));
+    }
+    return value;
+}
+
+Result<double> parse_double(const std::string& text, const std::string& what) {
+    double value = 0.0;
+    const char* end = text.data() + text.size();
+    const auto [ptr, ec] = std::from_chars(text.data(), end, value);
+    if (text.empty() || ec != std::errc() || ptr != end || !std::isfinite(value)) {
+        return invalid_argument(what + " '" + text + "' is not a finite number");
+    }
+    return value;
+}
+
+// "12,7,99" → {12, 7, 99}; ids outside int32 are reported here, ids outside the vocabulary later.
+Result<std::vector<int32_t>> parse_prompt_ids(const std::string& text) {
+    std::vector<int32_t> ids;
+    if (text.empty()) return ids;
+    size_t begin = 0;
+    for (;;) {
+        const size_t comma = text.find(',', begin);
+        const std::string item =
+            text.substr(begin, comma == std::string::npos ? std::string::npos : comma - begin);
+        EPI_ASSIGN_OR_RETURN(const int32_t id, parse_int<int32_t>(item, "prompt id"));
+        ids.push_back(id);
+        if (comma == std::string::npos) return ids;
+        begin = comma + 1;
+    }
+}
+
+// Parses the options; their values are checked against the model by generate_request_check.
+Result<GenerateRequest> build_request(const GenerateOptions& o) {
+    GenerateRequest r;
+    EPI_ASSIGN_OR_RETURN(r.prompt_ids, parse_prompt_ids(o.prompt_ids));
+    EPI_ASSIGN_OR_RETURN(r.max_new_tokens, parse_int<int64_t>(o.max_new_tokens, "--max-new-tokens"));
+    EPI_ASSIGN_OR_RETURN(r.sampling.temperature, parse_double(o.temperature, "--temperature"));
+    EPI_ASSIGN_OR_RETURN(r.sampling.top_p, parse_double(o.top_p, "--top-p"));
+    EPI_ASSIGN_OR_RETURN(r.sampling.top_k, parse_int<int64_t>(o.top_k, "--top-k"));
+    EPI_ASSIGN_OR_RETURN(r.sampling.seed, parse_int<uint64_t>(o.seed, "--seed"));
+    r.ignore_eos = o.ignore_eos;
+    return r;
+}
+
+std::string join_ids(const std::vector<int32_t>& ids) {
+    std::string out;
+    for (size_t i = 0; i < ids.size(); ++i) {
+        if (i > 0) out += ',';
+        out += std::to_string(ids[i]);
+    }
+    return out;
+}
+
+Status run_generate(const GenerateOptions& o) {
+    EPI_ASSIGN_OR_RETURN(const GenerateRequest request, build_request(o));
+    EPI_ASSIGN_OR_RETURN(const int threads, parse_int<int>(o.threads, "--threads"));
+    if (threads < 0) return invalid_argument("--threads must be ≥ 0, got " + std::to_string(threads));
+    std::unique_ptr<Backend> backend = make_cpu_backend(threads);
+    EPI_ASSIGN_OR_RETURN(std::unique_ptr<Model> model, Model::load(o.model_dir, *backend));
+    EPI_RETURN_IF_ERROR(generate_request_check(model->config(), request));
+    EPI_ASSIGN_OR_RETURN(const GenerateOutput result, generate(*model, std::span(&request, 1)));
+
+    const std::vector<int32_t>& output = result.output_ids.front();
+    const GenerateStats& st = result.stats;
+    if (o.json) {
+        const nlohmann::json j = {
+            {"prompt_ids", request.prompt_ids},    {"output_ids", output},
+            {"prefill_tokens", st.prefill_tokens}, {"prefill_tokens_per_s", st.prefill_tokens_per_s()},
+            {"decode_tokens", st.decode_tokens},   {"decode_tokens_per_s", st.decode_tokens_per_s()},
+        };
+        std::printf("%s\n", j.dump().c_str());
+    } else {
+        std::printf("%s\n", join_ids(output).c_str());
+    }
+    std::fflush(stdout);
+    std::fprintf(
+        stderr,
+        "prefill: %lld tokens in %.3f ms (%.1f tokens/s); decode: %lld tokens in %.3f ms (%.1f tokens/s)\n",
+        static_cast<long long>(st.prefill_tokens), st.prefill_seconds * 1e3, st.prefill_tokens_per_s(),
+        static_cast<long long>(st.decode_tokens), st.decode_seconds * 1e3, st.decode_tokens_per_s());
+    return Status::ok();
+}
+
+}  // namespace
+
+void add_generate_command(CLI::App& app) {
+    auto opts = std::make_shared<GenerateOptions>();
+    CLI::App* cmd = app.add_subcommand("generate", "Generate tokens from prompt token ids (CPU backend)");
+    cmd->add_option("--model", opts->model_dir, "Checkpoint folder (config.json + safetensors)")->required();
+    cmd->add_option("--prompt-ids", opts->prompt_ids, "Prompt token ids, comma-separated, e.g. 12,7,99")
+        ->required();
+    cmd->add_option("--max-new-tokens", opts->max_new_tokens, "Tokens to generate (≥ 1; default 16)");
+    cmd->add_option("--temperature", opts->temperature, "Sampling temperature; 0 = greedy (default 0)");
+    cmd->add_option("--top-p", opts->top_p, "Nucleus mass in (0, 1] (default 1)");
+    cmd->add_option("--top-k", opts->top_k, "Keep the K best tokens; 0 = all (default 0)");
+    cmd->add_option("--seed", opts->seed, "Sampling seed (default 0)");
+    cmd->add_option("--threads", opts->threads, "CPU threads; 0 = up to 8 (default 0)");
+    cmd->add_flag("--ignore-eos", opts->ignore_eos, "Do not stop at an EOS token of the config");
+    cmd->add_flag("--json", opts->json, "Print one JSON object on stdout");
+    cmd->callback([opts] { exit_on_error(run_generate(*opts)); });
+}
+
+}  // namespace epinfer::cli
