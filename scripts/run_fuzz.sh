@@ -43,6 +43,13 @@ open(sys.argv[2], "wb").write(struct.pack("<Q", data_bytes) + blob[8:8 + header_
 PY
 
 echo "run_fuzz: running $target for ${seconds}s"
-"$build/tests/fuzz/$target" -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 \
-  -dict="$root/tests/fuzz/safetensors_header.dict" -artifact_prefix="$artifacts/" "$corpus" "$seeds"
-echo "run_fuzz: no crash in ${seconds}s (corpus: $corpus)"
+log="$build/fuzz.log"
+if ! "$build/tests/fuzz/$target" -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 \
+  -dict="$root/tests/fuzz/safetensors_header.dict" -artifact_prefix="$artifacts/" "$corpus" "$seeds" \
+  >"$log" 2>&1; then
+  tail -n 60 "$log"
+  echo "run_fuzz: $target failed; the crashing input is under $artifacts/" >&2
+  exit 1
+fi
+grep -E "^Done|stat::number_of_executed_units" "$log" | tail -n 1 || true
+echo "run_fuzz: no crash in ${seconds}s (corpus: $corpus; log: $log)"

@@ -291,10 +291,14 @@ void parse_attention(KeyReader& r, const FamilyDefaults& d, ModelConfig& c) {
             break;  // Mixtral: no biases, no q/k norm
     }
     // Sliding-window attention (transformers applies it when sliding_window is set and, for Qwen,
-    // use_sliding_window is true): not supported.
-    const bool sliding = c.architecture == Architecture::kMixtral ? r.has("sliding_window")
-                                                                  : r.bool_or("use_sliding_window", false);
-    if (sliding) r.fail(not_supported(r.source() + ": sliding-window attention is not supported"));
+    // use_sliding_window is true) is not supported, unless the window covers every position the model
+    // accepts (sliding_window ≥ max_position_embeddings), where it changes nothing.
+    const bool window_on = c.architecture == Architecture::kMixtral ? r.has("sliding_window")
+                                                                    : r.bool_or("use_sliding_window", false);
+    if (window_on && r.count_or("sliding_window", 0) < c.max_position_embeddings)
+        r.fail(not_supported(r.source() + ": sliding-window attention (sliding_window " +
+                             std::to_string(r.count_or("sliding_window", 0)) + " < max_position_embeddings " +
+                             std::to_string(c.max_position_embeddings) + ") is not supported"));
 }
 
 // rope_scaling (published checkpoints) or rope_parameters (transformers 5); rope_scaling wins, as in
@@ -456,12 +460,10 @@ void parse_moe(KeyReader& r, ModelConfig& c) {
             r.fail(invalid_argument(r.source() + ": topk_method '" + method +
                                     "' is not one of greedy, group_limited_greedy (deepseek_v2)"));
         }
-        // transformers ignores norm_topk_prob here and scales; DeepSeek's own code renormalises instead
-        // of scaling. Published checkpoints set false, where both agree.
-        if (r.bool_or("norm_topk_prob", false))
-            r.fail(not_supported(r.source() +
-                                 ": norm_topk_prob true with model_type deepseek_v2 (transformers "
-                                 "ignores it, DeepSeek's code renormalises): not supported"));
+        // transformers (DeepseekV2TopkRouter, 5.17) ignores norm_topk_prob and only scales; epinfer follows
+        // the reference it is tested against. (DeepSeek's own modeling code renormalises instead; the
+        // published checkpoints set false, where both agree.)
+        router.norm_topk_prob = false;
         router.routed_scaling_factor = r.number_or("routed_scaling_factor", 1.0);
         c.n_shared_experts = r.count_or("n_shared_experts", 2);
     } else {

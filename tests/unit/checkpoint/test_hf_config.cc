@@ -514,8 +514,8 @@ TEST(HfConfig, Errors) {
                  {"missing required key 'rope_scaling.factor'"});
     expect_error(with(qwen, "partial_rotary_factor", 1.5), StatusCode::kInvalidArgument,
                  {"partial_rotary_factor"});
-    expect_error(with(minimal("mixtral"), "sliding_window", 4096), StatusCode::kNotSupported,
-                 {"sliding-window"});
+    expect_error(with(with(minimal("mixtral"), "sliding_window", 256), "max_position_embeddings", 4096),
+                 StatusCode::kNotSupported, {"sliding-window", "256 < max_position_embeddings 4096"});
     expect_error(with(qwen, "use_sliding_window", true), StatusCode::kNotSupported, {"sliding-window"});
     expect_error(with(minimal("olmoe"), "clip_qkv", 8.0), StatusCode::kNotSupported, {"clip_qkv"});
     expect_error(with(v3, "scoring_func", "softmax"), StatusCode::kInvalidArgument,
@@ -524,8 +524,6 @@ TEST(HfConfig, Errors) {
                  {"topk_method 'noaux_tc'"});
     expect_error(with(minimal("deepseek_v2"), "topk_method", "group_limited_greedy"),
                  StatusCode::kInvalidArgument, {"missing required key 'n_group'"});
-    expect_error(with(minimal("deepseek_v2"), "norm_topk_prob", true), StatusCode::kNotSupported,
-                 {"norm_topk_prob"});
     expect_error(with(without(qwen, "intermediate_size"), "mlp_only_layers", {0}),
                  StatusCode::kInvalidArgument, {"missing required key 'intermediate_size'"});
 
@@ -587,6 +585,20 @@ TEST_F(HfConfigDir, MalformedGenerationConfigNamesTheFile) {
     ASSERT_FALSE(r.is_ok());
     EXPECT_NE(r.status().message().find("generation_config.json: key 'eos_token_id'"), std::string::npos)
         << r.status().message();
+}
+
+// A window covering every accepted position changes nothing: accepted.
+TEST(HfConfig, SlidingWindowCoveringEveryPositionIsAccepted) {
+    Result<ModelConfig> r =
+        parse(with(with(minimal("mixtral"), "sliding_window", 4096), "max_position_embeddings", 4096));
+    ASSERT_TRUE(r.is_ok()) << r.status().message();
+}
+
+// transformers' DeepseekV2TopkRouter ignores norm_topk_prob (it only scales); so does epinfer.
+TEST(HfConfig, DeepseekV2IgnoresNormTopkProbAsTransformersDoes) {
+    Result<ModelConfig> r = parse(with(minimal("deepseek_v2"), "norm_topk_prob", true));
+    ASSERT_TRUE(r.is_ok()) << r.status().message();
+    EXPECT_FALSE(r->router.norm_topk_prob);
 }
 
 }  // namespace
