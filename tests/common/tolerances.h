@@ -46,6 +46,22 @@ inline constexpr ToleranceEntry kTolerances[] = {
     {"logits", DType::kBF16, {1e-10, 1e-5}},
     {"mlp_out", DType::kBF16, {1e-10, 1e-5}},
     {"hidden", DType::kBF16, {1e-10, 1e-5}},
+    // The same checkpoints under a parallel layout (tests/mpi/model) against one rank: TP/EP/PP change only
+    // the grouping of fp32 sums (row-parallel partial sums, all-reduce, EP combine order). Measured over the
+    // eleven layouts of tests/mpi/CMakeLists.txt × 11 fixtures: nmse ≤ 2.7e-13, max_rel ≤ 8.7e-7 (pp alone:
+    // bit-identical).
+    {"logits_multi_rank", DType::kBF16, {1e-10, 1e-5}},
+    // One synthetic fp32 MoE block under a layout against one rank (tests/mpi/model/moe_probe_test.cc).
+    // Measured over the same layouts: nmse ≤ 1e-14, max_rel ≤ 2e-7.
+    {"moe_block_multi_rank", DType::kF32, {1e-12, 1e-5}},
+    // CUDA backend (tests/unit/cuda) against the CPU reference.
+    // Router weights: ids are exact; weights differ only through exp (glibc expf is off by one ulp on
+    // ~1 in 13,000 inputs, the GPU's double-precision exp rounds correctly), ≤ a few ulp after the
+    // softmax sum and the renormalisation.
+    {"moe_router_weights", DType::kF32, {1e-12, 1e-6}},
+    // The MoE layer in bf16 storage (x, h, y bf16; fp32 accumulation) against a reference that rounds at
+    // the same points: fp32 accumulation order flips an occasional bf16 rounding of h or y (2^-8 relative).
+    {"moe_layer_cuda", DType::kBF16, {1e-6, 1e-2}},
 };
 
 // The entry of (op, dtype); a missing entry is a bug in the test: abort with its name.

@@ -286,6 +286,7 @@ void add_bench_command(CLI::App& app) {
     comm->add_option("--warmup-iters", opts->warmup_iters, "untimed iterations first")->capture_default_str();
     comm->add_option("--json", opts->json_path, "also write the results to this JSON file (rank 0)");
     comm->callback([opts] { exit_on_error(run_bench_comm(*opts)); });
+    add_bench_moe_command(*bench);
 }
 
 }  // namespace epinfer::cli

@@ -1,0 +1,37 @@
+# The CUDA backend (EPINFER_CUDA=ON): library epinfer_backend_cuda from src/backend/cuda/*.cc (host code,
+# compiled by the C++ compiler against the CUDA runtime) and src/backend/cuda/kernels/*.cu (nvcc).
+# A requested but missing CUDA toolkit is a configure error, never a silent CPU-only build.
+#
+# Architectures: the user's CMAKE_CUDA_ARCHITECTURES wins (e.g. -DCMAKE_CUDA_ARCHITECTURES=90a while
+# iterating). Default, one SASS per family we run on (nvcc 13 supports sm_75 and newer):
+#   80   A100 (sm_80: mma.sync, cp.async, ldmatrix: the baseline every kernel here compiles for)
+#   90a  H100 / H200 (sm_90a: the arch-specific target that wgmma and setmaxnreg need)
+#   120  RTX PRO 6000 Blackwell (sm_120)
+# No kernel is Hopper-only: every kernel compiles for sm_80.
+#   cmake -S . -B build-gpu -G Ninja -DEPINFER_CUDA=ON [-DCMAKE_CUDA_ARCHITECTURES=90a]
+include(CheckLanguage)
+check_language(CUDA)
+if(NOT CMAKE_CUDA_COMPILER)
+  message(FATAL_ERROR "EPINFER_CUDA=ON, but no CUDA compiler was found: install the CUDA toolkit, put nvcc on "
+                      "PATH or set CMAKE_CUDA_COMPILER (e.g. /usr/local/cuda/bin/nvcc)")
+endif()
+if(NOT DEFINED CMAKE_CUDA_ARCHITECTURES OR "${CMAKE_CUDA_ARCHITECTURES}" STREQUAL "")
+  set(CMAKE_CUDA_ARCHITECTURES 80 90a 120 CACHE STRING "CUDA architectures (default: 80;90a;120)")
+endif()
+enable_language(CUDA)
+set(CMAKE_CUDA_STANDARD 17)  # CMake 3.25 knows no CUDA20 flag for nvcc; kernels need only C++17
+set(CMAKE_CUDA_STANDARD_REQUIRED ON)
+find_package(CUDAToolkit REQUIRED GLOBAL)
+
+file(GLOB epinfer_cuda_host_srcs CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/src/backend/cuda/*.cc)
+file(GLOB epinfer_cuda_kernel_srcs CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/src/backend/cuda/kernels/*.cu)
+add_library(epinfer_backend_cuda STATIC ${epinfer_cuda_host_srcs} ${epinfer_cuda_kernel_srcs})
+target_include_directories(epinfer_backend_cuda PUBLIC ${PROJECT_SOURCE_DIR}/src)
+# The static CUDA runtime: binaries need no libcudart.so at run time (cuBLAS stays a shared library).
+set_target_properties(epinfer_backend_cuda PROPERTIES CUDA_RUNTIME_LIBRARY Static)
+target_link_libraries(epinfer_backend_cuda PUBLIC epinfer_backend CUDA::cudart_static PRIVATE CUDA::cublas)
+# Code that has a CUDA path (tests, the CLI) sees EPINFER_WITH_CUDA=1.
+target_compile_definitions(epinfer_backend_cuda PUBLIC EPINFER_WITH_CUDA=1)
+target_compile_options(epinfer_backend_cuda PRIVATE
+  $<$<COMPILE_LANGUAGE:CUDA>:--expt-relaxed-constexpr -Xptxas=-warn-spills -lineinfo>)
+epinfer_set_warnings(epinfer_backend_cuda)

@@ -1,0 +1,71 @@
+// Weighted combine kernel (see moe_combine.cuh).
+#include "backend/cuda/kernels/moe_combine.cuh"
+#include "backend/cuda/kernels/moe_common.cuh"
+
+namespace epinfer::cuda {
+namespace {
+
+constexpr int kThreads = 128;
+constexpr int kMaxTopK = 64;  // picks cached in shared memory; larger K reads them from global memory
+
+__device__ __forceinline__ void load8(const bf16* src, float (&v)[8]) {
+    const uint4 raw = *reinterpret_cast<const uint4*>(src);
+    const __nv_bfloat162* p2 = reinterpret_cast<const __nv_bfloat162*>(&raw);
+    #pragma unroll
+    for (int e = 0; e < 4; ++e) {
+        const float2 f = __bfloat1622float2(p2[e]);
+        v[2 * e] = f.x;
+        v[2 * e + 1] = f.y;
+    }
+}
+
+__global__ void __launch_bounds__(kThreads) moe_combine_kernel(MoeCombineArgs args) {
+    __shared__ int32_t slots[kMaxTopK];
+    __shared__ float weights[kMaxTopK];
+    const int64_t t = blockIdx.x;
+    const int64_t top_k = args.top_k;
+    const int32_t* slot_row = args.slot_of_token_k + t * top_k;  // [K]
+    const float* weight_row = args.topk_weights + t * top_k;     // [K]
+    const bool cached = top_k <= kMaxTopK;
+    if (cached) {
+        for (int k = threadIdx.x; k < top_k; k += blockDim.x) {
+            slots[k] = slot_row[k];
+            weights[k] = weight_row[k];
+        }
+        __syncthreads();
+    }
+    const bf16* y = static_cast<const bf16*>(args.y);                // [S_cap, H]
+    const bf16* shared_y = static_cast<const bf16*>(args.shared_y);  // [T, H] or nullptr
+    float* out = args.out + t * args.hidden;                         // [H]
+    for (int64_t h = threadIdx.x * 8; h < args.hidden; h += int64_t{blockDim.x} * 8) {
+        float acc[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
+        for (int64_t k = 0; k < top_k; ++k) {
+            const int32_t slot = cached ? slots[k] : slot_row[k];
+            if (slot < 0) continue;
+            const float w = cached ? weights[k] : weight_row[k];
+            float v[8];
+            load8(y + static_cast<int64_t>(slot) * args.hidden + h, v);
+            #pragma unroll
+            for (int e = 0; e < 8; ++e) acc[e] = __fadd_rn(acc[e], __fmul_rn(w, v[e]));
+        }
+        if (shared_y != nullptr) {
+            float v[8];
+            load8(shared_y + t * args.hidden + h, v);
+            #pragma unroll
+            for (int e = 0; e < 8; ++e) acc[e] = __fadd_rn(acc[e], v[e]);
+        }
+        reinterpret_cast<float4*>(out + h)[0] = make_float4(acc[0], acc[1], acc[2], acc[3]);
+        reinterpret_cast<float4*>(out + h)[1] = make_float4(acc[4], acc[5], acc[6], acc[7]);
+    }
+}
+
+}  // namespace
+
+cudaError_t launch_moe_combine(const MoeCombineArgs& args, cudaStream_t stream) {
+    if (args.hidden % 8 != 0) return cudaErrorInvalidValue;
+    if (args.num_tokens == 0) return cudaSuccess;
+    moe_combine_kernel<<<static_cast<unsigned>(args.num_tokens), kThreads, 0, stream>>>(args);
+    return cudaGetLastError();
+}
+
+}  // namespace epinfer::cuda

@@ -1,0 +1,405 @@
+// Grouped expert GEMM kernels (see moe_grouped_gemm.cuh).
+//
+// One CTA computes one tile: BM weight rows (A, the MMA's M side) × BN GEMM rows (B, the tokens, gathered
+// through x_row_of_row) over a K range, with a kStages-deep cp.async pipeline into XOR-swizzled shared
+// memory (16-byte chunks, chunk' = chunk ^ (row mod 8), so ldmatrix is conflict-free), ldmatrix, and
+// mma.sync m16n8k16 bf16 → fp32. The fused epilogue stages the fp32 tile through shared memory and writes
+// 16-byte rows of bf16 (SwiGLU pairs gate row f with up row N + f there).
+#include "backend/cuda/kernels/moe_common.cuh"
+#include "backend/cuda/kernels/moe_grouped_gemm.cuh"
+
+namespace epinfer::cuda {
+namespace {
+
+constexpr int kBK = 64;           // K per pipeline stage: 8 chunks of 16 bytes per row
+constexpr int kChunksPerRow = kBK / 8;
+constexpr int kBlockN = 16;       // weight tiles per rasterisation block (module comment)
+constexpr int kEpiloguePad = 4;   // fp32 padding per staged row: conflict-free fragment stores
+
+template <int BM, int BN, int WarpsM, int WarpsN, int Stages, int MinBlocks>
+struct TileConfig {
+    static constexpr int kMinBlocks = MinBlocks;  // CTAs per SM the register budget is cut for
+    static constexpr int kBM = BM;
+    static constexpr int kBN = BN;
+    static constexpr int kStages = Stages;
+    static constexpr int kWarpsM = WarpsM;
+    static constexpr int kThreads = WarpsM * WarpsN * 32;
+    static constexpr int kWM = BM / WarpsM;  // weight rows per warp
+    static constexpr int kWN = BN / WarpsN;  // tokens per warp
+    static constexpr int kMFrags = kWM / 16;
+    static constexpr int kNFrags = kWN / 8;
+    static constexpr int kAStage = BM * kBK;  // elements
+    static constexpr int kBStage = BN * kBK;
+    static constexpr int kALoads = BM * kChunksPerRow / kThreads;  // 16-byte chunks per thread per stage
+    static constexpr int kBLoads = BN * kChunksPerRow / kThreads;
+    static constexpr int kRowStep = kThreads / kChunksPerRow;     // rows between one thread's chunks
+    static constexpr size_t kPipeBytes = size_t{Stages} * (kAStage + kBStage) * sizeof(bf16);
+    static constexpr size_t kEpilogueBytes = size_t{BN} * (BM + kEpiloguePad) * sizeof(float);
+    static constexpr size_t kSmemBytes = kPipeBytes > kEpilogueBytes ? kPipeBytes : kEpilogueBytes;
+    static_assert(kWM % 16 == 0 && kWN % 16 == 0 && kRowStep % 8 == 0);
+};
+// Narrow: warp 32 × 64, 96 KB: 2 CTAs per SM on H100/H200 (fits sm_120's 99 KB too).
+using NarrowTile = TileConfig<128, 64, 4, 1, 4, 2>;
+// Wide: warp 64 × 64, 8 warps, 144 KB: 85 FLOP per byte staged through shared memory (the 128 × 128 tile's
+// 64 FLOP/B left the tensor cores waiting on L2). Where a block gets less shared memory (sm_120), the
+// 128 × 128 tile of 96 KB instead.
+using WideTile = TileConfig<256, 128, 4, 2, 3, 1>;
+using WideTileSmall = TileConfig<128, 128, 2, 2, 3, 2>;
+static_assert(WideTile::kBN == WideTileSmall::kBN, "one tile_rows for both wide tiles");
+
+struct TileCoord {
+    int64_t group = 0;
+    int64_t n_tile = 0;
+    int64_t row0 = 0;     // first GEMM row of the tile
+    int rows_valid = 0;   // GEMM rows of the tile inside the group (≥ 1)
+};
+
+// Tile `tile` of the launch: group by group; inside a group, blocks of kBlockN weight tiles × all row tiles,
+// the weight tile fastest. False when the tile is past the device-side total.
+template <int BN>
+__device__ bool locate_tile(const MoeGroupedGemmArgs& args, int64_t tile, int64_t n_tiles, TileCoord& tc) {
+    const int32_t* offsets = args.group_tile_offsets;  // [G + 1]
+    const int64_t total_m = offsets[args.num_groups];
+    if (tile >= n_tiles * total_m) return false;
+    const int64_t m_lin = tile / n_tiles;
+    int64_t lo = 0, hi = args.num_groups;  // largest g with offsets[g] ≤ m_lin
+    while (hi - lo > 1) {
+        const int64_t mid = (lo + hi) / 2;
+        if (offsets[mid] <= m_lin) lo = mid; else hi = mid;
+    }
+    const int64_t g = lo;
+    const int64_t m_tiles = offsets[g + 1] - offsets[g];
+    const int64_t local = tile - n_tiles * offsets[g];
+    const int64_t block = local / (kBlockN * m_tiles);
+    const int64_t rem = local - block * kBlockN * m_tiles;
+    const int64_t block_size = min(int64_t{kBlockN}, n_tiles - block * kBlockN);
+    const int64_t m_tile = rem / block_size;
+    tc.group = g;
+    tc.n_tile = block * kBlockN + rem % block_size;
+    tc.row0 = args.group_row_begin[g] + m_tile * BN;
+    tc.rows_valid = static_cast<int>(min(int64_t{BN}, args.group_row_end[g] - tc.row0));
+    return true;
+}
+
+// Weight row of local A row r of tile n_tile (N_w space), or −1 past the end.
+template <int BM, bool kSwiGlu>
+__device__ __forceinline__ int64_t weight_row(int r, int64_t n_tile, int64_t n) {
+    if constexpr (kSwiGlu) {
+        const int64_t f = n_tile * (BM / 2) + (r % (BM / 2));
+        return f < n ? (r < BM / 2 ? f : n + f) : -1;
+    } else {
+        const int64_t f = n_tile * BM + r;
+        return f < n ? f : -1;
+    }
+}
+
+__device__ __forceinline__ int swizzle(int row, int chunk) {
+    return row * kBK + ((chunk ^ (row & 7)) * 8);
+}
+
+template <class Cfg, bool kSwiGlu>
+__device__ __forceinline__ const bf16* group_weights(const MoeGroupedGemmArgs& args, int64_t g) {
+    const bf16* w = static_cast<const bf16*>(args.weights);
+    return g < args.num_weight_groups ? w + g * args.weight_group_stride
+                                      : static_cast<const bf16*>(args.extra_weights);
+}
+
+template <class Cfg, bool kSwiGlu, bool kSplit>
+__global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks) moe_grouped_gemm_kernel(MoeGroupedGemmArgs args) {
+    extern __shared__ __align__(128) unsigned char smem[];
+    bf16* smem_a = reinterpret_cast<bf16*>(smem);                   // [Stages][BM][BK] bf16, swizzled
+    bf16* smem_b = smem_a + Cfg::kStages * Cfg::kAStage;            // [Stages][BN][BK] bf16, swizzled
+
+    const int64_t n = args.out_features;
+    const int64_t kd = args.in_features;
+    const int64_t n_tiles = ceil_div<int64_t>(n, kSwiGlu ? Cfg::kBM / 2 : Cfg::kBM);
+    const int64_t tile = blockIdx.x / args.split_k;
+    const int split = static_cast<int>(blockIdx.x % args.split_k);
+    TileCoord tc;
+    if (!locate_tile<Cfg::kBN>(args, tile, n_tiles, tc)) return;
+
+    const int tid = threadIdx.x;
+    const int lane = tid % 32;
+    const int warp = tid / 32;
+    const int wm = warp % Cfg::kWarpsM;
+    const int wn = warp / Cfg::kWarpsM;
+    const int chunk = tid % kChunksPerRow;  // this thread's 16-byte chunk in every row it loads
+    const int row_first = tid / kChunksPerRow;
+
+    // K range of this split.
+    const int64_t k_tiles = ceil_div<int64_t>(kd, kBK);
+    const int64_t k_per_split = ceil_div<int64_t>(k_tiles, args.split_k);
+    const int64_t kt_begin = split * k_per_split;
+    const int64_t kt_end = min(k_tiles, kt_begin + k_per_split);
+
+    // Source rows of this thread's chunks (nullptr: past the weights' or the group's end).
+    const bf16* w = group_weights<Cfg, kSwiGlu>(args, tc.group);    // [N_w, Kd]
+    const bf16* a_src[Cfg::kALoads];
+    #pragma unroll
+    for (int i = 0; i < Cfg::kALoads; ++i) {
+        const int64_t wr = weight_row<Cfg::kBM, kSwiGlu>(row_first + i * Cfg::kRowStep, tc.n_tile, n);
+        a_src[i] = wr >= 0 ? w + wr * kd + chunk * 8 : nullptr;
+    }
+    const bf16* x = static_cast<const bf16*>(args.x);              // [rows_x, Kd]
+    const bf16* b_src[Cfg::kBLoads];
+    #pragma unroll
+    for (int j = 0; j < Cfg::kBLoads; ++j) {
+        const int r = row_first + j * Cfg::kRowStep;
+        if (r < tc.rows_valid) {
+            const int64_t row = tc.row0 + r;
+            const int64_t x_row = args.x_row_of_row ? args.x_row_of_row[row] : row;
+            b_src[j] = x + x_row * kd + chunk * 8;
+        } else {
+            b_src[j] = nullptr;
+        }
+    }
+
+    auto load_stage = [&](int stage, int64_t kt) {
+        const int64_t k0 = kt * kBK;
+        const bool k_ok = k0 + chunk * 8 < kd;
+        bf16* sa = smem_a + stage * Cfg::kAStage;
+        bf16* sb = smem_b + stage * Cfg::kBStage;
+        #pragma unroll
+        for (int i = 0; i < Cfg::kALoads; ++i) {
+            const bool ok = a_src[i] != nullptr && k_ok;
+            cp_async_16(sa + swizzle(row_first + i * Cfg::kRowStep, chunk), ok ? a_src[i] + k0 : w, ok ? 16 : 0);
+        }
+        #pragma unroll
+        for (int j = 0; j < Cfg::kBLoads; ++j) {
+            if (b_src[j] == nullptr) continue;  // columns past the group: never stored, MMAs skipped
+            cp_async_16(sb + swizzle(row_first + j * Cfg::kRowStep, chunk), k_ok ? b_src[j] + k0 : b_src[j],
+                        k_ok ? 16 : 0);
+        }
+    };
+
+    float acc[Cfg::kMFrags][Cfg::kNFrags][4];
+    #pragma unroll
+    for (int i = 0; i < Cfg::kMFrags; ++i)
+        #pragma unroll
+        for (int j = 0; j < Cfg::kNFrags; ++j)
+            #pragma unroll
+            for (int v = 0; v < 4; ++v) acc[i][j][v] = 0.0f;
+
+    // Token-column pairs (16 tokens) of this warp inside the group: MMAs past them are skipped (CTA- and
+    // warp-uniform); the second half of the last pair may hold stale rows, whose columns are never stored.
+    const int warp_rows = tc.rows_valid - wn * Cfg::kWN;
+    const int active_pairs = warp_rows <= 0 ? 0 : min(Cfg::kNFrags / 2, (warp_rows + 15) / 16);
+
+    auto compute_stage = [&](int stage) {
+        const bf16* sa = smem_a + stage * Cfg::kAStage;
+        const bf16* sb = smem_b + stage * Cfg::kBStage;
+        #pragma unroll
+        for (int ks = 0; ks < kBK / 16; ++ks) {
+            uint32_t a[Cfg::kMFrags][4];
+            uint32_t b[Cfg::kNFrags / 2][4];
+            #pragma unroll
+            for (int i = 0; i < Cfg::kMFrags; ++i) {
+                const int row = wm * Cfg::kWM + i * 16 + lane % 16;
+                ldmatrix_x4(a[i], sa + swizzle(row, ks * 2 + lane / 16));
+            }
+            #pragma unroll
+            for (int jp = 0; jp < Cfg::kNFrags / 2; ++jp) {
+                if (jp < active_pairs) {
+                    const int row = wn * Cfg::kWN + jp * 16 + lane % 8 + (lane / 16) * 8;
+                    ldmatrix_x4(b[jp], sb + swizzle(row, ks * 2 + (lane / 8) % 2));
+                }
+            }
+            #pragma unroll
+            for (int jp = 0; jp < Cfg::kNFrags / 2; ++jp) {
+                if (jp < active_pairs) {
+                    #pragma unroll
+                    for (int i = 0; i < Cfg::kMFrags; ++i) {
+                        mma_bf16_16816(acc[i][2 * jp], a[i], b[jp][0], b[jp][1]);
+                        mma_bf16_16816(acc[i][2 * jp + 1], a[i], b[jp][2], b[jp][3]);
+                    }
+                }
+            }
+        }
+    };
+
+    #pragma unroll
+    for (int s = 0; s < Cfg::kStages - 1; ++s) {
+        if (kt_begin + s < kt_end) load_stage(s, kt_begin + s);
+        cp_async_commit();
+    }
+    for (int64_t kt = kt_begin; kt < kt_end; ++kt) {
+        cp_async_wait<Cfg::kStages - 2>();
+        __syncthreads();
+        const int64_t kt_next = kt + Cfg::kStages - 1;
+        if (kt_next < kt_end) load_stage(static_cast<int>((kt_next - kt_begin) % Cfg::kStages), kt_next);
+        cp_async_commit();
+        compute_stage(static_cast<int>((kt - kt_begin) % Cfg::kStages));
+    }
+    cp_async_wait<0>();
+    __syncthreads();
+
+    if constexpr (kSplit) {
+        // fp32 partial sums: partials[split][row][weight row].
+        const int64_t n_w = kSwiGlu ? 2 * n : n;
+        float* part = args.partials + static_cast<int64_t>(split) * args.partial_rows * n_w;
+        #pragma unroll
+        for (int i = 0; i < Cfg::kMFrags; ++i) {
+            #pragma unroll
+            for (int half = 0; half < 2; ++half) {
+                const int r = wm * Cfg::kWM + i * 16 + lane / 4 + half * 8;
+                const int64_t wr = weight_row<Cfg::kBM, kSwiGlu>(r, tc.n_tile, n);
+                if (wr < 0) continue;
+                #pragma unroll
+                for (int j = 0; j < Cfg::kNFrags; ++j) {
+                    #pragma unroll
+                    for (int v = 0; v < 2; ++v) {
+                        const int tok = wn * Cfg::kWN + j * 8 + 2 * (lane % 4) + v;
+                        if (tok < tc.rows_valid) part[(tc.row0 + tok) * n_w + wr] = acc[i][j][half * 2 + v];
+                    }
+                }
+            }
+        }
+        return;
+    }
+
+    // Fused epilogue: stage the tile as fp32 [BN tokens][BM + pad], then write 8 outputs per thread.
+    constexpr int kLd = Cfg::kBM + kEpiloguePad;
+    float* staged = reinterpret_cast<float*>(smem);  // [BN][kLd] fp32
+    #pragma unroll
+    for (int i = 0; i < Cfg::kMFrags; ++i) {
+        #pragma unroll
+        for (int j = 0; j < Cfg::kNFrags; ++j) {
+            const int r = wm * Cfg::kWM + i * 16 + lane / 4;
+            const int tok = wn * Cfg::kWN + j * 8 + 2 * (lane % 4);
+            staged[tok * kLd + r] = acc[i][j][0];
+            staged[(tok + 1) * kLd + r] = acc[i][j][1];
+            staged[tok * kLd + r + 8] = acc[i][j][2];
+            staged[(tok + 1) * kLd + r + 8] = acc[i][j][3];
+        }
+    }
+    __syncthreads();
+    constexpr int kOutPerTile = kSwiGlu ? Cfg::kBM / 2 : Cfg::kBM;  // outputs per row in this tile
+    constexpr int kChunks = kOutPerTile / 8;
+    bf16* out = static_cast<bf16*>(args.out);  // [rows, N]
+    for (int c = tid; c < tc.rows_valid * kChunks; c += Cfg::kThreads) {
+        const int tok = c / kChunks;
+        const int f8 = (c % kChunks) * 8;
+        const int64_t f = tc.n_tile * kOutPerTile + f8;
+        if (f >= n) continue;
+        const float* src = staged + tok * kLd + f8;
+        float v[8];
+        #pragma unroll
+        for (int e = 0; e < 8; ++e) v[e] = kSwiGlu ? silu_mul(src[e], src[e + Cfg::kBM / 2]) : src[e];
+        uint4 packed;
+        __nv_bfloat162* p2 = reinterpret_cast<__nv_bfloat162*>(&packed);
+        #pragma unroll
+        for (int e = 0; e < 4; ++e) p2[e] = __floats2bfloat162_rn(v[2 * e], v[2 * e + 1]);
+        *reinterpret_cast<uint4*>(out + (tc.row0 + tok) * n + f) = packed;
+    }
+}
+
+// Split-K reduction: sums the partials of each tile in split order, applies the epilogue, writes bf16.
+template <class Cfg, bool kSwiGlu>
+__global__ void __launch_bounds__(256) moe_grouped_gemm_reduce_kernel(MoeGroupedGemmArgs args) {
+    const int64_t n = args.out_features;
+    const int64_t n_w = kSwiGlu ? 2 * n : n;
+    const int64_t n_tiles = ceil_div<int64_t>(n, kSwiGlu ? Cfg::kBM / 2 : Cfg::kBM);
+    TileCoord tc;
+    if (!locate_tile<Cfg::kBN>(args, blockIdx.x, n_tiles, tc)) return;
+    constexpr int kOutPerTile = kSwiGlu ? Cfg::kBM / 2 : Cfg::kBM;
+    constexpr int kChunks = kOutPerTile / 8;
+    const int64_t split_stride = args.partial_rows * n_w;
+    bf16* out = static_cast<bf16*>(args.out);  // [rows, N]
+    for (int c = threadIdx.x; c < tc.rows_valid * kChunks; c += blockDim.x) {
+        const int tok = c / kChunks;
+        const int64_t f = tc.n_tile * kOutPerTile + (c % kChunks) * 8;
+        if (f >= n) continue;
+        const float* src = args.partials + (tc.row0 + tok) * n_w + f;  // split 0
+        float g[8], u[8];
+        #pragma unroll
+        for (int e = 0; e < 8; ++e) {
+            g[e] = src[e];
+            u[e] = kSwiGlu ? src[n + e] : 0.0f;
+        }
+        for (int s = 1; s < args.split_k; ++s) {
+            const float* part = src + s * split_stride;
+            #pragma unroll
+            for (int e = 0; e < 8; ++e) {
+                g[e] = __fadd_rn(g[e], part[e]);
+                if (kSwiGlu) u[e] = __fadd_rn(u[e], part[n + e]);
+            }
+        }
+        uint4 packed;
+        __nv_bfloat162* p2 = reinterpret_cast<__nv_bfloat162*>(&packed);
+        #pragma unroll
+        for (int e = 0; e < 4; ++e) {
+            const float v0 = kSwiGlu ? silu_mul(g[2 * e], u[2 * e]) : g[2 * e];
+            const float v1 = kSwiGlu ? silu_mul(g[2 * e + 1], u[2 * e + 1]) : g[2 * e + 1];
+            p2[e] = __floats2bfloat162_rn(v0, v1);
+        }
+        *reinterpret_cast<uint4*>(out + (tc.row0 + tok) * n + f) = packed;
+    }
+}
+
+template <class Cfg, bool kSwiGlu, bool kSplit>
+cudaError_t launch_config(const MoeGroupedGemmArgs& args, cudaStream_t stream) {
+    const int64_t n_tiles = ceil_div<int64_t>(args.out_features, kSwiGlu ? Cfg::kBM / 2 : Cfg::kBM);
+    const int64_t num_tiles = n_tiles * args.max_row_tiles;
+    if (num_tiles == 0) return cudaSuccess;
+    auto kernel = moe_grouped_gemm_kernel<Cfg, kSwiGlu, kSplit>;
+    cudaError_t err =
+        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(Cfg::kSmemBytes));
+    if (err != cudaSuccess) return err;
+    kernel<<<static_cast<unsigned>(num_tiles * args.split_k), Cfg::kThreads, Cfg::kSmemBytes, stream>>>(args);
+    err = cudaGetLastError();
+    if constexpr (kSplit) {
+        if (err != cudaSuccess) return err;
+        moe_grouped_gemm_reduce_kernel<Cfg, kSwiGlu><<<static_cast<unsigned>(num_tiles), 256, 0, stream>>>(args);
+        err = cudaGetLastError();
+    }
+    return err;
+}
+
+}  // namespace
+
+int64_t moe_gemm_tile_rows(MoeGemmTile tile) {
+    return tile == MoeGemmTile::kNarrow ? NarrowTile::kBN : WideTile::kBN;
+}
+
+int64_t moe_gemm_tile_features(MoeGemmTile tile) {
+    return tile == MoeGemmTile::kNarrow ? NarrowTile::kBM : WideTile::kBM;
+}
+
+int moe_gemm_pick_split_k(int64_t num_tiles, int64_t in_features, int num_sms) {
+    const int64_t k_tiles = ceil_div<int64_t>(in_features, kBK);
+    const int64_t target_units = int64_t{4} * 2 * num_sms;  // 2 CTAs per SM, 4 waves
+    int64_t split = num_tiles > 0 ? ceil_div<int64_t>(target_units, num_tiles) : 1;
+    const int64_t max_split = k_tiles / 8 > 1 ? k_tiles / 8 : 1;
+    split = split < 1 ? 1 : (split > max_split ? max_split : split);
+    const int64_t per_split = ceil_div<int64_t>(k_tiles, split);
+    return static_cast<int>(ceil_div<int64_t>(k_tiles, per_split));  // every split gets ≥ 1 k-step
+}
+
+cudaError_t launch_moe_grouped_gemm(const MoeGroupedGemmArgs& args, cudaStream_t stream) {
+    if (args.in_features % 8 != 0 || args.out_features % 8 != 0 || args.in_features <= 0 || args.split_k < 1) {
+        return cudaErrorInvalidValue;
+    }
+    const bool split = args.split_k > 1;
+    if (split && (args.tile == MoeGemmTile::kWide || args.partials == nullptr)) return cudaErrorInvalidValue;
+    const bool swiglu = args.epilogue == MoeGemmEpilogue::kSwiGlu;
+    if (args.tile == MoeGemmTile::kWide) {
+        int device = 0, smem_optin = 0;
+        cudaError_t err = cudaGetDevice(&device);
+        if (err == cudaSuccess) err = cudaDeviceGetAttribute(&smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device);
+        if (err != cudaSuccess) return err;
+        if (static_cast<size_t>(smem_optin) >= WideTile::kSmemBytes) {
+            return swiglu ? launch_config<WideTile, true, false>(args, stream)
+                          : launch_config<WideTile, false, false>(args, stream);
+        }
+        return swiglu ? launch_config<WideTileSmall, true, false>(args, stream)
+                      : launch_config<WideTileSmall, false, false>(args, stream);
+    }
+    if (split) {
+        return swiglu ? launch_config<NarrowTile, true, true>(args, stream)
+                      : launch_config<NarrowTile, false, true>(args, stream);
+    }
+    return swiglu ? launch_config<NarrowTile, true, false>(args, stream)
+                  : launch_config<NarrowTile, false, false>(args, stream);
+}
+
+}  // namespace epinfer::cuda

@@ -1,0 +1,69 @@
+// Grouped expert GEMM for the MoE FFN: out[r, :] = act(x[x_row(r), :] · W_gᵀ) for every row r of every
+// group g (an expert, or the shared expert as one more group), with per-group row ranges on the device
+// (moe_permute.cuh), so no host synchronisation sits in the step. bf16 operands, fp32 accumulation
+// (mma.sync m16n8k16: sm_80 and newer, no Hopper-only instruction), bf16 output.
+//
+// "Swap AB": the weight rows are the MMA's M side and the tokens its N side, so a tile with few tokens
+// still reads its weights once, at full width, and MMAs on token columns past the group's last row are
+// skipped (a decode-size group costs its weight bytes, not a padded tile's FLOPs).
+//   kSwiGlu: weights [2I, Kd] (gate rows 0..I−1, then up rows I..2I−1, transformers' gate_up_proj);
+//            out [rows, I] = silu(x·gateᵀ) · (x·upᵀ), computed from the fp32 accumulators.
+//   kStore:  weights [N, Kd]; out [rows, N] = x·Wᵀ.
+// Two tile shapes: kNarrow (128 weight rows × 64 tokens, 4 warps, 4 stages; split-K for decode sizes,
+// whose few tiles would otherwise not fill the GPU) and kWide (256 × 128, 8 warps of 64 × 64, 3 stages,
+// 144 KiB of shared memory; 128 × 128 where a block cannot have that much, e.g. sm_120; prefill).
+// Tiles run group by group, and inside a group in blocks of 16 weight tiles × every token tile, so
+// weights and tokens are both reused from L2.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+
+namespace epinfer::cuda {
+
+enum class MoeGemmEpilogue { kSwiGlu, kStore };
+enum class MoeGemmTile { kNarrow, kWide };
+
+// Token rows per tile (the tile_rows of moe_permute.cuh) of each tile shape.
+int64_t moe_gemm_tile_rows(MoeGemmTile tile);
+// Weight rows per kNarrow tile (kSwiGlu tiles hold half gate and half up rows, so cover half as many
+// outputs); kWide: of the 256-row tile.
+int64_t moe_gemm_tile_features(MoeGemmTile tile);
+
+struct MoeGroupedGemmArgs {
+    // Weights of group g: g < num_weight_groups: weights + g·weight_group_stride; else extra_weights.
+    const void* weights = nullptr;        // [G_w, N_w, Kd] bf16, device (N_w = 2·N for kSwiGlu, else N)
+    int64_t weight_group_stride = 0;      // elements between consecutive groups' weights
+    int64_t num_weight_groups = 0;        // G_w
+    const void* extra_weights = nullptr;  // [N_w, Kd] bf16, device: group G_w (the shared expert), or nullptr
+    const void* x = nullptr;              // [rows_x, Kd] bf16, device
+    const int32_t* x_row_of_row = nullptr;  // [rows] row of x that GEMM row r reads; nullptr: row r itself
+    const int32_t* group_row_begin = nullptr;     // [G] int32, device
+    const int32_t* group_row_end = nullptr;       // [G] int32, device
+    const int32_t* group_tile_offsets = nullptr;  // [G + 1] int32, device, for moe_gemm_tile_rows(tile)
+    int64_t num_groups = 0;     // G (G_w or G_w + 1)
+    int64_t max_row_tiles = 0;  // upper bound of group_tile_offsets[G] (sizes the grid)
+    int64_t out_features = 0;   // N: outputs per row
+    int64_t in_features = 0;    // Kd, a multiple of 8
+    void* out = nullptr;        // [rows, N] bf16, device, row stride N (rows where a group has a row)
+    MoeGemmEpilogue epilogue = MoeGemmEpilogue::kStore;
+    MoeGemmTile tile = MoeGemmTile::kNarrow;
+    // Split-K (kNarrow only): split_k > 1 writes fp32 partial sums to partials and a second kernel reduces
+    // them in split order (deterministic) and applies the epilogue.
+    int split_k = 1;
+    float* partials = nullptr;   // [split_k, partial_rows, N_w] fp32, device (split_k > 1)
+    int64_t partial_rows = 0;    // ≥ every row index + 1
+};
+
+// Device workspace (none: partials are passed explicitly).
+// Errors: cudaErrorInvalidValue for shapes the kernels do not take (Kd or N not a multiple of 8,
+// split_k > 1 with kWide, split_k > 1 without partials).
+cudaError_t launch_moe_grouped_gemm(const MoeGroupedGemmArgs& args, cudaStream_t stream);
+
+// split_k for a launch with about `num_tiles` tiles of in_features Kd on a GPU of num_sms
+// multiprocessors: enough units to fill it several times over, at least 8 k-steps each.
+int moe_gemm_pick_split_k(int64_t num_tiles, int64_t in_features, int num_sms);
+
+}  // namespace epinfer::cuda

@@ -1,0 +1,77 @@
+// Helpers of the CUDA op tests: the GPU-or-skip fixture, seeded random host data, and device round trips.
+// Every test of this folder derives from CudaTest, whose SetUp skips with the runtime's reason when
+// there is no usable GPU (CI: "no CUDA GPU: CUDA driver version is insufficient for CUDA runtime version").
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "backend/cuda/cuda_util.h"
+#include "core/dtype.h"
+
+namespace epinfer::test {
+
+class CudaTest : public ::testing::Test {
+protected:
+    void SetUp() override {
+        const Status gpu = cuda::cuda_require_device();
+        if (!gpu.is_ok()) GTEST_SKIP() << gpu.message();
+    }
+};
+
+inline std::vector<float> random_floats(size_t n, uint32_t seed, float lo = -1.0f, float hi = 1.0f) {
+    std::mt19937 rng(seed);
+    std::uniform_real_distribution<float> dist(lo, hi);
+    std::vector<float> out(n);
+    for (float& v : out) v = dist(rng);
+    return out;
+}
+
+// Random bf16 bit patterns of values uniform in [−scale, scale).
+inline std::vector<uint16_t> random_bf16(size_t n, uint32_t seed, float scale) {
+    std::vector<float> f = random_floats(n, seed, -scale, scale);
+    std::vector<uint16_t> out(n);
+    for (size_t i = 0; i < n; ++i) out[i] = f32_to_bf16(f[i]);
+    return out;
+}
+
+inline float bf16_round(float v) {
+    return bf16_to_f32(f32_to_bf16(v));
+}
+
+// Uploads a host vector into a new device buffer (fails the test on error).
+template <typename T>
+cuda::CudaBuffer upload(const std::vector<T>& host) {
+    auto buffer = cuda::CudaBuffer::alloc(host.size() * sizeof(T));
+    EXPECT_TRUE(buffer.is_ok()) << buffer.status().message();
+    if (!buffer.is_ok() || host.empty()) return cuda::CudaBuffer();
+    EXPECT_EQ(cudaMemcpy(buffer->data(), host.data(), host.size() * sizeof(T), cudaMemcpyHostToDevice), cudaSuccess);
+    return std::move(buffer).value();
+}
+
+// Copies `count` elements of device memory to the host (after synchronising the device).
+template <typename T>
+std::vector<T> download(const void* device, size_t count) {
+    std::vector<T> host(count);
+    EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    if (count > 0) {
+        EXPECT_EQ(cudaMemcpy(host.data(), device, count * sizeof(T), cudaMemcpyDeviceToHost), cudaSuccess);
+    }
+    return host;
+}
+
+// A device buffer of `count` elements filled with a poison byte, so unwritten outputs show.
+template <typename T>
+cuda::CudaBuffer poisoned(size_t count, int byte = 0x7f) {
+    auto buffer = cuda::CudaBuffer::alloc(count * sizeof(T));
+    EXPECT_TRUE(buffer.is_ok()) << buffer.status().message();
+    if (!buffer.is_ok() || count == 0) return cuda::CudaBuffer();
+    EXPECT_EQ(cudaMemset(buffer->data(), byte, count * sizeof(T)), cudaSuccess);
+    return std::move(buffer).value();
+}
+
+}  // namespace epinfer::test

@@ -1,0 +1,202 @@
+// epinfer bench moe: one MoE layer on the GPU at real model shapes against the H200's speed of light
+// (backend/cuda/moe_bench.h says what is timed and how bytes, FLOPs and SOL are counted).
+//   epinfer bench moe                                   # the four shapes of tests/data/configs, every size
+//   epinfer bench moe --model-config tests/data/configs/qwen3_30b_a3b.json --tokens 1,64 --routing zipf
+//   epinfer bench moe --json moe.json                   # for bench/moe_peers.py --epinfer-json moe.json
+// Prints the ceilings measured in the same run (read-only stream over 4 GiB, cuBLAS bf16 GEMM), then one
+// row per (shape, routing, tokens). Without a GPU (or without -DEPINFER_CUDA=ON) it exits with one line.
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "checkpoint/hf_config.h"
+#include "commands.h"
+#if EPINFER_WITH_CUDA
+#include "backend/cuda/moe_bench.h"
+#endif
+
+namespace epinfer::cli {
+namespace {
+
+struct BenchMoeOptions {
+    std::vector<std::string> model_configs = {
+        "tests/data/configs/kimi_k2_instruct_0905.json", "tests/data/configs/deepseek_v3.json",
+        "tests/data/configs/qwen3_30b_a3b.json", "tests/data/configs/mixtral_8x7b.json"};
+    std::vector<int64_t> tokens = {1, 8, 64, 256, 1024, 4096, 16384};
+    std::vector<std::string> routings = {"uniform", "zipf"};
+    int repeats = 20;
+    uint64_t seed = 1;
+    int64_t narrow_max_rows = -1;  // -1: the layer's default
+    std::string json_path;
+};
+
+#if EPINFER_WITH_CUDA
+using cuda::MoeBenchRow;
+
+Result<ModelConfig> read_config(const std::string& path) {
+    std::ifstream in(path);
+    if (!in) return not_found(fmt::format("--model-config {}: cannot open the file", path));
+    std::stringstream text;
+    text << in.rdbuf();
+    return parse_hf_config(text.str(), path);
+}
+
+Result<cuda::MoeBenchShape> shape_of(const std::string& path) {
+    EPI_ASSIGN_OR_RETURN(ModelConfig mc, read_config(path));
+    if (mc.n_routed_experts <= 0) return invalid_argument(fmt::format("--model-config {}: not an MoE model", path));
+    if (mc.shared_expert_intermediate_size > 0) {
+        return not_supported(fmt::format("--model-config {}: the sigmoid-gated shared expert (Qwen2-MoE) is not "
+                                         "in the CUDA MoE layer yet", path));
+    }
+    cuda::MoeBenchShape shape;
+    shape.name = std::filesystem::path(path).stem().string();
+    cuda::CudaMoeLayerConfig& c = shape.layer;
+    c.hidden = mc.hidden_size;
+    c.intermediate = mc.moe_intermediate_size;
+    c.num_experts = mc.n_routed_experts;
+    c.top_k = mc.router.num_experts_per_tok;
+    c.shared_intermediate = mc.n_shared_experts * mc.moe_intermediate_size;
+    c.scoring_func = mc.router.scoring_func;
+    c.topk_method = mc.router.topk_method;
+    c.n_group = mc.router.n_group;
+    c.topk_group = mc.router.topk_group;
+    c.norm_topk_prob = mc.router.norm_topk_prob;
+    c.routed_scaling_factor = static_cast<float>(mc.router.routed_scaling_factor);
+    return shape;
+}
+
+double sol(double bytes, double flops, double time_us) {
+    const double floor_s = std::max(bytes / cuda::kH200PeakBytesPerS, flops / cuda::kH200PeakBf16FlopsPerS);
+    return time_us > 0 ? floor_s / (time_us * 1e-6) : 0.0;
+}
+
+void print_row(const MoeBenchRow& r) {
+    const double gbps = r.weight_bytes / (r.time_us * 1e-6) / 1e9;
+    const double tflops = r.flops / (r.time_us * 1e-6) / 1e12;
+    fmt::print("{:<24} {:<7} {:>6} {:>5} {:>9.3f} {:>10.1f} {:>10.1f} {:>7.0f} {:>7.1f} {:>5.2f} {:>10.1f} {:>5.2f}  {}{}\n",
+               r.shape, cuda::moe_bench_routing_name(r.routing), r.tokens, r.experts_touched, r.weight_bytes / 1e9,
+               r.flops / 1e9, r.time_us, gbps, tflops, sol(r.weight_bytes, r.flops, r.time_us), r.routed_time_us,
+               sol(r.routed_weight_bytes, r.routed_flops, r.routed_time_us), r.tiling,
+               r.routing_exact ? "" : "  ROUTING MISMATCH: " + r.routing_note);
+    std::fflush(stdout);
+}
+
+nlohmann::json row_json(const MoeBenchRow& r, const cuda::CudaMoeLayerConfig& c) {
+    return {{"shape", r.shape},
+            {"routing", cuda::moe_bench_routing_name(r.routing)},
+            {"tokens", r.tokens},
+            {"hidden", c.hidden},
+            {"intermediate", c.intermediate},
+            {"num_experts", c.num_experts},
+            {"top_k", c.top_k},
+            {"n_group", c.n_group},
+            {"topk_group", c.topk_group},
+            {"grouped_routing", c.topk_method != TopkMethod::kGreedy && c.topk_group < c.n_group},
+            {"shared_intermediate", c.shared_intermediate},
+            {"experts_touched", r.experts_touched},
+            {"weight_bytes", r.weight_bytes},
+            {"flops", r.flops},
+            {"time_us", r.time_us},
+            {"sol", sol(r.weight_bytes, r.flops, r.time_us)},
+            {"routed_weight_bytes", r.routed_weight_bytes},
+            {"routed_flops", r.routed_flops},
+            {"routed_time_us", r.routed_time_us},
+            {"routed_sol", sol(r.routed_weight_bytes, r.routed_flops, r.routed_time_us)},
+            {"routing_exact", r.routing_exact},
+            {"routing_note", r.routing_note},
+            {"tiling", r.tiling}};
+}
+
+Status run_bench_moe(const BenchMoeOptions& opts) {
+    cuda::MoeBenchOptions bench;
+    bench.tokens = opts.tokens;
+    bench.repeats = opts.repeats;
+    bench.seed = opts.seed;
+    bench.routings.clear();
+    for (const std::string& r : opts.routings) {
+        if (r == "uniform") bench.routings.push_back(cuda::MoeBenchRouting::kUniform);
+        else if (r == "zipf") bench.routings.push_back(cuda::MoeBenchRouting::kZipf);
+        else return invalid_argument(fmt::format("--routing {}: expected uniform or zipf", r));
+    }
+    for (int64_t t : opts.tokens) {
+        if (t < 1) return invalid_argument(fmt::format("--tokens {}: must be at least 1", t));
+    }
+    if (opts.repeats < 1) return invalid_argument(fmt::format("--repeats {}: must be at least 1", opts.repeats));
+    std::vector<cuda::MoeBenchShape> shapes;
+    for (const std::string& path : opts.model_configs) {
+        EPI_ASSIGN_OR_RETURN(cuda::MoeBenchShape shape, shape_of(path));
+        if (opts.narrow_max_rows >= 0) shape.layer.narrow_max_rows_per_expert = opts.narrow_max_rows;
+        shapes.push_back(shape);
+    }
+    EPI_ASSIGN_OR_RETURN(cuda::MoeBenchCeilings ceil, cuda::cuda_bench_ceilings());
+    fmt::print("GPU {} ({} SMs), driver {}, CUDA runtime {}\n", ceil.gpu_name, ceil.num_sms, ceil.driver_version,
+               ceil.runtime_version);
+    fmt::print("ceilings: read-only stream (16-byte loads, {:.1f} GiB) {:.0f} GB/s = {:.2f} of 4.8 TB/s; "
+               "cuBLAS bf16 GEMM {}^3 {:.0f} TFLOP/s = {:.2f} of 989\n",
+               ceil.stream_read_bytes / (1ull << 30), ceil.stream_read_gbps, ceil.stream_read_gbps / 4800.0,
+               ceil.gemm_size, ceil.gemm_tflops, ceil.gemm_tflops / 989.0);
+    fmt::print("{:<24} {:<7} {:>6} {:>5} {:>9} {:>10} {:>10} {:>7} {:>7} {:>5} {:>10} {:>5}  {}\n", "shape", "routing",
+               "T", "exp", "GB", "GFLOP", "time_us", "GB/s", "TFLOP/s", "SOL", "routed_us", "rSOL", "tiling");
+    nlohmann::json doc = {{"gpu", ceil.gpu_name},
+                          {"num_sms", ceil.num_sms},
+                          {"driver_version", ceil.driver_version},
+                          {"runtime_version", ceil.runtime_version},
+                          {"repeats", opts.repeats},
+                          {"seed", opts.seed},
+                          {"peak_bytes_per_s", cuda::kH200PeakBytesPerS},
+                          {"peak_flops_per_s", cuda::kH200PeakBf16FlopsPerS},
+                          {"ceilings", {{"stream_read_bytes", ceil.stream_read_bytes},
+                                        {"stream_read_gbps", ceil.stream_read_gbps},
+                                        {"gemm_size", ceil.gemm_size},
+                                        {"gemm_tflops", ceil.gemm_tflops}}},
+                          {"rows", nlohmann::json::array()}};
+    for (const cuda::MoeBenchShape& shape : shapes) {
+        auto result = cuda::cuda_bench_moe(shape, bench);
+        if (!result.is_ok()) return result.status().with_context(fmt::format("bench moe {}", shape.name));
+        for (const MoeBenchRow& row : result.value()) {
+            print_row(row);
+            doc["rows"].push_back(row_json(row, shape.layer));
+        }
+    }
+    if (!opts.json_path.empty()) {
+        std::ofstream out(opts.json_path);
+        out << doc.dump(2) << "\n";
+        if (!out) return not_found(fmt::format("--json {}: cannot write the file", opts.json_path));
+    }
+    return Status::ok();
+}
+#else
+Status run_bench_moe(const BenchMoeOptions&) {
+    return not_supported("bench moe: this epinfer was built without the CUDA backend (configure with -DEPINFER_CUDA=ON)");
+}
+#endif
+
+}  // namespace
+
+void add_bench_moe_command(CLI::App& bench) {
+    auto opts = std::make_shared<BenchMoeOptions>();
+    CLI::App* moe = bench.add_subcommand("moe", "one MoE layer on the GPU vs the H200's speed of light");
+    moe->add_option("--model-config", opts->model_configs, "config.json of a model (repeatable)")
+        ->capture_default_str();
+    moe->add_option("--tokens", opts->tokens, "token counts, comma-separated")->delimiter(',')->capture_default_str();
+    moe->add_option("--routing", opts->routings, "uniform, zipf, or both (comma-separated)")
+        ->delimiter(',')
+        ->capture_default_str();
+    moe->add_option("--repeats", opts->repeats, "timed repeats per size (median reported)")->capture_default_str();
+    moe->add_option("--seed", opts->seed, "routing seed (bench/moe_peers.py uses the same)")->capture_default_str();
+    moe->add_option("--narrow-max-rows", opts->narrow_max_rows,
+                    "tuning: decode-size tiles up to this many rows per expert (T·K/E); default: the layer's");
+    moe->add_option("--json", opts->json_path, "also write the results to this JSON file");
+    moe->callback([opts] { exit_on_error(run_bench_moe(*opts)); });
+}
+
+}  // namespace epinfer::cli
