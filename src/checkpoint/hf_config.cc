@@ -6,6 +6,7 @@
 
 #include <cmath>
 #include <filesystem>
+#include <initializer_list>
 #include <fstream>
 #include <limits>
 #include <nlohmann/json.hpp>
@@ -521,9 +522,39 @@ void parse_layer_kinds(KeyReader& r, const FamilyDefaults& d, ModelConfig& c) {
     }
 }
 
+// Upper bounds far above every published model, so that a corrupt config fails in one line instead of
+// exhausting memory or overflowing byte counts (int64) downstream.
+struct ConfigLimit {
+    const char* key;
+    int64_t value;
+    int64_t max;
+};
+
+Status check_limits(std::initializer_list<ConfigLimit> limits, const std::string& source) {
+    for (const ConfigLimit& l : limits) {
+        if (l.value > l.max)
+            return invalid_argument(source + ": key '" + l.key + "' is " + std::to_string(l.value) +
+                                    ", above the supported maximum " + std::to_string(l.max));
+    }
+    return Status::ok();
+}
+
 Status check_consistency(const ModelConfig& c, const std::string& source) {
     auto bad = [&](const std::string& what) { return invalid_argument(source + ": " + what); };
     const auto s = [](int64_t v) { return std::to_string(v); };
+    EPI_RETURN_IF_ERROR(check_limits({{"num_attention_heads", c.num_attention_heads, 1 << 12},
+                                      {"num_key_value_heads", c.num_key_value_heads, 1 << 12},
+                                      {"head_dim", c.head_dim, 1 << 12},
+                                      {"q_lora_rank", c.q_lora_rank, 1 << 16},
+                                      {"kv_lora_rank", c.kv_lora_rank, 1 << 16},
+                                      {"intermediate_size", c.intermediate_size, 1 << 20},
+                                      {"moe_intermediate_size", c.moe_intermediate_size, 1 << 20},
+                                      {"shared_expert_intermediate_size", c.shared_expert_intermediate_size,
+                                       1 << 20},
+                                      {"n_shared_experts", c.n_shared_experts, 1 << 10},
+                                      {"n_routed_experts", c.n_routed_experts, 1 << 16},
+                                      {"n_group", c.router.n_group, 1 << 16}},
+                                     source));
     if (c.attention == AttentionKind::kGqa) {
         if (c.num_key_value_heads < 1) return bad("num_key_value_heads must be >= 1");
         if (c.num_attention_heads % c.num_key_value_heads != 0)
@@ -603,6 +634,15 @@ Result<ModelConfig> parse_hf_config(const std::string& json_text, const std::str
     c.max_position_embeddings = r.count_or("max_position_embeddings", d.max_position_embeddings);
     c.rms_norm_eps = r.number_or("rms_norm_eps", d.rms_norm_eps);
     c.tie_word_embeddings = r.bool_or("tie_word_embeddings", false);
+    EPI_RETURN_IF_ERROR(r.status());
+    EPI_RETURN_IF_ERROR(check_limits({{"vocab_size", c.vocab_size, int64_t{1} << 24},
+                                      {"hidden_size", c.hidden_size, 1 << 17},
+                                      {"num_hidden_layers", c.num_hidden_layers, 1 << 12},
+                                      {"max_position_embeddings", c.max_position_embeddings, int64_t{1} << 30}},
+                                     source));
+    if (!(c.rms_norm_eps >= 0.0) || !std::isfinite(c.rms_norm_eps))
+        return invalid_argument(source + ": key 'rms_norm_eps' must be a finite number >= 0, got " +
+                                std::to_string(c.rms_norm_eps));
     if (is_noaux(c.architecture)) {
         // MTP layers (DeepSeek's num_nextn_predict_layers; Glm4MoeConfig num_mtp_layers, default 1).
         const bool glm = c.architecture == Architecture::kGlm4Moe;

@@ -115,7 +115,7 @@ void add_plan_command(CLI::App& app) {
         "plan", "Predict memory and throughput of every TP/EP/PP/DP layout of a model on a machine");
     cmd->add_option("--model", args->model, "config.json or checkpoint folder");
     cmd->add_option("--hardware", args->hardware, "hardware profile name (profiles/*.json) or FILE.json");
-    cmd->add_option("--gpus", args->gpus, "GPUs in all (over every node)");
+    cmd->add_option("--gpus", args->gpus, "GPUs in all (over every node)")->required();
     cmd->add_option("--nodes", args->nodes, "nodes the GPUs split evenly over")->capture_default_str();
     cmd->add_option("--context", args->context, "KV tokens per request (prompt + output)")
         ->capture_default_str();

@@ -1,6 +1,7 @@
 // epinfer: the command-line tool. Usage: epinfer <generate|inspect|plan|bench> --help
 #include <cstdio>
 #include <cstdlib>
+#include <string>
 
 #include <CLI/CLI.hpp>
 
@@ -17,14 +18,53 @@ void exit_on_error(const Status& status) {
 
 }  // namespace epinfer::cli
 
+namespace {
+
+// One line for a command-line usage error, e.g.
+//   epinfer: error: --prompt-ids is required (see 'epinfer generate --help')
+int report_usage_error(const CLI::App& app, const CLI::ParseError& error, int argc, char** argv) {
+    std::string message = error.what();
+    for (char& c : message)
+        if (c == '\n' || c == '\r') c = ' ';
+    std::string command;
+    if (argc > 1 && argv[1][0] != '-') {
+        command = argv[1];
+        std::string known;
+        bool is_known = false;
+        for (const CLI::App* sub : app.get_subcommands([](const CLI::App*) { return true; })) {
+            known += (known.empty() ? "" : ", ") + sub->get_name();
+            is_known = is_known || sub->get_name() == command;
+        }
+        if (!is_known) {
+            message = "unknown command '" + command + "' (commands: " + known + ")";
+            command.clear();
+        }
+    }
+    std::fprintf(stderr, "epinfer: error: %s (see 'epinfer%s --help')\n", message.c_str(),
+                 command.empty() ? "" : (" " + command).c_str());
+    return 1;
+}
+
+}  // namespace
+
+// Exit status: 0 on success, 1 on any error (a usage error or epinfer::cli::exit_on_error).
 int main(int argc, char** argv) {
     CLI::App app{"epinfer: an inference runtime for Mixture-of-Experts models"};
     app.require_subcommand(1);
-    // Subcommands are registered here as they land (each file cmd_<name>.cc).
     epinfer::cli::add_generate_command(app);
     epinfer::cli::add_inspect_command(app);
     epinfer::cli::add_plan_command(app);
     epinfer::cli::add_bench_command(app);
-    CLI11_PARSE(app, argc, argv);
+    try {
+        app.parse(argc, argv);
+    } catch (const CLI::Success& e) {  // --help and the like
+        return app.exit(e);
+    } catch (const CLI::CallForHelp& e) {
+        return app.exit(e);
+    } catch (const CLI::CallForAllHelp& e) {
+        return app.exit(e);
+    } catch (const CLI::ParseError& e) {
+        return report_usage_error(app, e, argc, argv);
+    }
     return 0;
 }

@@ -464,15 +464,17 @@ TEST(HfConfig, Qwen3DecoderSparseStep) {
     EXPECT_EQ(c->layer_is_moe, (std::vector<bool>{false, true, false, false, false, true}));
 }
 
+nlohmann::json with(nlohmann::json j, const char* key, nlohmann::json value) {
+    j[key] = std::move(value);
+    return j;
+}
+
+nlohmann::json without(nlohmann::json j, const char* key) {
+    j.erase(key);
+    return j;
+}
+
 TEST(HfConfig, Errors) {
-    auto with = [](nlohmann::json j, const char* key, nlohmann::json value) {
-        j[key] = std::move(value);
-        return j;
-    };
-    auto without = [](nlohmann::json j, const char* key) {
-        j.erase(key);
-        return j;
-    };
     const nlohmann::json v3 = minimal("deepseek_v3");
     const nlohmann::json qwen = minimal("qwen3_moe");
     expect_error(without(qwen, "hidden_size"), StatusCode::kInvalidArgument,
@@ -518,6 +520,16 @@ TEST(HfConfig, Errors) {
                  StatusCode::kNotSupported, {"sliding-window", "256 < max_position_embeddings 4096"});
     expect_error(with(qwen, "use_sliding_window", true), StatusCode::kNotSupported, {"sliding-window"});
     expect_error(with(minimal("olmoe"), "clip_qkv", 8.0), StatusCode::kNotSupported, {"clip_qkv"});
+    // Absurd sizes fail in one line instead of exhausting memory (found by a tester: 1e12 layers).
+    expect_error(with(minimal("olmoe"), "num_hidden_layers", int64_t{1000000000000}),
+                 StatusCode::kInvalidArgument,
+                 {"'num_hidden_layers' is 1000000000000, above the supported maximum 4096"});
+    expect_error(with(minimal("olmoe"), "num_experts", int64_t{1} << 40), StatusCode::kInvalidArgument,
+                 {"'n_routed_experts'", "above the supported maximum"});
+    expect_error(with(minimal("olmoe"), "hidden_size", int64_t{1} << 40), StatusCode::kInvalidArgument,
+                 {"'hidden_size'", "above the supported maximum"});
+    expect_error(with(minimal("olmoe"), "rms_norm_eps", -1.0), StatusCode::kInvalidArgument,
+                 {"config.json: key 'rms_norm_eps' must be a finite number >= 0"});
     expect_error(with(v3, "scoring_func", "softmax"), StatusCode::kInvalidArgument,
                  {"scoring_func 'softmax'"});
     expect_error(with(minimal("deepseek_v2"), "topk_method", "noaux_tc"), StatusCode::kInvalidArgument,
