@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "comm/communicator.h"
+#include "core/env.h"
 #include "commands.h"
 #include "mpi_launch.h"
 
@@ -219,11 +220,18 @@ Status write_json(const std::string& path, const Communicator& comm, const Bench
     return Status::ok();
 }
 
+constexpr int kMaxRanks = 4096;
+constexpr uint64_t kMaxMessageBytes = uint64_t{1} << 30;  // per rank; all-gather holds ranks × this
+
 Status check_options(const BenchCommOptions& opts) {
     if (opts.ranks < 0) return invalid_argument(fmt::format("--ranks {}: must be at least 1", opts.ranks));
     if (opts.min_bytes < 4 || opts.min_bytes > opts.max_bytes) {
         return invalid_argument(fmt::format("--min-bytes {} and --max-bytes {}: need 4 ≤ min ≤ max",
                                             opts.min_bytes, opts.max_bytes));
+    }
+    if (opts.max_bytes > kMaxMessageBytes) {
+        return invalid_argument(fmt::format("--max-bytes {}: above the limit of {} bytes (1 GiB)",
+                                            opts.max_bytes, kMaxMessageBytes));
     }
     if (opts.step_factor < 2)
         return invalid_argument(fmt::format("--step-factor {}: must be at least 2", opts.step_factor));
@@ -236,6 +244,7 @@ Status check_options(const BenchCommOptions& opts) {
 
 Status run_bench_comm(const BenchCommOptions& opts) {
     EPI_RETURN_IF_ERROR(check_options(opts));
+    EPI_RETURN_IF_ERROR(env_comm_timeout_s().status());  // a bad setting fails here, before mpirun starts
     EPI_RETURN_IF_ERROR(relaunch_under_mpirun_if_needed(opts.ranks));
     EPI_ASSIGN_OR_RETURN(std::unique_ptr<Communicator> comm, create_world_communicator());
     if (opts.ranks > 0 && comm->size() != opts.ranks) {
@@ -272,7 +281,8 @@ void add_bench_command(CLI::App& app) {
     CLI::App* comm =
         bench->add_subcommand("comm", "all_reduce, all_gather, all_to_all_v bandwidth (nccl-tests style)");
     comm->add_option("--ranks", opts->ranks,
-                     "ranks; without MPI around, starts them through mpirun (default: the world)");
+                     "ranks; without MPI around, starts them through mpirun (default: the world)")
+        ->check(CLI::Range(1, kMaxRanks));
     comm->add_option("--min-bytes", opts->min_bytes, "smallest message (suffixes K, M, G: powers of 1024)")
         ->transform(CLI::AsSizeValue(false))
         ->capture_default_str();
