@@ -14,6 +14,37 @@ double seconds_since(std::chrono::steady_clock::time_point start) {
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
+// The number of sequences still active on any rank (this rank's count without a layout).
+Result<int64_t> active_anywhere(const ParallelContext* par, size_t num_active) {
+    int64_t n = static_cast<int64_t>(num_active);
+    if (par == nullptr || par->world->size() == 1) return n;
+    EPI_RETURN_IF_ERROR(par->world->all_reduce(&n, &n, 1, DType::kI64, ReduceOp::kMax));
+    return n;
+}
+
+// Under DP attention each request's tokens live on the ranks of its DP group: gathers them to every
+// rank (each request's row padded with −1; the ranks that hold a request agree on its tokens).
+Status gather_outputs(const ParallelContext& par, std::span<const GenerateRequest> requests,
+                      std::vector<std::vector<int32_t>>& output_ids) {
+    int64_t width = 0;
+    for (const GenerateRequest& r : requests) width = std::max(width, r.max_new_tokens);
+    std::vector<int32_t> table(requests.size() * static_cast<size_t>(width), -1);  // [N, width]
+    for (size_t i = 0; i < requests.size(); ++i)
+        std::copy(output_ids[i].begin(), output_ids[i].end(),
+                  table.begin() + static_cast<int64_t>(i) * width);
+    EPI_RETURN_IF_ERROR(par.world->all_reduce(table.data(), table.data(), static_cast<int64_t>(table.size()),
+                                              DType::kI32, ReduceOp::kMax));
+    for (size_t i = 0; i < requests.size(); ++i) {
+        output_ids[i].clear();
+        for (int64_t j = 0; j < width; ++j) {
+            const int32_t token = table[i * static_cast<size_t>(width) + static_cast<size_t>(j)];
+            if (token < 0) break;
+            output_ids[i].push_back(token);
+        }
+    }
+    return Status::ok();
+}
+
 struct ActiveSequence {
     size_t request_idx = 0;
     SequenceKvCache cache;
@@ -47,17 +78,23 @@ Status generate_request_check(const ModelConfig& config, const GenerateRequest& 
 Result<GenerateOutput> generate(Model& model, std::span<const GenerateRequest> requests) {
     const ModelConfig& config = model.config();
     const auto V = static_cast<size_t>(config.vocab_size);
+    const ParallelContext* par = model.parallel();
+    const size_t dp = par != nullptr ? static_cast<size_t>(par->layout.attn_dp) : 1;
+    const size_t dp_rank = par != nullptr ? static_cast<size_t>(par->coords.attn_dp_rank) : 0;
     GenerateOutput out;
     out.output_ids.resize(requests.size());
     std::vector<ActiveSequence> active;
     for (size_t i = 0; i < requests.size(); ++i) {
         EPI_RETURN_IF_ERROR_CTX(generate_request_check(config, requests[i]), "request " + std::to_string(i));
+    }
+    for (size_t i = 0; i < requests.size(); ++i) {
+        if (i % dp != dp_rank) continue;  // DP attention: request i lives on DP group i mod attn_dp
         const int64_t capacity =
             static_cast<int64_t>(requests[i].prompt_ids.size()) + requests[i].max_new_tokens;
         EPI_ASSIGN_OR_RETURN(SequenceKvCache cache, SequenceKvCache::create(model, capacity));
         active.push_back({i, std::move(cache), Sampler(requests[i].sampling), 0});
     }
-    if (active.empty()) return out;
+    if (requests.empty()) return out;
 
     std::vector<float> logits;
     std::vector<SequenceInput> inputs;
@@ -101,11 +138,15 @@ Result<GenerateOutput> generate(Model& model, std::span<const GenerateRequest> r
     EPI_RETURN_IF_ERROR(step(true));
     out.stats.prefill_seconds = seconds_since(start);
     start = std::chrono::steady_clock::now();
-    while (!active.empty()) {
+    // Every rank runs the same number of forwards (their collectives must match), also with no sequence.
+    for (;;) {
+        EPI_ASSIGN_OR_RETURN(const int64_t anywhere, active_anywhere(par, active.size()));
+        if (anywhere == 0) break;
         out.stats.decode_tokens += static_cast<int64_t>(active.size());
         EPI_RETURN_IF_ERROR(step(false));
     }
     out.stats.decode_seconds = seconds_since(start);
+    if (dp > 1) EPI_RETURN_IF_ERROR(gather_outputs(*par, requests, out.output_ids));
     return out;
 }
 

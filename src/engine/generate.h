@@ -39,6 +39,9 @@ struct GenerateOutput {
 Status generate_request_check(const ModelConfig& config, const GenerateRequest& request);
 
 // Generates for every request; output_ids[i] has max_new_tokens tokens unless request i stopped at EOS.
+// Under a parallel layout (Model::parallel()) every rank calls it with the same requests: with DP
+// attention request i runs on attention-DP group i mod attn_dp, and the outputs are gathered so that every
+// rank returns all of them; stats count this rank's own sequences.
 // Errors: as generate_request_check (naming the request), then those of Model::forward.
 Result<GenerateOutput> generate(Model& model, std::span<const GenerateRequest> requests);
 

@@ -36,6 +36,23 @@ Status apply_qk_norm(Backend& backend, const GqaAttentionParams& p, const RmsNor
     return internal_error("gqa attention: unknown q/k norm mode");
 }
 
+// out = heads [begin, begin + num_heads) of norm(proj(x)) over all full_heads heads (kFullProjection norm
+// under attention TP). out: [T, num_heads, D] fp32.
+Status project_full_then_slice(Backend& backend, const GqaAttentionParams& p, const Linear& proj,
+                               const RmsNormWeight& norm, const float* x, int64_t num_rows,
+                               int64_t full_heads, int64_t begin, int64_t num_heads, float* out) {
+    const int64_t D = p.head_dim;
+    EPI_ASSIGN_OR_RETURN(DeviceBuffer full,
+                         DeviceBuffer::alloc_f32(backend, num_rows * full_heads * D));  // [T, full, D]
+    EPI_RETURN_IF_ERROR(linear_forward(backend, proj, x, num_rows, full.f32()));
+    EPI_RETURN_IF_ERROR(apply_qk_norm(backend, p, norm, full.f32(), num_rows, full_heads));
+    constexpr size_t kF = sizeof(float);
+    return backend.copy_rows_on_device(out, static_cast<size_t>(num_heads * D) * kF, full.f32() + begin * D,
+                                       static_cast<size_t>(full_heads * D) * kF,
+                                       static_cast<size_t>(num_heads * D) * kF,
+                                       static_cast<size_t>(num_rows));
+}
+
 }  // namespace
 
 Status gqa_attention_forward(Backend& backend, const GqaAttentionWeights& w, const GqaAttentionParams& p,
@@ -46,11 +63,20 @@ Status gqa_attention_forward(Backend& backend, const GqaAttentionWeights& w, con
     EPI_ASSIGN_OR_RETURN(DeviceBuffer v, DeviceBuffer::alloc_f32(backend, T * Nkv * D));    // [T, Nkv, D]
     EPI_ASSIGN_OR_RETURN(DeviceBuffer attn, DeviceBuffer::alloc_f32(backend, T * Nh * D));  // [T, Nh, D]
 
-    EPI_RETURN_IF_ERROR_CTX(linear_forward(backend, w.q_proj, x, T, q.f32()), "q_proj");
-    EPI_RETURN_IF_ERROR_CTX(linear_forward(backend, w.k_proj, x, T, k.f32()), "k_proj");
+    if (p.full_num_heads > 0) {
+        EPI_RETURN_IF_ERROR_CTX(project_full_then_slice(backend, p, w.q_proj, w.q_norm, x, T,
+                                                        p.full_num_heads, p.head_begin, Nh, q.f32()),
+                                "q_proj");
+        EPI_RETURN_IF_ERROR_CTX(project_full_then_slice(backend, p, w.k_proj, w.k_norm, x, T,
+                                                        p.full_num_kv_heads, p.kv_head_begin, Nkv, k.f32()),
+                                "k_proj");
+    } else {
+        EPI_RETURN_IF_ERROR_CTX(linear_forward(backend, w.q_proj, x, T, q.f32()), "q_proj");
+        EPI_RETURN_IF_ERROR_CTX(linear_forward(backend, w.k_proj, x, T, k.f32()), "k_proj");
+        EPI_RETURN_IF_ERROR_CTX(apply_qk_norm(backend, p, w.q_norm, q.f32(), T, Nh), "q_norm");
+        EPI_RETURN_IF_ERROR_CTX(apply_qk_norm(backend, p, w.k_norm, k.f32(), T, Nkv), "k_norm");
+    }
     EPI_RETURN_IF_ERROR_CTX(linear_forward(backend, w.v_proj, x, T, v.f32()), "v_proj");
-    EPI_RETURN_IF_ERROR_CTX(apply_qk_norm(backend, p, w.q_norm, q.f32(), T, Nh), "q_norm");
-    EPI_RETURN_IF_ERROR_CTX(apply_qk_norm(backend, p, w.k_norm, k.f32(), T, Nkv), "k_norm");
     EPI_RETURN_IF_ERROR(apply_rope(backend, p, q.f32(), T, Nh, batch.positions));
     EPI_RETURN_IF_ERROR(apply_rope(backend, p, k.f32(), T, Nkv, batch.positions));
 

@@ -13,6 +13,8 @@ namespace epinfer {
 
 enum class QkNormMode { kNone, kPerHead, kFullProjection };
 
+// Under attention TP (layers/parallel_context.h) each rank holds its heads' rows of q/k/v_proj and the
+// matching columns of o_proj; Nh and Nkv below are then this rank's counts.
 struct GqaAttentionWeights {
     Linear q_proj;         // [Nh·D, H]
     Linear k_proj;         // [Nkv·D, H]
@@ -32,6 +34,14 @@ struct GqaAttentionParams {
     const float* inv_freq = nullptr;  // [rotary_dim / 2] fp32, device
     float rope_attention_scaling = 1.0f;
     float softmax_scale = 0.0f;  // D^-0.5
+    // Heads split across attention TP with kFullProjection q/k norm (OLMoE): the norm spans every head, so
+    // q_proj/k_proj hold all heads and this rank keeps heads [head_begin, head_begin + num_heads) and KV
+    // heads [kv_head_begin, kv_head_begin + num_kv_heads) after the norm. 0 = q_proj/k_proj hold only this
+    // rank's heads (no split, or another norm mode).
+    int64_t full_num_heads = 0;
+    int64_t full_num_kv_heads = 0;
+    int64_t head_begin = 0;
+    int64_t kv_head_begin = 0;
 };
 
 // y = attention(x) for the T rows of `batch`; writes each sequence's new K/V into its cache.

@@ -1,22 +1,26 @@
 #include "models/model.h"
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <string>
 #include <vector>
 
 #include "checkpoint/hf_config.h"
+#include "models/model_registry.h"
 #include "models/model_weights.h"
 #include "models/rope_table.h"
+#include "parallel/sharding.h"
 
 namespace epinfer {
 
 namespace {
 
 GqaAttentionParams gqa_params(const ModelConfig& c, const ModelWeights& w) {
+    const AttentionShard& shard = w.attention_shard;
     GqaAttentionParams p;
-    p.num_heads = c.num_attention_heads;
-    p.num_kv_heads = c.num_key_value_heads;
+    p.num_heads = shard.num_heads;
+    p.num_kv_heads = shard.num_kv_heads;
     p.head_dim = c.head_dim;
     p.qk_norm = c.qk_norm == QkNormKind::kPerHead          ? QkNormMode::kPerHead
                 : c.qk_norm == QkNormKind::kFullProjection ? QkNormMode::kFullProjection
@@ -26,12 +30,18 @@ GqaAttentionParams gqa_params(const ModelConfig& c, const ModelWeights& w) {
     p.inv_freq = w.inv_freq;
     p.rope_attention_scaling = w.rope_attention_scaling;
     p.softmax_scale = static_cast<float>(std::pow(static_cast<double>(c.head_dim), -0.5));
+    if (shard.full_qk_projection) {
+        p.full_num_heads = c.num_attention_heads;
+        p.full_num_kv_heads = c.num_key_value_heads;
+        p.head_begin = shard.head_begin;
+        p.kv_head_begin = shard.kv_head_begin;
+    }
     return p;
 }
 
 MlaAttentionParams mla_params(const ModelConfig& c, const ModelWeights& w) {
     MlaAttentionParams p;
-    p.num_heads = c.num_attention_heads;
+    p.num_heads = w.attention_shard.num_heads;
     p.q_lora_rank = c.q_lora_rank;
     p.kv_lora_rank = c.kv_lora_rank;
     p.qk_nope_head_dim = c.qk_nope_head_dim;
@@ -77,9 +87,37 @@ Status observe(Backend& backend, const LayerObserver* observer, std::string_view
 
 }  // namespace
 
+LayoutModelDims layout_model_dims(const ModelConfig& c) {
+    LayoutModelDims d;
+    d.num_hidden_layers = c.num_hidden_layers;
+    d.num_attention_heads = c.num_attention_heads;
+    d.num_key_value_heads = c.attention == AttentionKind::kMla ? 0 : c.num_key_value_heads;
+    d.n_routed_experts = c.n_routed_experts;
+    d.moe_intermediate_size = c.moe_intermediate_size;
+    const bool has_dense =
+        std::find(c.layer_is_moe.begin(), c.layer_is_moe.end(), false) != c.layer_is_moe.end();
+    d.dense_intermediate_size = has_dense ? c.intermediate_size : 0;
+    const SharedExpertMode mode = family_spec(c.architecture).shared_mode;
+    if (mode == SharedExpertMode::kSigmoidGated) {
+        d.shared_intermediate_size = c.shared_expert_intermediate_size;
+    } else if (mode == SharedExpertMode::kUnweighted) {
+        d.shared_intermediate_size = c.n_shared_experts * c.moe_intermediate_size;
+    }
+    return d;
+}
+
 Model::~Model() = default;
 
-Result<std::unique_ptr<Model>> Model::load(const std::string& model_dir, Backend& backend) {
+int64_t Model::weight_bytes() const {
+    return weights_->weight_bytes;
+}
+
+Result<std::unique_ptr<Model>> Model::load(const std::string& model_dir, Backend& backend,
+                                           const ParallelContext* parallel) {
+    if (parallel != nullptr && !backend.host_accessible()) {
+        return not_supported(std::string("parallel layouts run on host memory; backend ") + backend.name() +
+                             " is not host-accessible");
+    }
     std::error_code ec;
     if (!std::filesystem::is_directory(model_dir, ec)) {
         return not_found(model_dir + (std::filesystem::exists(model_dir, ec) ? ": not a directory"
@@ -88,22 +126,27 @@ Result<std::unique_ptr<Model>> Model::load(const std::string& model_dir, Backend
     std::unique_ptr<Model> model(new Model());
     EPI_ASSIGN_OR_RETURN(model->config_, load_hf_config(model_dir));
     model->backend_ = &backend;
-    EPI_ASSIGN_OR_RETURN(model->weights_, load_model_weights(model->config_, model_dir, backend));
+    model->parallel_ = parallel;
+    EPI_ASSIGN_OR_RETURN(model->weights_, load_model_weights(model->config_, model_dir, backend, parallel));
     return model;
 }
 
 int64_t Model::kv_k_width() const {
     if (config_.attention == AttentionKind::kMla) return config_.kv_lora_rank + config_.qk_rope_head_dim;
-    return config_.num_key_value_heads * config_.head_dim;
+    return weights_->attention_shard.num_kv_heads * config_.head_dim;
 }
 
 int64_t Model::kv_v_width() const {
-    return config_.attention == AttentionKind::kMla ? 0 : config_.num_key_value_heads * config_.head_dim;
+    return config_.attention == AttentionKind::kMla
+               ? 0
+               : weights_->attention_shard.num_kv_heads * config_.head_dim;
 }
 
 Status Model::check_inputs(const ForwardArgs& args) const {
-    if (args.sequences.empty()) return invalid_argument("forward: no sequence");
-    if (args.logits == nullptr) return invalid_argument("forward: logits is null");
+    // Under DP attention a rank may own no sequence and still joins the collectives.
+    const bool may_be_empty = parallel_ != nullptr && parallel_->dp_attention();
+    if (args.sequences.empty() && !may_be_empty) return invalid_argument("forward: no sequence");
+    if (args.logits == nullptr && !args.sequences.empty()) return invalid_argument("forward: logits is null");
     for (size_t s = 0; s < args.sequences.size(); ++s) {
         const SequenceInput& seq = args.sequences[s];
         const std::string name = "forward: sequence " + std::to_string(s);
@@ -128,14 +171,48 @@ Status Model::check_inputs(const ForwardArgs& args) const {
 
 Status Model::forward(const ForwardArgs& args) {
     EPI_RETURN_IF_ERROR(check_inputs(args));
+    const int64_t V = config_.vocab_size;
+    const size_t num_seqs = args.sequences.size();
+    std::vector<int64_t> logits_row_begin(num_seqs + 1, 0);  // first logits row of each sequence
+    for (size_t s = 0; s < num_seqs; ++s) {
+        const int64_t n = args.logits_mode == LogitsMode::kAllRows
+                              ? static_cast<int64_t>(args.sequences[s].token_ids.size())
+                              : 1;
+        logits_row_begin[s + 1] = logits_row_begin[s] + n;
+    }
+    const int pp = parallel_ != nullptr ? parallel_->layout.pp : 1;
+    for (int m = 0; m < pp; ++m) {
+        const ShardRange mb = split_evenly(static_cast<int64_t>(num_seqs), pp, m);
+        float* logits = args.logits + logits_row_begin[static_cast<size_t>(mb.begin)] * V;
+        const Status st =
+            forward_micro_batch(args, static_cast<size_t>(mb.begin), static_cast<size_t>(mb.end()), logits);
+        if (!st.is_ok()) return pp > 1 ? st.with_context("micro-batch " + std::to_string(m)) : st;
+    }
+    if (pp > 1 && logits_row_begin.back() > 0) {
+        EPI_RETURN_IF_ERROR(
+            parallel_->pipeline->broadcast(args.logits, logits_row_begin.back() * V, DType::kF32, pp - 1));
+    }
+    for (const SequenceInput& seq : args.sequences)
+        for (LayerKvCache& kv : seq.kv) kv.num_tokens += static_cast<int64_t>(seq.token_ids.size());
+    return Status::ok();
+}
+
+Status Model::forward_micro_batch(const ForwardArgs& args, size_t seq_begin, size_t seq_end,
+                                  float* logits_out) {
     Backend& backend = *backend_;
     const ModelConfig& c = config_;
     const ModelWeights& w = *weights_;
     const int64_t H = c.hidden_size, V = c.vocab_size;
+    const std::span<const SequenceInput> seqs = args.sequences.subspan(seq_begin, seq_end - seq_begin);
+    const ParallelContext* par = parallel_;
+    const PipelineStage stage =
+        par != nullptr ? par->pipeline_stage : PipelineStage{0, {0, c.num_hidden_layers}, true, true};
+    Communicator* attn_tp = par != nullptr ? par->attn_tp.get() : nullptr;
+    const MoeParallel moe_par = par != nullptr ? moe_parallel_of(*par) : MoeParallel{};
 
     std::vector<int32_t> ids, positions;  // [T] host
     std::vector<int64_t> row_begin;       // [num_sequences]
-    for (const SequenceInput& seq : args.sequences) {
+    for (const SequenceInput& seq : seqs) {
         row_begin.push_back(static_cast<int64_t>(ids.size()));
         const int64_t cached = seq.kv[0].num_tokens;
         for (size_t i = 0; i < seq.token_ids.size(); ++i) {
@@ -144,67 +221,90 @@ Status Model::forward(const ForwardArgs& args) {
         }
     }
     const int64_t T = static_cast<int64_t>(ids.size());
+    // Without DP attention every rank of the stage has the same T, and T = 0 skips the micro-batch on every
+    // rank alike; with DP attention the MoE collectives must run even for T = 0.
+    const bool join_collectives = par != nullptr && par->dp_attention();
+    if (T == 0 && !join_collectives) return Status::ok();
     const size_t id_bytes = ids.size() * sizeof(int32_t);
     EPI_ASSIGN_OR_RETURN(DeviceBuffer ids_dev, DeviceBuffer::alloc(backend, id_bytes));  // [T] int32
     EPI_ASSIGN_OR_RETURN(DeviceBuffer pos_dev, DeviceBuffer::alloc(backend, id_bytes));  // [T] int32
-    EPI_RETURN_IF_ERROR(backend.copy_to_device(ids_dev.data(), ids.data(), id_bytes));
-    EPI_RETURN_IF_ERROR(backend.copy_to_device(pos_dev.data(), positions.data(), id_bytes));
+    if (T > 0) {
+        EPI_RETURN_IF_ERROR(backend.copy_to_device(ids_dev.data(), ids.data(), id_bytes));
+        EPI_RETURN_IF_ERROR(backend.copy_to_device(pos_dev.data(), positions.data(), id_bytes));
+    }
     EPI_ASSIGN_OR_RETURN(DeviceBuffer hidden, DeviceBuffer::alloc_f32(backend, T * H));  // [T, H] residual
     EPI_ASSIGN_OR_RETURN(DeviceBuffer normed, DeviceBuffer::alloc_f32(backend, T * H));  // [T, H]
     EPI_ASSIGN_OR_RETURN(DeviceBuffer branch, DeviceBuffer::alloc_f32(backend, T * H));  // [T, H]
 
-    EmbeddingArgs embed;
-    embed.token_ids = static_cast<const int32_t*>(ids_dev.data());
-    embed.table = w.embed_tokens;
-    embed.table_dtype = w.embed_dtype;
-    embed.out = hidden.f32();
-    embed.num_tokens = T;
-    embed.vocab_size = V;
-    embed.hidden_size = H;
-    EPI_RETURN_IF_ERROR(backend.embedding(embed));
+    if (stage.has_embedding) {
+        if (T > 0) {
+            EmbeddingArgs embed;
+            embed.token_ids = static_cast<const int32_t*>(ids_dev.data());
+            embed.table = w.embed_tokens;
+            embed.table_dtype = w.embed_dtype;
+            embed.out = hidden.f32();
+            embed.num_tokens = T;
+            embed.vocab_size = V;
+            embed.hidden_size = H;
+            EPI_RETURN_IF_ERROR(backend.embedding(embed));
+        }
+    } else if (T > 0) {
+        const int prev = par->coords.pp_rank - 1;
+        EPI_RETURN_IF_ERROR_CTX(par->pipeline->recv(hidden.data(), T * H, DType::kF32, prev),
+                                "pipeline recv");
+    }
 
     const GqaAttentionParams gqa = gqa_params(c, w);
     const MlaAttentionParams mla = mla_params(c, w);
     const MoeRouterParams router = router_params(c);
-    std::vector<AttentionSequence> attn_seqs(args.sequences.size());
-    for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
+    std::vector<AttentionSequence> attn_seqs(seqs.size());
+    for (int64_t l = stage.layers.begin; l < stage.layers.end(); ++l) {
         const DecoderLayerWeights& lw = w.layers[static_cast<size_t>(l)];
         const std::string ctx = "layer " + std::to_string(l);
-        for (size_t s = 0; s < args.sequences.size(); ++s) {
-            attn_seqs[s] = {row_begin[s], static_cast<int64_t>(args.sequences[s].token_ids.size()),
-                            &args.sequences[s].kv[static_cast<size_t>(l)]};
+        for (size_t s = 0; s < seqs.size(); ++s) {
+            attn_seqs[s] = {row_begin[s], static_cast<int64_t>(seqs[s].token_ids.size()),
+                            &seqs[s].kv[static_cast<size_t>(l)]};
         }
         const AttentionBatch batch{static_cast<const int32_t*>(pos_dev.data()), attn_seqs};
 
-        EPI_RETURN_IF_ERROR_CTX(rms_norm_forward(backend, lw.input_layernorm, hidden.f32(), T, normed.f32()),
-                                ctx);
-        if (c.attention == AttentionKind::kMla) {
+        if (T > 0) {
             EPI_RETURN_IF_ERROR_CTX(
-                mla_attention_forward(backend, lw.mla, mla, batch, normed.f32(), T, branch.f32()),
-                ctx + " attention");
-        } else {
+                rms_norm_forward(backend, lw.input_layernorm, hidden.f32(), T, normed.f32()), ctx);
+            if (c.attention == AttentionKind::kMla) {
+                EPI_RETURN_IF_ERROR_CTX(
+                    mla_attention_forward(backend, lw.mla, mla, batch, normed.f32(), T, branch.f32()),
+                    ctx + " attention");
+            } else {
+                EPI_RETURN_IF_ERROR_CTX(
+                    gqa_attention_forward(backend, lw.gqa, gqa, batch, normed.f32(), T, branch.f32()),
+                    ctx + " attention");
+            }
+            EPI_RETURN_IF_ERROR_CTX(all_reduce_sum_f32(attn_tp, branch.f32(), T * H), ctx + " attention");
+            EPI_RETURN_IF_ERROR(add_in_place(backend, hidden.f32(), branch.f32(), T * H));
             EPI_RETURN_IF_ERROR_CTX(
-                gqa_attention_forward(backend, lw.gqa, gqa, batch, normed.f32(), T, branch.f32()),
-                ctx + " attention");
+                rms_norm_forward(backend, lw.post_attention_layernorm, hidden.f32(), T, normed.f32()), ctx);
+            EPI_RETURN_IF_ERROR(observe(backend, args.observer, "mlp_in", l, normed.f32(), T, H));
         }
-        EPI_RETURN_IF_ERROR(add_in_place(backend, hidden.f32(), branch.f32(), T * H));
-
-        EPI_RETURN_IF_ERROR_CTX(
-            rms_norm_forward(backend, lw.post_attention_layernorm, hidden.f32(), T, normed.f32()), ctx);
-        EPI_RETURN_IF_ERROR(observe(backend, args.observer, "mlp_in", l, normed.f32(), T, H));
         if (lw.is_moe) {
-            EPI_RETURN_IF_ERROR_CTX(
-                moe_block_forward(backend, lw.moe, router, normed.f32(), T, H, branch.f32()), ctx + " moe");
-        } else {
+            EPI_RETURN_IF_ERROR_CTX(moe_block_forward(backend, lw.moe, router, normed.f32(), T, H,
+                                                      branch.f32(), par != nullptr ? &moe_par : nullptr),
+                                    ctx + " moe");
+        } else if (T > 0) {
             EPI_RETURN_IF_ERROR_CTX(dense_ffn_forward(backend, lw.mlp, normed.f32(), T, branch.f32()),
                                     ctx + " mlp");
+            EPI_RETURN_IF_ERROR_CTX(all_reduce_sum_f32(attn_tp, branch.f32(), T * H), ctx + " mlp");
         }
-        EPI_RETURN_IF_ERROR(observe(backend, args.observer, "mlp_out", l, branch.f32(), T, H));
-        EPI_RETURN_IF_ERROR(add_in_place(backend, hidden.f32(), branch.f32(), T * H));
-        EPI_RETURN_IF_ERROR(observe(backend, args.observer, "hidden", l, hidden.f32(), T, H));
+        if (T > 0) {
+            EPI_RETURN_IF_ERROR(observe(backend, args.observer, "mlp_out", l, branch.f32(), T, H));
+            EPI_RETURN_IF_ERROR(add_in_place(backend, hidden.f32(), branch.f32(), T * H));
+            EPI_RETURN_IF_ERROR(observe(backend, args.observer, "hidden", l, hidden.f32(), T, H));
+        }
     }
-    for (const SequenceInput& seq : args.sequences)
-        for (LayerKvCache& kv : seq.kv) kv.num_tokens += static_cast<int64_t>(seq.token_ids.size());
+    if (T == 0) return Status::ok();
+    if (!stage.has_lm_head) {
+        const int next = par->coords.pp_rank + 1;
+        return par->pipeline->send(hidden.data(), T * H, DType::kF32, next);
+    }
 
     // Final norm and LM head on the rows whose logits are wanted.
     int64_t num_out = T;
@@ -213,9 +313,9 @@ Status Model::forward(const ForwardArgs& args) {
     EPI_RETURN_IF_ERROR(
         observe(backend, args.observer, "final_norm", c.num_hidden_layers, normed.f32(), T, H));
     if (args.logits_mode == LogitsMode::kLastRowPerSequence) {
-        num_out = static_cast<int64_t>(args.sequences.size());
+        num_out = static_cast<int64_t>(seqs.size());
         for (int64_t s = 0; s < num_out; ++s) {
-            const int64_t last = row_begin[s] + static_cast<int64_t>(args.sequences[s].token_ids.size()) - 1;
+            const int64_t last = row_begin[s] + static_cast<int64_t>(seqs[s].token_ids.size()) - 1;
             EPI_RETURN_IF_ERROR(backend.copy_on_device(branch.f32() + s * H, normed.f32() + last * H,
                                                        static_cast<size_t>(H) * sizeof(float)));
         }
@@ -223,7 +323,7 @@ Status Model::forward(const ForwardArgs& args) {
     }
     EPI_ASSIGN_OR_RETURN(DeviceBuffer logits, DeviceBuffer::alloc_f32(backend, num_out * V));  // [rows, V]
     EPI_RETURN_IF_ERROR_CTX(linear_forward(backend, w.lm_head, head_in, num_out, logits.f32()), "lm_head");
-    return backend.copy_to_host(args.logits, logits.data(), logits.num_bytes());
+    return backend.copy_to_host(logits_out, logits.data(), logits.num_bytes());
 }
 
 }  // namespace epinfer

@@ -18,6 +18,8 @@
 #include "checkpoint/model_config.h"
 #include "core/status.h"
 #include "layers/kv_cache.h"
+#include "layers/parallel_context.h"
+#include "parallel/layout.h"
 
 namespace epinfer {
 
@@ -46,24 +48,41 @@ struct ForwardArgs {
     const LayerObserver* observer = nullptr;  // optional (tests)
 };
 
+// The model sizes validate_layout checks a layout against (parallel/layout.h).
+LayoutModelDims layout_model_dims(const ModelConfig& config);
+
 class Model {
 public:
+    // Loads the weights this rank holds under `parallel` (null: one rank, every weight; the context must
+    // outlive the model; see layers/parallel_context.h and models/model_weights.h).
     // Errors: kNotFound (no DIR/config.json, no safetensors, a missing tensor), kInvalidArgument (a bad
-    // config or tensor shape), kNotSupported (an unsupported architecture or dtype), kDataLoss (a corrupt
+    // config or tensor shape, a tensor that does not split over the layout), kNotSupported (an unsupported
+    // architecture or dtype, a parallel layout on a backend that is not host memory), kDataLoss (a corrupt
     // file); each message names the file or tensor.
-    static Result<std::unique_ptr<Model>> load(const std::string& model_dir, Backend& backend);
+    static Result<std::unique_ptr<Model>> load(const std::string& model_dir, Backend& backend,
+                                               const ParallelContext* parallel = nullptr);
     ~Model();
     Model(const Model&) = delete;
     Model& operator=(const Model&) = delete;
 
     const ModelConfig& config() const { return config_; }
     Backend& backend() const { return *backend_; }
-    // Elements per token per layer of LayerKvCache::k and ::v (MLA: the latent width, and 0).
+    // The layout this model runs under; null for one rank.
+    const ParallelContext* parallel() const { return parallel_; }
+    // Bytes of checkpoint tensors (or slices of them) this rank holds.
+    int64_t weight_bytes() const;
+    // Elements per token per layer of LayerKvCache::k and ::v (MLA: the latent width, and 0); this rank's
+    // KV heads under attention TP.
     int64_t kv_k_width() const;
     int64_t kv_v_width() const;
 
     // Runs the new tokens of every sequence through all layers, appends their K/V to the caches (each
     // cache's num_tokens advances by its n on success) and writes the logits.
+    // Under a parallel layout every rank of the world calls forward together: the ranks of one
+    // attention-DP group with the same sequences, other DP groups with theirs (possibly none); every stage
+    // with the same sequences. With pp > 1 the sequences are split into pp micro-batches that flow through
+    // the stages one after another (stage s works on micro-batch m while stage s + 1 works on m − 1); the
+    // last stage broadcasts the logits to the other stages, so every rank receives them.
     // Errors: kInvalidArgument for an empty sequence, a token id outside [0, V) (from the embedding op,
     // before any cache is written), a cache without room, positions beyond max_position_embeddings; op
     // errors.
@@ -72,10 +91,13 @@ public:
 private:
     Model() = default;
     Status check_inputs(const ForwardArgs& args) const;
+    // The stage's part of forward for sequences [seq_begin, seq_end) of args; logits rows go to `logits`.
+    Status forward_micro_batch(const ForwardArgs& args, size_t seq_begin, size_t seq_end, float* logits);
 
     ModelConfig config_;
     Backend* backend_ = nullptr;
     std::unique_ptr<ModelWeights> weights_;
+    const ParallelContext* parallel_ = nullptr;
 };
 
 }  // namespace epinfer

@@ -2,10 +2,14 @@
 //
 //   epinfer generate --model DIR --prompt-ids 12,7,99 --max-new-tokens N
 //                    [--temperature T --top-p P --top-k K --seed S] [--ignore-eos] [--json] [--threads N]
+//                    [--tp A --ep B --pp C --dp D]
 //
 // stdout: the new token ids, comma-separated; with --json one JSON object {"prompt_ids", "output_ids",
 // "prefill_tokens", "prefill_tokens_per_s", "decode_tokens", "decode_tokens_per_s"}. stderr: prefill and
 // decode throughput. Bad input: one line "epinfer: error: ..." naming the value, exit status 1.
+// Layout flags (parallel/layout.h): the layout is checked against config.json before any weight is read;
+// outside MPI the command re-runs itself under mpirun on pp × per-stage ranks (tools/epinfer/mpi_launch.h).
+// Rank 0 prints the output and the throughput; every rank prints one stderr line with its weight bytes.
 #include <charconv>
 #include <cmath>
 #include <cstdio>
@@ -15,9 +19,13 @@
 #include <vector>
 
 #include "backend/cpu/cpu_backend.h"
+#include "checkpoint/hf_config.h"
+#include "comm/communicator.h"
 #include "commands.h"
 #include "engine/generate.h"
+#include "layers/parallel_context.h"
 #include "models/model.h"
+#include "mpi_launch.h"
 
 namespace epinfer::cli {
 
@@ -34,6 +42,7 @@ struct GenerateOptions {
     std::string threads = "0";
     bool ignore_eos = false;
     bool json = false;
+    LayoutFlags layout;
 };
 
 // Whole-string integer parse; errors name the option and the text.
@@ -97,14 +106,42 @@ std::string join_ids(const std::vector<int32_t>& ids) {
     return out;
 }
 
+// The world and the groups of the layout the flags ask for, or null for one rank without flags. The layout
+// is validated against config.json before mpirun starts the ranks, and again against the real world.
+Result<std::unique_ptr<ParallelContext>> start_ranks(const GenerateOptions& o,
+                                                     std::unique_ptr<Communicator>& world) {
+    const LayoutFlags& f = o.layout;
+    const bool flags_given = f.tp > 0 || f.ep > 0 || f.dp > 0 || f.pp > 0;
+    if (!flags_given && !launched_by_mpi()) return std::unique_ptr<ParallelContext>();
+    EPI_ASSIGN_OR_RETURN(const ParallelLayout layout, layout_from_flags(f));
+    EPI_ASSIGN_OR_RETURN(const ModelConfig config, load_hf_config(o.model_dir));
+    const LayoutModelDims dims = layout_model_dims(config);
+    if (!launched_by_mpi()) {
+        EPI_RETURN_IF_ERROR(validate_layout(layout, dims, layout.world_size()));
+        EPI_RETURN_IF_ERROR(relaunch_under_mpirun_if_needed(layout.world_size()));
+    }
+    EPI_ASSIGN_OR_RETURN(world, create_world_communicator());
+    return create_parallel_context(*world, layout, dims);
+}
+
 Status run_generate(const GenerateOptions& o) {
     EPI_ASSIGN_OR_RETURN(const GenerateRequest request, build_request(o));
     EPI_ASSIGN_OR_RETURN(const int threads, parse_int<int>(o.threads, "--threads"));
     if (threads < 0) return invalid_argument("--threads must be ≥ 0, got " + std::to_string(threads));
+    std::unique_ptr<Communicator> world;
+    EPI_ASSIGN_OR_RETURN(const std::unique_ptr<ParallelContext> parallel, start_ranks(o, world));
     std::unique_ptr<Backend> backend = make_cpu_backend(threads);
-    EPI_ASSIGN_OR_RETURN(std::unique_ptr<Model> model, Model::load(o.model_dir, *backend));
+    EPI_ASSIGN_OR_RETURN(std::unique_ptr<Model> model, Model::load(o.model_dir, *backend, parallel.get()));
+    if (parallel != nullptr) {
+        const RankCoords& rc = parallel->coords;
+        std::fprintf(stderr,
+                     "rank %d/%d (pp %d, attn_tp %d, attn_dp %d, moe_tp %d, moe_ep %d): weight bytes %lld\n",
+                     world->rank(), world->size(), rc.pp_rank, rc.attn_tp_rank, rc.attn_dp_rank,
+                     rc.moe_tp_rank, rc.moe_ep_rank, static_cast<long long>(model->weight_bytes()));
+    }
     EPI_RETURN_IF_ERROR(generate_request_check(model->config(), request));
     EPI_ASSIGN_OR_RETURN(const GenerateOutput result, generate(*model, std::span(&request, 1)));
+    if (world != nullptr && world->rank() != 0) return Status::ok();
 
     const std::vector<int32_t>& output = result.output_ids.front();
     const GenerateStats& st = result.stats;
@@ -143,6 +180,10 @@ void add_generate_command(CLI::App& app) {
     cmd->add_option("--threads", opts->threads, "CPU threads; 0 = up to 8 (default 0)");
     cmd->add_flag("--ignore-eos", opts->ignore_eos, "Do not stop at an EOS token of the config");
     cmd->add_flag("--json", opts->json, "Print one JSON object on stdout");
+    cmd->add_option("--tp", opts->layout.tp, "Ranks per pipeline stage (attention TP × DP = MoE TP × EP)");
+    cmd->add_option("--ep", opts->layout.ep, "Expert-parallel ranks per stage (moe_ep)");
+    cmd->add_option("--dp", opts->layout.dp, "Data-parallel attention ranks per stage (attn_dp)");
+    cmd->add_option("--pp", opts->layout.pp, "Pipeline stages");
     cmd->callback([opts] { exit_on_error(run_generate(*opts)); });
 }
 

@@ -1,6 +1,11 @@
 #include "layers/moe/moe_block.h"
 
+#include <algorithm>
 #include <string>
+
+#include "layers/moe/ep_combine.h"
+#include "layers/moe/ep_dispatch.h"
+#include "parallel/sharding.h"
 
 namespace epinfer {
 
@@ -51,22 +56,36 @@ Status moe_grouped_ffn(Backend& backend, const std::vector<DenseFfnWeights>& exp
     return Status::ok();
 }
 
-Status moe_block_forward(Backend& backend, const MoeBlockWeights& w, const MoeRouterParams& p, const float* x,
-                         int64_t num_rows, int64_t hidden, float* out) {
-    if (!backend.host_accessible()) {
-        return not_supported(std::string("moe: permute and combine run on host memory; backend ") +
-                             backend.name() + " is not host-accessible");
+namespace {
+
+// The picks of `topk_ids` ([n, K] global ids) that live on this rank, as local slots (−1 elsewhere).
+std::vector<int32_t> local_slots_of(const MoeBlockWeights& w, const std::vector<int32_t>& topk_ids) {
+    std::vector<int32_t> slots(topk_ids.size());
+    for (size_t i = 0; i < topk_ids.size(); ++i) {
+        const int32_t id = topk_ids[i];
+        slots[i] = id < 0 ? -1 : w.local_slot_of_expert[static_cast<size_t>(id)];
     }
-    const int64_t T = num_rows, H = hidden;
-    EPI_ASSIGN_OR_RETURN(MoeRouting routing, moe_route(backend, w, p, x, T));
-    const int64_t S = routing.plan.num_slots();
+    return slots;
+}
+
+// out = Σ over each row's picks of weight · expert(x) for the local experts, through `plan`.
+// x: [n, H] fp32 host; topk_weights: [n, K] fp32 host; out: [n, H] fp32 host.
+Status run_local_experts(Backend& backend, const MoeBlockWeights& w, const MoeRoutePlan& plan,
+                         const float* topk_weights, const float* x, int64_t hidden, float* out) {
+    const int64_t S = plan.num_slots(), H = hidden;
     EPI_ASSIGN_OR_RETURN(DeviceBuffer x_perm, DeviceBuffer::alloc_f32(backend, S * H));  // [S, H]
     EPI_ASSIGN_OR_RETURN(DeviceBuffer y_perm, DeviceBuffer::alloc_f32(backend, S * H));  // [S, H]
-    moe_permute_rows(routing.plan, x, static_cast<size_t>(H) * sizeof(float), x_perm.data());
-    EPI_RETURN_IF_ERROR(moe_grouped_ffn(backend, w.experts, routing.plan, x_perm.f32(), H, y_perm.f32()));
-    moe_combine_rows(routing.plan, y_perm.f32(), routing.topk_weights.data(), H, out);
+    moe_permute_rows(plan, x, static_cast<size_t>(H) * sizeof(float), x_perm.data());
+    EPI_RETURN_IF_ERROR(moe_grouped_ffn(backend, w.experts, plan, x_perm.f32(), H, y_perm.f32()));
+    moe_combine_rows(plan, y_perm.f32(), topk_weights, H, out);
+    return Status::ok();
+}
 
-    if (w.shared_mode == SharedExpertMode::kNone) return Status::ok();
+// out += shared expert(s) of x (this rank's slice under TP). x, out: [T, H] fp32 device.
+Status add_shared_experts(Backend& backend, const MoeBlockWeights& w, const float* x, int64_t num_rows,
+                          int64_t hidden, float* out) {
+    const int64_t T = num_rows, H = hidden;
+    if (w.shared_mode == SharedExpertMode::kNone || T == 0) return Status::ok();
     EPI_ASSIGN_OR_RETURN(DeviceBuffer shared, DeviceBuffer::alloc_f32(backend, T * H));  // [T, H]
     EPI_RETURN_IF_ERROR_CTX(dense_ffn_forward(backend, w.shared, x, T, shared.f32()), "shared expert");
     if (w.shared_mode == SharedExpertMode::kUnweighted) {
@@ -87,6 +106,132 @@ Status moe_block_forward(Backend& backend, const MoeBlockWeights& w, const MoeRo
     gated.num_rows = T;
     gated.width = H;
     return backend.add_sigmoid_gated(gated);
+}
+
+// DP attention: dispatch this rank's share of its tokens to the EP ranks of their experts, run the
+// local experts there, bring the weighted sums home; shared slice and the attn_tp all-reduce.
+Status moe_dp_forward(Backend& backend, const MoeBlockWeights& w, const MoeRouterParams& p,
+                      const MoeParallel& par, const float* x, int64_t num_rows, int64_t hidden, float* out) {
+    const int64_t T = num_rows, H = hidden, K = p.top_k;
+    MoeRouting routing;
+    if (T > 0) {
+        EPI_ASSIGN_OR_RETURN(routing, moe_route(backend, w, p, x, T));
+    }
+    // The attn_tp ranks of one DP group hold the same tokens: attn_tp / moe_tp of them (one per moe_tp
+    // group) each dispatch a share, so every token is dispatched once per moe_tp rank.
+    const int num_shares = par.attn_tp_size / par.moe_tp_size;
+    const ShardRange share = split_evenly(T, num_shares, par.attn_tp_rank / par.moe_tp_size);
+    EpDispatchArgs dispatch;
+    dispatch.x = x + share.begin * H;
+    dispatch.num_tokens = share.size;
+    dispatch.row_bytes = static_cast<size_t>(H) * sizeof(float);
+    dispatch.topk_ids = routing.topk_ids.data() + share.begin * K;
+    dispatch.topk_weights = routing.topk_weights.data() + share.begin * K;
+    dispatch.top_k = K;
+    EPI_ASSIGN_OR_RETURN(EpDispatchOutput received, ep_dispatch(*par.moe_ep, *par.placement, dispatch));
+
+    const int64_t R = received.num_rows;
+    const MoeRoutePlan plan =
+        moe_permute_plan(received.local_slots.data(), R, K, static_cast<int64_t>(w.experts.size()));
+    std::vector<float> partial(static_cast<size_t>(R * H));  // [R, H]
+    EPI_RETURN_IF_ERROR(run_local_experts(backend, w, plan, received.weights.data(),
+                                          reinterpret_cast<const float*>(received.rows.data()), H,
+                                          partial.data()));
+    EPI_RETURN_IF_ERROR(all_reduce_sum_f32(par.moe_tp, partial.data(), R * H));
+    std::vector<float> share_out(static_cast<size_t>(share.size * H));  // [share, H]
+    EpCombineArgs combine;
+    combine.handle = &received.handle;
+    combine.partial = partial.data();
+    combine.hidden = H;
+    combine.out = share_out.data();
+    EPI_RETURN_IF_ERROR(ep_combine(*par.moe_ep, combine));
+
+    std::fill(out, out + T * H, 0.0f);
+    if (par.moe_tp_rank == 0) std::copy(share_out.begin(), share_out.end(), out + share.begin * H);
+    EPI_RETURN_IF_ERROR(add_shared_experts(backend, w, x, T, H, out));
+    return all_reduce_sum_f32(par.attn_tp, out, T * H);
+}
+
+// DP attention where a moe_tp group spans several DP groups (moe_tp does not divide attn_tp): every rank
+// gathers the tokens of the whole stage (DP groups in order), runs its local experts on all of them and its
+// shared slice on its own rows, all-reduce over the stage, and keeps its own rows.
+Status moe_gathered_forward(Backend& backend, const MoeBlockWeights& w, const MoeRouterParams& p,
+                            const MoeParallel& par, const float* x, int64_t num_rows, int64_t hidden,
+                            float* out) {
+    const int64_t T = num_rows, H = hidden;
+    Communicator& stage = *par.stage;
+    const auto W = static_cast<size_t>(stage.size());
+    std::vector<int64_t> counts(W);  // [W] tokens of each rank of the stage
+    EPI_RETURN_IF_ERROR(stage.all_gather(&T, counts.data(), 1, DType::kI64));
+    const int64_t max_rows = *std::max_element(counts.begin(), counts.end());
+    if (max_rows == 0) return Status::ok();
+    std::vector<float> padded(static_cast<size_t>(max_rows * H), 0.0f);  // [max_rows, H]
+    std::copy(x, x + T * H, padded.begin());
+    std::vector<float> gathered(W * static_cast<size_t>(max_rows * H));  // [W, max_rows, H]
+    EPI_RETURN_IF_ERROR(stage.all_gather(padded.data(), gathered.data(), max_rows * H, DType::kF32));
+    // The rows of DP group d come from its first rank (local rank d · attn_tp).
+    std::vector<float> all_x;  // [T_all, H]
+    int64_t own_begin = 0;
+    for (int d = 0; d < par.attn_dp_size; ++d) {
+        const size_t src = static_cast<size_t>(d * par.attn_tp_size);
+        if (d == par.attn_dp_rank) own_begin = static_cast<int64_t>(all_x.size()) / H;
+        const auto first = gathered.begin() + static_cast<int64_t>(src) * max_rows * H;
+        all_x.insert(all_x.end(), first, first + counts[src] * H);
+    }
+    const int64_t T_all = static_cast<int64_t>(all_x.size()) / H;
+    EPI_ASSIGN_OR_RETURN(MoeRouting routing, moe_route(backend, w, p, all_x.data(), T_all));
+    const std::vector<int32_t> slots = local_slots_of(w, routing.topk_ids);
+    routing.plan = moe_permute_plan(slots.data(), T_all, p.top_k, static_cast<int64_t>(w.experts.size()));
+    std::vector<float> all_out(static_cast<size_t>(T_all * H));  // [T_all, H]
+    EPI_RETURN_IF_ERROR(run_local_experts(backend, w, routing.plan, routing.topk_weights.data(), all_x.data(),
+                                          H, all_out.data()));
+    EPI_RETURN_IF_ERROR(add_shared_experts(backend, w, x, T, H, all_out.data() + own_begin * H));
+    EPI_RETURN_IF_ERROR(all_reduce_sum_f32(&stage, all_out.data(), T_all * H));
+    std::copy(all_out.begin() + own_begin * H, all_out.begin() + (own_begin + T) * H, out);
+    return Status::ok();
+}
+
+}  // namespace
+
+MoeParallel moe_parallel_of(const ParallelContext& par) {
+    MoeParallel m;
+    m.stage = par.stage.get();
+    m.attn_tp = par.attn_tp.get();
+    m.moe_tp = par.moe_tp.get();
+    m.moe_ep = par.moe_ep.get();
+    m.placement = &par.placement;
+    m.dp_attention = par.dp_attention();
+    m.attn_tp_rank = par.coords.attn_tp_rank;
+    m.attn_tp_size = par.layout.attn_tp;
+    m.moe_tp_rank = par.coords.moe_tp_rank;
+    m.moe_tp_size = par.layout.moe_tp;
+    m.attn_dp_rank = par.coords.attn_dp_rank;
+    m.attn_dp_size = par.layout.attn_dp;
+    return m;
+}
+
+Status moe_block_forward(Backend& backend, const MoeBlockWeights& w, const MoeRouterParams& p, const float* x,
+                         int64_t num_rows, int64_t hidden, float* out, const MoeParallel* parallel) {
+    if (!backend.host_accessible()) {
+        return not_supported(std::string("moe: permute and combine run on host memory; backend ") +
+                             backend.name() + " is not host-accessible");
+    }
+    const int64_t T = num_rows, H = hidden;
+    if (parallel != nullptr && parallel->dp_attention) {
+        if (parallel->attn_tp_size % parallel->moe_tp_size == 0) {
+            return moe_dp_forward(backend, w, p, *parallel, x, T, H, out);
+        }
+        return moe_gathered_forward(backend, w, p, *parallel, x, T, H, out);
+    }
+    if (T == 0) return Status::ok();
+    EPI_ASSIGN_OR_RETURN(MoeRouting routing, moe_route(backend, w, p, x, T));
+    if (!w.local_slot_of_expert.empty()) {
+        const std::vector<int32_t> slots = local_slots_of(w, routing.topk_ids);
+        routing.plan = moe_permute_plan(slots.data(), T, p.top_k, static_cast<int64_t>(w.experts.size()));
+    }
+    EPI_RETURN_IF_ERROR(run_local_experts(backend, w, routing.plan, routing.topk_weights.data(), x, H, out));
+    EPI_RETURN_IF_ERROR(add_shared_experts(backend, w, x, T, H, out));
+    return all_reduce_sum_f32(parallel != nullptr ? parallel->stage : nullptr, out, T * H);
 }
 
 }  // namespace epinfer

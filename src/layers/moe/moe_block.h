@@ -5,8 +5,18 @@
 //   y_perm[rows of expert e] = SwiGLU_e(x_perm[rows of expert e]) for every local expert
 //   out[t] = Σ_k w[t, k] · y_perm[slot_of_token_k[t, k]] in fp32, fixed k order
 //   DeepSeek/GLM: out += shared_experts(x);  Qwen2-MoE: out += sigmoid(x · g) · shared_expert(x)
-// The stages are separate functions so expert-parallel dispatch/combine can sit between them; today
-// every expert is local. Permute and combine run on host memory (the CPU backend).
+// The stages are separate functions so expert-parallel dispatch/combine sit between them. Under a
+// parallel layout (MoeParallel, layers/parallel_context.h) each rank holds only its local experts, each
+// sliced to its moe_tp part of I, and its attn_tp slice of the shared expert:
+//   tokens replicated in the stage (attn_dp 1): route all tokens, run the local experts on the picks that
+//     live here, add the shared slice, all-reduce over the stage;
+//   DP attention (attn_dp > 1): this rank dispatches its share of its group's tokens over moe_ep
+//     (ep_dispatch), runs the local experts, all-reduces the partials over moe_tp, combines them home
+//     (ep_combine); the moe_tp lead writes them, every attn_tp rank adds its shared slice, all-reduce over
+//     attn_tp. When moe_tp does not divide attn_tp (a moe_tp group spans DP groups) every rank gathers the
+//     stage's tokens instead, runs its local experts on all of them and all-reduces over the stage. A rank
+//     with zero tokens still joins every collective.
+// Permute and combine run on host memory (the CPU backend).
 // Source: transformers 5.17 DeepseekV3MoE, Qwen2MoeSparseMoeBlock, Qwen3MoeSparseMoeBlock,
 // MixtralSparseMoeBlock (the routing weight scales each expert's output; shared experts are added after).
 #pragma once
@@ -17,6 +27,7 @@
 #include "core/router_types.h"
 #include "layers/dense_ffn.h"
 #include "layers/moe/permute.h"
+#include "layers/parallel_context.h"
 
 namespace epinfer {
 
@@ -29,7 +40,10 @@ enum class SharedExpertMode {
 struct MoeBlockWeights {
     Linear router;                                   // [E, H]
     const float* e_score_correction_bias = nullptr;  // [E] fp32 device, or nullptr
-    std::vector<DenseFfnWeights> experts;            // [E]: gate/up [I, H], down [H, I]
+    std::vector<DenseFfnWeights> experts;            // [local slots]: gate/up [I, H], down [H, I] (I/moe_tp)
+    // [E] local slot of each global expert, −1 = held by another EP rank; empty = every expert is local
+    // and slot = expert id.
+    std::vector<int32_t> local_slot_of_expert;
     SharedExpertMode shared_mode = SharedExpertMode::kNone;
     DenseFfnWeights shared;  // shared expert(s)
     Linear shared_gate;      // [1, H] (kSigmoidGated)
@@ -62,9 +76,30 @@ Result<MoeRouting> moe_route(Backend& backend, const MoeBlockWeights& weights, c
 Status moe_grouped_ffn(Backend& backend, const std::vector<DenseFfnWeights>& experts,
                        const MoeRoutePlan& plan, const float* x_perm, int64_t hidden, float* y_perm);
 
-// The whole block. x: [T, H] fp32 device; out: [T, H] fp32 device (must not overlap x).
-// Errors: kNotSupported on a backend whose memory is not host memory; op errors.
+// The groups of a parallel layout the MoE block reduces over (layers/parallel_context.h).
+struct MoeParallel {
+    Communicator* stage = nullptr;    // all-reduce when tokens are replicated in the stage
+    Communicator* attn_tp = nullptr;  // all-reduce of the DP-attention path
+    Communicator* moe_tp = nullptr;   // all-reduce of the dispatched rows' partial sums
+    Communicator* moe_ep = nullptr;   // ep_dispatch / ep_combine
+    const ExpertPlacement* placement = nullptr;
+    bool dp_attention = false;
+    int attn_tp_rank = 0;
+    int moe_tp_size = 1;
+    int moe_tp_rank = 0;
+    int attn_tp_size = 1;
+    int attn_dp_rank = 0;
+    int attn_dp_size = 1;
+};
+
+// The MoE view of a rank's ParallelContext.
+MoeParallel moe_parallel_of(const ParallelContext& context);
+
+// The whole block. x: [T, H] fp32 device; out: [T, H] fp32 device (must not overlap x). T may be 0 under
+// DP attention (the rank still joins every collective). `parallel` null = one rank.
+// Errors: kNotSupported on a backend whose memory is not host memory; op and communicator errors.
 Status moe_block_forward(Backend& backend, const MoeBlockWeights& weights, const MoeRouterParams& params,
-                         const float* x, int64_t num_rows, int64_t hidden, float* out);
+                         const float* x, int64_t num_rows, int64_t hidden, float* out,
+                         const MoeParallel* parallel = nullptr);
 
 }  // namespace epinfer

@@ -1,0 +1,217 @@
+// Every fixture with goldens under one parallel layout (EPINFER_TEST_LAYOUT, e.g. "--dp 2 --ep 2"), on the
+// ranks of this mpirun: the prefill logits of the golden prompts and the greedy continuation (6 new tokens,
+// EOS ignored) against the same model on one rank and against the goldens. One mpirun per layout runs
+// every fixture (tests/mpi/CMakeLists.txt). A layout the fixture cannot take is checked to be rejected by
+// validate_layout with its numbers and reported as skipped with that message.
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "backend/cpu/cpu_backend.h"
+#include "checkpoint/hf_config.h"
+#include "checkpoint/safetensors.h"
+#include "common/compare.h"
+#include "engine/generate.h"
+#include "engine/kv_cache.h"
+#include "layers/parallel_context.h"
+#include "models/model.h"
+#include "mpi_test_world.h"
+
+namespace epinfer {
+namespace {
+
+constexpr int64_t kNumNewTokens = 6;
+
+std::vector<std::string> fixtures_with_goldens() {
+    std::vector<std::string> names;
+    const std::filesystem::path dir = std::filesystem::path(EPINFER_TEST_DATA_DIR) / "fixtures";
+    for (const auto& entry : std::filesystem::directory_iterator(dir))
+        if (std::filesystem::exists(entry.path() / "golden.safetensors"))
+            names.push_back(entry.path().filename());
+    std::sort(names.begin(), names.end());
+    return names;
+}
+
+// "--tp 4 --ep 2 --dp 2" → LayoutFlags.
+LayoutFlags layout_flags_from_env() {
+    LayoutFlags f;
+    const char* text = std::getenv("EPINFER_TEST_LAYOUT");
+    std::istringstream in(text != nullptr ? text : "");
+    std::string flag;
+    int value = 0;
+    while (in >> flag >> value) {
+        if (flag == "--tp") f.tp = value;
+        if (flag == "--ep") f.ep = value;
+        if (flag == "--dp") f.dp = value;
+        if (flag == "--pp") f.pp = value;
+    }
+    return f;
+}
+
+struct Golden {
+    std::vector<std::vector<int32_t>> prompts;  // [2][P]
+    std::vector<std::vector<int32_t>> greedy;   // [2][P + N]
+    std::vector<float> logits;                  // [2·P, V]
+};
+
+Golden load_golden(const std::string& dir) {
+    Golden g;
+    auto file = SafetensorsFile::open(dir + "/golden.safetensors");
+    EXPECT_TRUE(file.is_ok()) << file.status().to_string();
+    if (!file.is_ok()) return g;
+    for (const TensorInfo& info : (*file)->tensors()) {
+        if (info.name == "input_ids" || info.name == "greedy") {
+            std::vector<int64_t> flat(static_cast<size_t>(info.numel()));
+            std::memcpy(flat.data(), (*file)->data(info), flat.size() * sizeof(int64_t));
+            auto& rows = info.name == "input_ids" ? g.prompts : g.greedy;
+            rows.assign(static_cast<size_t>(info.shape[0]), {});
+            for (int64_t r = 0; r < info.shape[0]; ++r)
+                for (int64_t c = 0; c < info.shape[1]; ++c)
+                    rows[static_cast<size_t>(r)].push_back(static_cast<int32_t>(flat[r * info.shape[1] + c]));
+        } else if (info.name == "logits") {
+            g.logits.resize(static_cast<size_t>(info.numel()));
+            std::memcpy(g.logits.data(), (*file)->data(info), g.logits.size() * sizeof(float));
+        }
+    }
+    return g;
+}
+
+// Prefill logits [Σ P, V] of the prompts this rank owns (DP attention: prompt i on DP group i mod attn_dp).
+Result<std::vector<float>> prefill_logits(Model& model, const std::vector<std::vector<int32_t>>& prompts) {
+    std::vector<SequenceKvCache> caches;
+    std::vector<SequenceInput> inputs;
+    int64_t rows = 0;
+    for (const auto& p : prompts) {
+        EPI_ASSIGN_OR_RETURN(SequenceKvCache cache,
+                             SequenceKvCache::create(model, static_cast<int64_t>(p.size())));
+        caches.push_back(std::move(cache));
+        rows += static_cast<int64_t>(p.size());
+    }
+    for (size_t s = 0; s < prompts.size(); ++s) inputs.push_back({prompts[s], caches[s].layers()});
+    std::vector<float> logits(static_cast<size_t>(rows * model.config().vocab_size));
+    ForwardArgs args;
+    args.sequences = inputs;
+    args.logits_mode = LogitsMode::kAllRows;
+    args.logits = logits.data();
+    EPI_RETURN_IF_ERROR(model.forward(args));
+    return logits;
+}
+
+std::vector<GenerateRequest> greedy_requests(const Golden& g) {
+    std::vector<GenerateRequest> requests;
+    for (const auto& p : g.prompts) {
+        GenerateRequest r;
+        r.prompt_ids = p;
+        r.max_new_tokens = kNumNewTokens;
+        r.ignore_eos = true;
+        requests.push_back(r);
+    }
+    return requests;
+}
+
+class LayoutTest : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(LayoutTest, SameTokensAndLogitsAsOneRank) {
+    Communicator& world = mpi_test::world();
+    const std::string dir = std::string(EPINFER_TEST_DATA_DIR) + "/fixtures/" + GetParam();
+    const char* layout_text = std::getenv("EPINFER_TEST_LAYOUT");
+    ASSERT_NE(layout_text, nullptr) << "EPINFER_TEST_LAYOUT is not set";
+    auto layout = layout_from_flags(layout_flags_from_env());
+    ASSERT_TRUE(layout.is_ok()) << layout.status().to_string();
+    auto config = load_hf_config(dir);
+    ASSERT_TRUE(config.is_ok()) << config.status().to_string();
+    const LayoutModelDims dims = layout_model_dims(*config);
+    const Status valid = validate_layout(*layout, dims, world.size());
+    if (!valid.is_ok()) {
+        // Rejected before any weight is read, with the numbers: report it as skipped with that reason.
+        EXPECT_NE(valid.message().find("parallel layout"), std::string::npos) << valid.message();
+        GTEST_SKIP() << "layout '" << layout_text << "' is invalid for " << GetParam() << ": "
+                     << valid.message();
+    }
+    auto ctx = create_parallel_context(world, *layout, dims);
+    ASSERT_TRUE(ctx.is_ok()) << ctx.status().to_string();
+    std::unique_ptr<Backend> backend = make_cpu_backend(1);
+    auto ref = Model::load(dir, *backend);
+    ASSERT_TRUE(ref.is_ok()) << ref.status().to_string();
+    auto par = Model::load(dir, *backend, ctx->get());
+    ASSERT_TRUE(par.is_ok()) << par.status().to_string();
+    EXPECT_GT((*par)->weight_bytes(), 0);
+    // Sharded loading: every layout of more than one rank splits something (layers, heads, experts or I).
+    if (world.size() > 1) EXPECT_LT((*par)->weight_bytes(), (*ref)->weight_bytes());
+    const Golden golden = load_golden(dir);
+    ASSERT_EQ(golden.prompts.size(), 2u);
+
+    // Prefill logits of this rank's prompts (every rank calls forward once, also with none).
+    const RankCoords& rc = (*ctx)->coords;
+    std::vector<std::vector<int32_t>> own;
+    std::vector<float> golden_rows;
+    const int64_t V = config->vocab_size;
+    int64_t golden_row = 0;
+    for (size_t i = 0; i < golden.prompts.size(); ++i) {
+        const auto& p = golden.prompts[i];
+        if (static_cast<int>(i) % layout->attn_dp == rc.attn_dp_rank) {
+            own.push_back(p);
+            golden_rows.insert(golden_rows.end(), golden.logits.begin() + golden_row * V,
+                               golden.logits.begin() + (golden_row + static_cast<int64_t>(p.size())) * V);
+        }
+        golden_row += static_cast<int64_t>(p.size());
+    }
+    auto got = prefill_logits(**par, own);
+    ASSERT_TRUE(got.is_ok()) << got.status().to_string();
+    if (layout->attn_dp == 1) {
+        // Every rank holds the same prompts: the logits must be the same bits on every rank (the routers of
+        // the replicated-token MoE path see the same inputs everywhere).
+        uint64_t hash = 0;
+        for (const float v : *got) {
+            uint32_t bits = 0;
+            std::memcpy(&bits, &v, sizeof(bits));
+            hash = hash * 1000003 + bits;
+        }
+        int64_t lo = static_cast<int64_t>(hash >> 1), hi = lo;
+        ASSERT_TRUE(world.all_reduce(&lo, &lo, 1, DType::kI64, ReduceOp::kMin).is_ok());
+        ASSERT_TRUE(world.all_reduce(&hi, &hi, 1, DType::kI64, ReduceOp::kMax).is_ok());
+        EXPECT_EQ(lo, hi) << "ranks disagree on the logits bits";
+    }
+    if (!own.empty()) {
+        auto want = prefill_logits(**ref, own);
+        ASSERT_TRUE(want.is_ok()) << want.status().to_string();
+        const test::Diff vs_one_rank =
+            test::compare(std::span<const float>(*got), std::span<const float>(*want));
+        const test::Diff vs_golden =
+            test::compare(std::span<const float>(*got), std::span<const float>(golden_rows));
+        EXPECT_TRUE(test::within(vs_one_rank, test::tolerance("logits_multi_rank", DType::kBF16)));
+        EXPECT_TRUE(test::within(vs_golden, test::tolerance("logits", DType::kBF16)));
+        std::printf(
+            "[rank %d] %s '%s': logits vs one rank nmse %.3g max_rel %.3g; vs golden nmse %.3g max_rel "
+            "%.3g\n",
+            world.rank(), GetParam().c_str(), layout_text, vs_one_rank.nmse, vs_one_rank.max_rel,
+            vs_golden.nmse, vs_golden.max_rel);
+    }
+
+    // Greedy continuation of both prompts, through the KV caches.
+    const std::vector<GenerateRequest> requests = greedy_requests(golden);
+    auto par_out = generate(**par, requests);
+    ASSERT_TRUE(par_out.is_ok()) << par_out.status().to_string();
+    auto ref_out = generate(**ref, requests);
+    ASSERT_TRUE(ref_out.is_ok()) << ref_out.status().to_string();
+    for (size_t i = 0; i < requests.size(); ++i) {
+        const std::vector<int32_t> want(
+            golden.greedy[i].begin() + static_cast<int64_t>(golden.prompts[i].size()),
+            golden.greedy[i].end());
+        EXPECT_EQ(par_out->output_ids[i], ref_out->output_ids[i]) << "prompt " << i;
+        EXPECT_EQ(par_out->output_ids[i], want) << "prompt " << i << " vs golden greedy";
+    }
+}
+
+INSTANTIATE_TEST_SUITE_P(Fixtures, LayoutTest, ::testing::ValuesIn(fixtures_with_goldens()),
+                         [](const ::testing::TestParamInfo<std::string>& info) { return info.param; });
+
+}  // namespace
+}  // namespace epinfer
