@@ -1,6 +1,7 @@
 #include "engine/generate.h"
 
 #include <algorithm>
+#include <cmath>
 #include <chrono>
 #include <string>
 
@@ -118,7 +119,16 @@ Result<GenerateOutput> generate(Model& model, std::span<const GenerateRequest> r
         for (size_t s = 0; s < active.size(); ++s) {
             ActiveSequence& a = active[s];
             const GenerateRequest& r = requests[a.request_idx];
-            const int32_t token = a.sampler.sample(std::span<const float>(logits.data() + s * V, V));
+            const std::span<const float> row(logits.data() + s * V, V);
+            const auto bad = std::find_if(row.begin(), row.end(), [](float x) { return !std::isfinite(x); });
+            if (bad != row.end()) {
+                return Status(StatusCode::kDataLoss,
+                              "request " + std::to_string(a.request_idx) + ", new token " +
+                                  std::to_string(out.output_ids[a.request_idx].size()) + ": logit of token " +
+                                  std::to_string(bad - row.begin()) + " is " + std::to_string(*bad) +
+                                  " (non-finite: do the checkpoint's weights hold NaN or inf?)");
+            }
+            const int32_t token = a.sampler.sample(row);
             std::vector<int32_t>& produced = out.output_ids[a.request_idx];
             produced.push_back(token);
             const bool eos =

@@ -31,6 +31,8 @@ namespace epinfer::cli {
 
 namespace {
 
+constexpr int kMaxThreads = 256;
+
 struct GenerateOptions {
     std::string model_dir;
     std::string prompt_ids;
@@ -127,7 +129,9 @@ Result<std::unique_ptr<ParallelContext>> start_ranks(const GenerateOptions& o,
 Status run_generate(const GenerateOptions& o) {
     EPI_ASSIGN_OR_RETURN(const GenerateRequest request, build_request(o));
     EPI_ASSIGN_OR_RETURN(const int threads, parse_int<int>(o.threads, "--threads"));
-    if (threads < 0) return invalid_argument("--threads must be ≥ 0, got " + std::to_string(threads));
+    if (threads < 0 || threads > kMaxThreads)
+        return invalid_argument("--threads must be in [0, " + std::to_string(kMaxThreads) + "], got " +
+                                std::to_string(threads));
     std::unique_ptr<Communicator> world;
     EPI_ASSIGN_OR_RETURN(const std::unique_ptr<ParallelContext> parallel, start_ranks(o, world));
     std::unique_ptr<Backend> backend = make_cpu_backend(threads);

@@ -139,6 +139,36 @@ TEST(CliGenerate, BadInputIsOneLineErrorNamingTheValue) {
     expect_one_line_error(run_cli(gen + "--prompt-ids 1,2 --max-new-tokens abc"), "abc");
     expect_one_line_error(run_cli(gen + "--prompt-ids 1,2,3 --max-new-tokens 600"), "512");  // max positions
     expect_one_line_error(run_cli(gen + "--prompt-ids 1,2 --top-p 1.5"), "top_p");
+    expect_one_line_error(run_cli(gen + "--prompt-ids 1,2 --threads 1000000"), "1000000");
+}
+
+// A checkpoint whose final norm weight is NaN gives an error, never made-up tokens.
+TEST(CliGenerate, NonFiniteLogitsAreAnError) {
+    const auto dir = std::filesystem::temp_directory_path() / ("epinfer_nan_" + std::to_string(::getpid()));
+    std::filesystem::remove_all(dir);
+    std::filesystem::create_directories(dir);
+    for (const char* f : {"config.json", "generation_config.json", "model.safetensors"})
+        std::filesystem::copy_file(kModel + "/" + f, dir / f);
+    const std::string path = (dir / "model.safetensors").string();
+    uint64_t data_begin = 0;
+    {
+        auto file = SafetensorsFile::open(path);
+        ASSERT_TRUE(file.is_ok()) << file.status().message();
+        const TensorInfo* info = (*file)->find("model.norm.weight");
+        ASSERT_NE(info, nullptr);
+        ASSERT_EQ(info->dtype, DType::kBF16);
+        data_begin = info->data_begin;
+    }
+    std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
+    uint64_t header_bytes = 0;
+    f.read(reinterpret_cast<char*>(&header_bytes), 8);
+    f.seekp(static_cast<std::streamoff>(8 + header_bytes + data_begin));
+    const uint16_t nan_bf16 = 0x7fc0;
+    for (int i = 0; i < 64; ++i) f.write(reinterpret_cast<const char*>(&nan_bf16), 2);  // H = 64
+    f.close();
+    expect_one_line_error(run_cli("generate --model " + dir.string() + " --prompt-ids 12,7,99 --max-new-tokens 4"),
+                          "non-finite");
+    std::filesystem::remove_all(dir);
 }
 
 }  // namespace
