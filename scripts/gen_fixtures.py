@@ -209,9 +209,26 @@ specs = [
         num_experts=12, num_experts_per_tok=3, norm_topk_prob=False, num_attention_heads=4, num_key_value_heads=1,
         head_dim=16, decoder_sparse_step=1, mlp_only_layers=[0], max_position_embeddings=512, rope_theta=10000.0,
         tie_word_embeddings=True)),
+    # Three-layer variants, so that every family runs under pp3 (tests/mpi), with other options on.
+    ("mixtral_3l_tiny", "MixtralForCausalLM", "MixtralConfig", dict(
+        vocab_size=320, hidden_size=64, intermediate_size=48, num_hidden_layers=3, num_local_experts=6,
+        num_experts_per_tok=3, num_attention_heads=4, num_key_value_heads=1, head_dim=16,
+        max_position_embeddings=512, sliding_window=None, tie_word_embeddings=False)),
+    ("olmoe_3l_tiny", "OlmoeForCausalLM", "OlmoeConfig", dict(
+        vocab_size=320, hidden_size=64, intermediate_size=32, num_hidden_layers=3, num_experts=12,
+        num_experts_per_tok=3, norm_topk_prob=True, num_attention_heads=4, num_key_value_heads=2,
+        max_position_embeddings=512, tie_word_embeddings=False, eos_token_id=1, pad_token_id=0)),
+    ("qwen2_moe_3l_tiny", "Qwen2MoeForCausalLM", "Qwen2MoeConfig", dict(
+        vocab_size=320, hidden_size=64, intermediate_size=96, moe_intermediate_size=32,
+        shared_expert_intermediate_size=40, num_hidden_layers=3, num_experts=10, num_experts_per_tok=2,
+        norm_topk_prob=True, num_attention_heads=4, num_key_value_heads=4, decoder_sparse_step=2,
+        mlp_only_layers=[], max_position_embeddings=512, tie_word_embeddings=False)),
 ]
 
+ONLY = set(filter(None, os.environ.get("FIXTURE_ONLY", "").split(",")))  # e.g. FIXTURE_ONLY=olmoe_3l_tiny
 for s in specs:
+    if ONLY and s[0] not in ONLY:
+        continue
     try:
         make(*s)
     except Exception:
@@ -219,6 +236,8 @@ for s in specs:
         traceback.print_exc()
 
 for args in [("router_v3_256e_top8_g8", 256, 8, 8, 4, 2.5), ("router_k2_384e_top8_g1", 384, 8, 1, 1, 2.827)]:
+    if ONLY and args[0] not in ONLY:
+        continue
     try:
         router_fixture(*args)
     except Exception:

@@ -38,6 +38,9 @@ const char* const kFixtures[] = {
     "olmoe_tiny",
     "qwen2_moe_tiny",
     "qwen3_moe_sparse_step_tiny",
+    "mixtral_3l_tiny",
+    "olmoe_3l_tiny",
+    "qwen2_moe_3l_tiny",
 };
 constexpr int64_t kNumNewTokens = 6;
 

@@ -76,7 +76,7 @@ TEST(HfConfig, EveryFixtureLoads) {
         EXPECT_TRUE(r.is_ok()) << entry.path() << ": " << r.status().message();
         ++loaded;
     }
-    EXPECT_EQ(loaded, 11);
+    EXPECT_EQ(loaded, 14);
 }
 
 TEST(HfConfig, KimiK2) {
