@@ -14,7 +14,7 @@
 //   KV cache      the rest of usable = memory · usable fraction; per token: layers of the stage ·
 //                 RankShare::kv_elems_per_token · kv_bytes_per_element
 // A layout fits when every stage holds its non-KV terms plus the KV of one request of context_tokens.
-// The engine calls plan_memory before allocating anything (issue 6 item 6).
+// Only the planner calls plan_memory today; the GPU engine is to call it before allocating anything.
 #pragma once
 
 #include <cstdint>
