@@ -7,9 +7,11 @@
 // all_to_all (n−1)/n. `size` is as in nccl-tests: the all_reduce buffer, the gathered buffer, and what
 // each rank sends in the all-to-all. The check column compares every received element with the
 // expected rank-coded value after the timed iterations (wrong = elements that differ, summed over ranks).
-// Exits 1 when any check fails.
+// Exits 1 when any check fails. --profile-out writes the measurements as a hardware profile: the base
+// profile with intra_node.{all_reduce, all_gather, all_to_all} measured (profile_out.h, docs/planner.md).
 //   epinfer bench comm --ranks 4
 //   epinfer bench comm --ranks 2 --min-bytes 1K --max-bytes 64M --iters 20 --json comm.json
+//   epinfer bench comm --ranks 8 --max-bytes 256M --profile-out mine.json --base-profile h200_sxm
 // Without MPI around it and with --ranks > 1 it relaunches itself through mpirun (mpi_launch.h).
 #include <fmt/format.h>
 #include <unistd.h>
@@ -27,6 +29,7 @@
 #include "core/env.h"
 #include "commands.h"
 #include "mpi_launch.h"
+#include "profile_out.h"
 
 namespace epinfer::cli {
 namespace {
@@ -39,6 +42,8 @@ struct BenchCommOptions {
     int iters = 10;
     int warmup_iters = 2;
     std::string json_path;
+    std::string profile_out;   // write a hardware profile here (rank 0)
+    std::string base_profile;  // ... starting from this one (name or file), required with profile_out
 };
 
 enum class BenchOp { kAllReduce, kAllGather, kAllToAllV };
@@ -242,14 +247,53 @@ Status check_options(const BenchCommOptions& opts) {
     return Status::ok();
 }
 
+planner::Collective profile_collective(BenchOp op) {
+    switch (op) {
+        case BenchOp::kAllReduce:
+            return planner::Collective::kAllReduce;
+        case BenchOp::kAllGather:
+            return planner::Collective::kAllGather;
+        case BenchOp::kAllToAllV:
+            return planner::Collective::kAllToAll;
+    }
+    return planner::Collective::kAllReduce;
+}
+
+// The rows as measured collectives of the profile's intra-node link (size as nccl-tests counts it).
+planner::Calibration comm_calibration(const Communicator& comm, const std::vector<BenchRow>& rows) {
+    planner::Calibration cal;
+    cal.source = fmt::format("{}, backend {}", calibration_source(), comm.backend_name());
+    for (BenchOp op : {BenchOp::kAllReduce, BenchOp::kAllGather, BenchOp::kAllToAllV}) {
+        planner::MeasuredCollective m{profile_collective(op), comm.size(), {}};
+        for (const BenchRow& row : rows) {
+            // Tiny messages can round to the same size (one element per peer): keep the first.
+            if (row.op != op || (!m.points.empty() && row.size_bytes <= m.points.back().first)) continue;
+            m.points.emplace_back(static_cast<double>(row.size_bytes), row.time_us);
+        }
+        cal.collectives.push_back(std::move(m));
+    }
+    return cal;
+}
+
 Status run_bench_comm(const BenchCommOptions& opts) {
     EPI_RETURN_IF_ERROR(check_options(opts));
+    BaseProfile base;
+    if (!opts.profile_out.empty()) {
+        if (opts.ranks == 1) return invalid_argument("--profile-out: needs --ranks 2 or more");
+        EPI_ASSIGN_OR_RETURN(base, load_base_profile(opts.profile_out, opts.base_profile));
+    } else if (!opts.base_profile.empty()) {
+        return invalid_argument("--base-profile is used only with --profile-out FILE.json");
+    }
     EPI_RETURN_IF_ERROR(env_comm_timeout_s().status());  // a bad setting fails here, before mpirun starts
     EPI_RETURN_IF_ERROR(relaunch_under_mpirun_if_needed(opts.ranks));
     EPI_ASSIGN_OR_RETURN(std::unique_ptr<Communicator> comm, create_world_communicator());
     if (opts.ranks > 0 && comm->size() != opts.ranks) {
         return invalid_argument(
             fmt::format("--ranks {}, but the MPI world has {} ranks", opts.ranks, comm->size()));
+    }
+    if (!opts.profile_out.empty() && comm->size() < 2) {
+        return invalid_argument(
+            fmt::format("--profile-out: needs 2 or more ranks (the MPI world has {})", comm->size()));
     }
     std::vector<BenchRow> rows;
     for (BenchOp op : {BenchOp::kAllReduce, BenchOp::kAllGather, BenchOp::kAllToAllV}) {
@@ -264,6 +308,10 @@ Status run_bench_comm(const BenchCommOptions& opts) {
     if (comm->rank() == 0) {
         print_table(*comm, opts, rows);
         if (!opts.json_path.empty()) EPI_RETURN_IF_ERROR(write_json(opts.json_path, *comm, opts, rows));
+        if (!opts.profile_out.empty() && wrong == 0) {
+            EPI_RETURN_IF_ERROR(
+                write_calibrated_profile(opts.profile_out, base, comm_calibration(*comm, rows)));
+        }
     }
     if (wrong > 0) {
         return internal_error(fmt::format("rank {}: bench comm: {} elements differ from the expected values",
@@ -295,6 +343,11 @@ void add_bench_command(CLI::App& app) {
         ->capture_default_str();
     comm->add_option("--warmup-iters", opts->warmup_iters, "untimed iterations first")->capture_default_str();
     comm->add_option("--json", opts->json_path, "also write the results to this JSON file (rank 0)");
+    comm->add_option("--profile-out", opts->profile_out,
+                     "also write a hardware profile (for plan --hardware) with the measured intra-node "
+                     "collectives (rank 0)");
+    comm->add_option("--base-profile", opts->base_profile,
+                     "profile (name or FILE.json) whose other figures --profile-out keeps; required with it");
     comm->callback([opts] { exit_on_error(run_bench_comm(*opts)); });
     add_bench_moe_command(*bench);
 }

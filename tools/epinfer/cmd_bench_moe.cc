@@ -3,8 +3,11 @@
 //   epinfer bench moe                                   # the four shapes of tests/data/configs, every size
 //   epinfer bench moe --model-config tests/data/configs/qwen3_30b_a3b.json --tokens 1,64 --routing zipf
 //   epinfer bench moe --json moe.json                   # for bench/moe_peers.py --epinfer-json moe.json
+//   epinfer bench moe --tokens 1 --profile-out mine.json --base-profile h200_sxm
 // Prints the ceilings measured in the same run (read-only stream over 4 GiB, cuBLAS bf16 GEMM), then one
 // row per (shape, routing, tokens). Without a GPU (or without -DEPINFER_CUDA=ON) it exits with one line.
+// --profile-out writes the base profile with gpu.memory_efficiency = stream GB/s / memory_bandwidth_gbps and
+// gpu.matmul_efficiency = GEMM TFLOP/s / bf16_tflops, measured (profile_out.h, docs/planner.md).
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
@@ -20,6 +23,7 @@
 
 #include "checkpoint/hf_config.h"
 #include "commands.h"
+#include "profile_out.h"
 #if EPINFER_WITH_CUDA
 #include "backend/cuda/moe_bench.h"
 #endif
@@ -37,6 +41,8 @@ struct BenchMoeOptions {
     uint64_t seed = 1;
     int64_t narrow_max_rows = -1;  // -1: the layer's default
     std::string json_path;
+    std::string profile_out;   // write a hardware profile with the measured ceilings here
+    std::string base_profile;  // ... starting from this one (name or file), required with profile_out
 };
 
 #if EPINFER_WITH_CUDA
@@ -131,6 +137,12 @@ Status run_bench_moe(const BenchMoeOptions& opts) {
         if (t < 1) return invalid_argument(fmt::format("--tokens {}: must be at least 1", t));
     }
     if (opts.repeats < 1) return invalid_argument(fmt::format("--repeats {}: must be at least 1", opts.repeats));
+    BaseProfile base;
+    if (!opts.profile_out.empty()) {
+        EPI_ASSIGN_OR_RETURN(base, load_base_profile(opts.profile_out, opts.base_profile));
+    } else if (!opts.base_profile.empty()) {
+        return invalid_argument("--base-profile is used only with --profile-out FILE.json");
+    }
     std::vector<cuda::MoeBenchShape> shapes;
     for (const std::string& path : opts.model_configs) {
         EPI_ASSIGN_OR_RETURN(cuda::MoeBenchShape shape, shape_of(path));
@@ -144,6 +156,12 @@ Status run_bench_moe(const BenchMoeOptions& opts) {
                "cuBLAS bf16 GEMM {}^3 {:.0f} TFLOP/s = {:.2f} of 989\n",
                ceil.stream_read_bytes / (1ull << 30), ceil.stream_read_gbps, ceil.stream_read_gbps / 4800.0,
                ceil.gemm_size, ceil.gemm_tflops, ceil.gemm_tflops / 989.0);
+    if (!opts.profile_out.empty()) {
+        planner::Calibration cal;
+        cal.source = fmt::format("{}, GPU {}, driver {}", calibration_source(), ceil.gpu_name, ceil.driver_version);
+        cal.gpu_ceilings.push_back({ceil.stream_read_gbps, ceil.gemm_tflops});
+        EPI_RETURN_IF_ERROR(write_calibrated_profile(opts.profile_out, base, cal));
+    }
     fmt::print("{:<24} {:<7} {:>6} {:>5} {:>9} {:>10} {:>10} {:>7} {:>7} {:>5} {:>10} {:>5}  {}\n", "shape", "routing",
                "T", "exp", "GB", "GFLOP", "time_us", "GB/s", "TFLOP/s", "SOL", "routed_us", "rSOL", "tiling");
     nlohmann::json doc = {{"gpu", ceil.gpu_name},
@@ -196,6 +214,11 @@ void add_bench_moe_command(CLI::App& bench) {
     moe->add_option("--narrow-max-rows", opts->narrow_max_rows,
                     "tuning: decode-size tiles up to this many rows per expert (T·K/E); default: the layer's");
     moe->add_option("--json", opts->json_path, "also write the results to this JSON file");
+    moe->add_option("--profile-out", opts->profile_out,
+                    "also write a hardware profile (for plan --hardware) with the measured memory and matmul "
+                    "efficiencies");
+    moe->add_option("--base-profile", opts->base_profile,
+                    "profile (name or FILE.json) whose other figures --profile-out keeps; required with it");
     moe->callback([opts] { exit_on_error(run_bench_moe(*opts)); });
 }
 

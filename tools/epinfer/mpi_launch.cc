@@ -16,12 +16,10 @@
 #include "core/env.h"
 
 namespace epinfer::cli {
-namespace {
 
-// Arguments of this process after argv[0], from /proc/self/cmdline (NUL-separated).
 Result<std::vector<std::string>> own_arguments() {
     std::ifstream in("/proc/self/cmdline", std::ios::binary);
-    if (!in) return internal_error("cannot read /proc/self/cmdline to relaunch under mpirun");
+    if (!in) return internal_error("cannot read /proc/self/cmdline");
     const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
     std::vector<std::string> args;
     std::string current;
@@ -37,8 +35,6 @@ Result<std::vector<std::string>> own_arguments() {
     args.erase(args.begin());
     return args;
 }
-
-}  // namespace
 
 Result<std::string> find_mpirun() {
     const std::string configured = env_mpirun();

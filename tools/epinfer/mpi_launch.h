@@ -14,6 +14,10 @@
 
 namespace epinfer::cli {
 
+// Arguments of this process after argv[0], from /proc/self/cmdline (NUL-separated).
+// Errors: kInternal when it cannot be read or is empty.
+Result<std::vector<std::string>> own_arguments();
+
 // The mpirun executable: EPINFER_MPIRUN when set, else `mpirun` on PATH.
 // Errors: kNotFound, one line, when there is none.
 Result<std::string> find_mpirun();

@@ -1,0 +1,155 @@
+#include "planner/calibration.h"
+
+#include <fmt/format.h>
+
+#include <cmath>
+#include <nlohmann/json.hpp>
+
+#include "planner/cost_model.h"
+
+namespace epinfer::planner {
+namespace {
+
+using OrderedJson = nlohmann::ordered_json;
+
+OrderedJson measured_figure(double value, const std::string& source) {
+    return OrderedJson{{"value", value}, {"provenance", "measured"}, {"source", source}};
+}
+
+Result<OrderedJson> collective_json(const MeasuredCollective& m, const std::string& source) {
+    const char* name = collective_name(m.collective);
+    if (m.ranks < 2 || m.points.empty()) {
+        return invalid_argument(
+            fmt::format("calibration: {}: needs ranks >= 2 and at least one point (got {} "
+                        "ranks, {} points)",
+                        name, m.ranks, m.points.size()));
+    }
+    const double factor = collective_bus_factor(m.collective, m.ranks);
+    Result<LatencyBandwidthFit> fit = fit_latency_bandwidth(m.points);
+    double latency_us = 0.0, busbw_gbps = 0.0;
+    std::string fit_source;
+    if (fit.is_ok()) {
+        latency_us = fit.value().latency_us;
+        busbw_gbps = fit.value().bandwidth_gbps * factor;
+        fit_source = fmt::format(
+            "least-squares fit of time = latency + size/algbw over {} sizes at {} ranks, "
+            "busbw = algbw x {:.4g}; {}",
+            m.points.size(), m.ranks, factor, source);
+    } else {
+        // Times that do not grow with size (too small a range, or noise): the smallest size's time as the
+        // latency and the largest size's busbw, which over-estimates large messages a little.
+        const auto& [last_bytes, last_us] = m.points.back();
+        latency_us = m.points.front().second;
+        busbw_gbps = last_bytes / (last_us * 1e3) * factor;
+        fit_source = fmt::format("no fit ({}): time at the smallest size, busbw at the largest, {} ranks; {}",
+                                 fit.status().message(), m.ranks, source);
+    }
+    OrderedJson points = OrderedJson::array();
+    for (const auto& [bytes, time_us] : m.points) points.push_back({bytes, time_us});
+    return OrderedJson{
+        {"latency_us", measured_figure(latency_us, fit_source)},
+        {"bus_bandwidth_gbps", measured_figure(busbw_gbps, fit_source)},
+        {"table", {{"ranks", m.ranks}, {"points", points}, {"provenance", "measured"}, {"source", source}}}};
+}
+
+// measured / peak as a fraction in (0, 1]; an error names both when the measurement is above the peak.
+Result<double> efficiency(double measured, const Figure& peak, const char* what, const char* key) {
+    if (!(measured > 0) || !std::isfinite(measured)) {
+        return invalid_argument(fmt::format("calibration: {}: must be > 0 (got {})", what, measured));
+    }
+    if (measured > peak.value) {
+        return invalid_argument(
+            fmt::format("calibration: {} {:.1f} is above the base profile's gpu.{} {:.1f}: "
+                        "is the base profile for this GPU?",
+                        what, measured, key, peak.value));
+    }
+    return measured / peak.value;
+}
+
+}  // namespace
+
+Result<LatencyBandwidthFit> fit_latency_bandwidth(const std::vector<std::pair<double, double>>& points) {
+    double n = 0.0, sum_x = 0.0, sum_y = 0.0;
+    for (const auto& [x, y] : points) {
+        if (!std::isfinite(x) || !std::isfinite(y) || !(x > 0) || !(y > 0)) {
+            return invalid_argument(
+                fmt::format("latency/bandwidth fit: point ({}, {}): bytes and time_us must "
+                            "be finite and > 0",
+                            x, y));
+        }
+        n += 1.0;
+        sum_x += x;
+        sum_y += y;
+    }
+    double sxx = 0.0, sxy = 0.0, xx = 0.0, xy = 0.0;
+    for (const auto& [x, y] : points) {
+        sxx += (x - sum_x / n) * (x - sum_x / n);
+        sxy += (x - sum_x / n) * (y - sum_y / n);
+        xx += x * x;
+        xy += x * y;
+    }
+    if (points.size() < 2 || !(sxx > 0)) {
+        return invalid_argument(fmt::format(
+            "latency/bandwidth fit: needs at least two distinct sizes (got {} points)", points.size()));
+    }
+    double slope_us_per_byte = sxy / sxx;
+    double latency_us = sum_y / n - slope_us_per_byte * sum_x / n;
+    if (latency_us < 0) {  // constrained to latency ≥ 0: the fit through the origin
+        latency_us = 0.0;
+        slope_us_per_byte = xy / xx;
+    }
+    if (!(slope_us_per_byte > 0)) {
+        return invalid_argument("latency/bandwidth fit: times do not grow with size, bandwidth not resolved");
+    }
+    // bytes/µs = 1e6 B/s = 1e-3 GB/s.
+    return LatencyBandwidthFit{latency_us, 1e-3 / slope_us_per_byte};
+}
+
+Result<std::string> calibrated_profile_json(const std::string& base_json, const std::string& base_source,
+                                            const Calibration& calibration) {
+    EPI_ASSIGN_OR_RETURN(HardwareProfile base, parse_hardware_profile(base_json, base_source));
+    OrderedJson doc;
+    try {
+        doc = OrderedJson::parse(base_json);
+    } catch (const nlohmann::json::exception& e) {  // parse_hardware_profile accepted it, so unreachable
+        return invalid_argument(fmt::format("{}: malformed JSON: {}", base_source, e.what()));
+    }
+    for (const MeasuredCollective& m : calibration.collectives) {
+        EPI_ASSIGN_OR_RETURN(doc["intra_node"][collective_name(m.collective)],
+                             collective_json(m, calibration.source));
+    }
+    if (calibration.gpu_ceilings.size() > 1) {
+        return invalid_argument("calibration: at most one set of GPU ceilings");
+    }
+    for (const MeasuredGpuCeilings& c : calibration.gpu_ceilings) {
+        EPI_ASSIGN_OR_RETURN(double memory, efficiency(c.stream_read_gbps, base.gpu.memory_bandwidth_gbps,
+                                                       "stream read GB/s", "memory_bandwidth_gbps"));
+        EPI_ASSIGN_OR_RETURN(double matmul, efficiency(c.gemm_tflops, base.gpu.bf16_tflops,
+                                                       "bf16 GEMM TFLOP/s", "bf16_tflops"));
+        doc["gpu"]["memory_efficiency"] = measured_figure(
+            memory,
+            fmt::format("read-only stream {:.1f} GB/s over gpu.memory_bandwidth_gbps {:.1f}; {}",
+                        c.stream_read_gbps, base.gpu.memory_bandwidth_gbps.value, calibration.source));
+        doc["gpu"]["matmul_efficiency"] = measured_figure(
+            matmul, fmt::format("cuBLAS bf16 GEMM {:.1f} TFLOP/s over gpu.bf16_tflops {:.1f}; {}",
+                                c.gemm_tflops, base.gpu.bf16_tflops.value, calibration.source));
+    }
+    doc["name"] = base.name + "_measured";
+    std::string replaced;
+    for (const MeasuredCollective& m : calibration.collectives) {
+        replaced +=
+            fmt::format("{}intra_node.{}", replaced.empty() ? "" : ", ", collective_name(m.collective));
+    }
+    if (!calibration.gpu_ceilings.empty()) {
+        replaced +=
+            fmt::format("{}gpu.memory_efficiency, gpu.matmul_efficiency", replaced.empty() ? "" : ", ");
+    }
+    doc["note_calibration"] =
+        fmt::format("{} with {} measured by: {}", base_source, replaced, calibration.source);
+    std::string text = doc.dump(2) + "\n";
+    EPI_RETURN_IF_ERROR_CTX(parse_hardware_profile(text, "calibrated profile").status(),
+                            "calibration produced an invalid profile");
+    return text;
+}
+
+}  // namespace epinfer::planner

@@ -1,0 +1,65 @@
+// Calibration: turning `epinfer bench comm` / `epinfer bench moe` measurements into a hardware profile
+// (docs/planner.md §1, "Calibration"), so that `epinfer plan --hardware measured.json` uses the user's own
+// figures instead of datasheet ones.
+#pragma once
+
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "core/status.h"
+#include "planner/hardware_profile.h"
+
+namespace epinfer::planner {
+
+// time_us = latency_us + bytes / (bandwidth_gbps · 1e3): bandwidth in GB/s (1e9 B/s) of the size as given
+// (for a collective: the nccl-tests algbw; × the bus factor f(n) gives busbw).
+struct LatencyBandwidthFit {
+    double latency_us = 0.0;
+    double bandwidth_gbps = 0.0;
+};
+
+// Least squares of time = latency + bytes / bandwidth over `points` [(bytes, time_us)], with latency ≥ 0:
+// the ordinary fit when its intercept is ≥ 0, else the fit through the origin (latency 0).
+// Errors: kInvalidArgument when fewer than two distinct sizes are given, a value is not finite and > 0,
+// or the best fit has no positive slope (times do not grow with size: bandwidth not resolved).
+// Example: (1000, 12), (2000, 14), (4000, 18) → latency 10 µs, 1000 B per 2 µs = 0.5 GB/s.
+Result<LatencyBandwidthFit> fit_latency_bandwidth(const std::vector<std::pair<double, double>>& points);
+
+// One collective measured by `epinfer bench comm` at a group size.
+struct MeasuredCollective {
+    Collective collective = Collective::kAllReduce;
+    int ranks = 0;                                  // ≥ 2
+    std::vector<std::pair<double, double>> points;  // (nccl-tests size bytes, time_us), sizes ascending
+};
+
+// Ceilings measured by `epinfer bench moe` on one GPU.
+struct MeasuredGpuCeilings {
+    double stream_read_gbps = 0.0;  // read-only stream over a large buffer, GB/s
+    double gemm_tflops = 0.0;       // cuBLAS bf16 GEMM, TFLOP/s
+};
+
+// What the measurements are and where they came from; `source` is written into every replaced figure
+// (e.g. "epinfer bench comm --ranks 2 ... on host1, 2026-11-29T10:00:00Z, backend mpi").
+struct Calibration {
+    std::vector<MeasuredCollective> collectives;    // replace intra_node.<collective>
+    std::vector<MeasuredGpuCeilings> gpu_ceilings;  // at most one: replace gpu.*_efficiency
+    std::string source;
+};
+
+// The text of a complete profile: `base_json` (the base profile's file text, notes kept) with
+//  - for each measured collective, intra_node.<collective> replaced by {latency_us, bus_bandwidth_gbps
+//    (fit_latency_bandwidth over the points, algbw × collective_bus_factor), table {ranks, points}}, all
+//    "provenance": "measured"; when the fit cannot resolve a bandwidth, the smallest size's time and the
+//    largest size's busbw, and the source says so;
+//  - for measured GPU ceilings, gpu.memory_efficiency = stream GB/s / gpu.memory_bandwidth_gbps and
+//    gpu.matmul_efficiency = GEMM TFLOP/s / gpu.bf16_tflops (the base's peaks stay, so fp8/fp4 rates
+//    scale alike), "provenance": "measured";
+//  - name "<base name>_measured" and a note naming the source.
+// The result is checked with parse_hardware_profile. Errors: kInvalidArgument for a base that does not
+// parse (naming `base_source`), a collective with ranks < 2 or no points, or a ceiling above the base's
+// peak (efficiency > 1: a base profile of another GPU).
+Result<std::string> calibrated_profile_json(const std::string& base_json, const std::string& base_source,
+                                            const Calibration& calibration);
+
+}  // namespace epinfer::planner

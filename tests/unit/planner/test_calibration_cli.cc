@@ -1,0 +1,124 @@
+// `epinfer bench comm --profile-out` end to end: two ranks through mpirun write a profile that `epinfer plan
+// --hardware` reads, and the plan's collectives cost what the measured table says; bad options fail with one
+// line. Skipped when mpirun is not on PATH (the bench relaunches itself through it).
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
+
+#include "planner/cost_model.h"
+#include "planner/hardware_profile.h"
+
+namespace epinfer::planner {
+namespace {
+
+namespace fs = std::filesystem;
+
+const std::string kProfilesDir = std::string(EPINFER_TEST_DATA_DIR) + "/../../profiles";
+const std::string kModel = std::string(EPINFER_TEST_DATA_DIR) + "/configs/qwen3_30b_a3b.json";
+
+struct CliResult {
+    int exit_code = -1;
+    std::string out;
+    std::string err;
+};
+
+std::string read_all(const fs::path& path) {
+    std::ifstream in(path, std::ios::binary);
+    std::stringstream s;
+    s << in.rdbuf();
+    return s.str();
+}
+
+fs::path scratch_dir() {
+    fs::path dir = fs::temp_directory_path() / ("epinfer_calibration_cli_" + std::to_string(::getpid()));
+    fs::create_directories(dir);
+    return dir;
+}
+
+// Runs `epinfer ARGS` in the scratch folder with the shipped profiles in EPINFER_PROFILES_DIR.
+CliResult run_cli(const std::string& args) {
+    fs::path dir = scratch_dir();
+    std::string cmd = "cd '" + dir.string() + "' && EPINFER_PROFILES_DIR='" + kProfilesDir + "' '" +
+                      std::string(EPINFER_CLI_PATH) + "' " + args + " > out 2> err";
+    int status = std::system(cmd.c_str());
+    CliResult r;
+    r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+    r.out = read_all(dir / "out");
+    r.err = read_all(dir / "err");
+    return r;
+}
+
+bool mpirun_on_path() {
+    return std::system("command -v mpirun > /dev/null 2>&1") == 0;
+}
+
+void expect_one_line_error(const CliResult& r, const std::string& needle) {
+    EXPECT_EQ(r.exit_code, 1) << r.err;
+    EXPECT_EQ(r.err.rfind("epinfer: error: ", 0), 0u) << r.err;
+    EXPECT_NE(r.err.find(needle), std::string::npos) << r.err;
+}
+
+TEST(CalibrationCli, BenchCommProfileDrivesPlan) {
+    if (!mpirun_on_path()) GTEST_SKIP() << "mpirun not on PATH";
+    const fs::path profile_path = scratch_dir() / "measured.json";
+    fs::remove(profile_path);
+    CliResult bench = run_cli(
+        "bench comm --ranks 2 --max-bytes 64K --iters 3 --profile-out measured.json --base-profile h200_sxm");
+    ASSERT_EQ(bench.exit_code, 0) << bench.err << bench.out;
+
+    auto profile = load_hardware_profile_file(profile_path.string());
+    ASSERT_TRUE(profile.is_ok()) << profile.status().message();
+    EXPECT_EQ(profile.value().name, "h200_sxm_measured");
+    for (Collective c : {Collective::kAllReduce, Collective::kAllGather, Collective::kAllToAll}) {
+        const CollectiveSpec& spec = profile.value().intra_node[c];
+        EXPECT_EQ(spec.table.ranks, 2) << collective_name(c);
+        EXPECT_EQ(spec.table.points.size(), 4u) << collective_name(c);  // 1K, 4K, 16K, 64K
+        EXPECT_EQ(spec.table.provenance, Provenance::kMeasured);
+        EXPECT_EQ(spec.latency_us.provenance, Provenance::kMeasured);
+        EXPECT_EQ(spec.bus_bandwidth_gbps.provenance, Provenance::kMeasured);
+        EXPECT_NE(spec.table.source.find("epinfer bench comm --ranks 2"), std::string::npos)
+            << spec.table.source;
+    }
+    EXPECT_EQ(profile.value().intra_node[Collective::kAllToAll].table.points.front().first, 1024.0);
+    // send_recv is not measured: the datasheet/estimate figure stays.
+    EXPECT_NE(profile.value().intra_node[Collective::kSendRecv].latency_us.provenance, Provenance::kMeasured);
+
+    CliResult plan = run_cli("plan --hardware measured.json --model '" + kModel + "' --gpus 2 --json");
+    ASSERT_EQ(plan.exit_code, 0) << plan.err;
+    nlohmann::json doc = nlohmann::json::parse(plan.out);
+    EXPECT_EQ(doc["hardware"]["name"], "h200_sxm_measured");
+    int checked = 0;
+    for (const auto& layout : doc["layouts"]) {
+        for (const auto& coll : layout["decode"][0]["breakdown"]["collectives"]) {
+            if (coll["kind"] == "send_recv") continue;
+            const std::string kind = coll["kind"];
+            Collective c = kind == "all_reduce" ? Collective::kAllReduce : Collective::kAllToAll;
+            ASSERT_TRUE(kind == "all_reduce" || kind == "all_to_all") << kind;
+            // The plan's cost is the measured table at 2 ranks.
+            const double expected = collective_time_us(
+                profile.value().intra_node[c], c, coll["size_bytes"].get<double>(), coll["ranks"].get<int>());
+            EXPECT_NEAR(coll["us_per_call"].get<double>(), expected, 1e-9 * expected) << layout["spec"];
+            ++checked;
+        }
+    }
+    EXPECT_GE(checked, 4);  // tp2, ep2: all_reduce; dp2-ep2, dp2: all_to_all
+}
+
+TEST(CalibrationCli, BadOptionsFailWithOneLine) {
+    expect_one_line_error(run_cli("bench comm --ranks 2 --profile-out x.json"), "needs --base-profile");
+    expect_one_line_error(run_cli("bench comm --ranks 2 --base-profile h200_sxm"), "only with --profile-out");
+    expect_one_line_error(run_cli("bench comm --ranks 1 --profile-out x.json --base-profile h200_sxm"),
+                          "--ranks 2 or more");
+    expect_one_line_error(run_cli("bench comm --ranks 2 --profile-out x.json --base-profile nosuch"),
+                          "unknown hardware profile 'nosuch'");
+}
+
+}  // namespace
+}  // namespace epinfer::planner
