@@ -1,0 +1,397 @@
+// The CUDA backend (backend/cuda/cuda_backend.h) against the CPU reference backend, op by op, on fresh random
+// inputs with odd sizes (T = 1, 7, 33; widths 64, 72, 136; GQA 3:1 and 4:2; strided rows), every weight
+// dtype, in-place variants, and the data-dependent errors reported by synchronize(). Bounds: tolerances.h
+// rows "<op>_cuda". Each case prints "measured <op> <dtype> <case>: nmse .. max_rel .." for the record.
+#include <gtest/gtest.h>
+
+#if EPINFER_WITH_CUDA
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <limits>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "backend/backend.h"
+#include "backend/cpu/cpu_backend.h"
+#include "backend/cuda/cuda_backend.h"
+#include "common/compare.h"
+#include "cuda_test_util.h"
+
+namespace epinfer::test {
+namespace {
+
+constexpr DType kWeightDtypes[] = {DType::kBF16, DType::kF16, DType::kF32};
+
+// Values uniform in [−scale, scale) stored as `dtype` (bytes, host).
+std::vector<uint8_t> random_weights(size_t n, uint32_t seed, float scale, DType dtype) {
+    const std::vector<float> f = random_floats(n, seed, -scale, scale);
+    std::vector<uint8_t> out(n * dtype_size(dtype));
+    for (size_t i = 0; i < n; ++i) {
+        if (dtype == DType::kF32) {
+            std::memcpy(out.data() + 4 * i, &f[i], 4);
+        } else {
+            const uint16_t h = dtype == DType::kBF16 ? f32_to_bf16(f[i]) : f32_to_f16(f[i]);
+            std::memcpy(out.data() + 2 * i, &h, 2);
+        }
+    }
+    return out;
+}
+
+class CudaBackendTest : public CudaTest {
+protected:
+    void SetUp() override {
+        CudaTest::SetUp();
+        if (IsSkipped()) return;
+        auto gpu = make_cuda_backend();
+        ASSERT_TRUE(gpu.is_ok()) << gpu.status().message();
+        gpu_ = std::move(gpu).value();
+        cpu_ = make_cpu_backend(2);
+    }
+
+    // A device buffer of the GPU backend holding `host` (uploaded through copy_to_device).
+    template <typename T>
+    DeviceBuffer to_gpu(const std::vector<T>& host) {
+        auto buffer = DeviceBuffer::alloc(*gpu_, host.size() * sizeof(T));
+        EXPECT_TRUE(buffer.is_ok()) << buffer.status().message();
+        if (!buffer.is_ok()) return DeviceBuffer();
+        EXPECT_TRUE(gpu_->copy_to_device(buffer->data(), host.data(), host.size() * sizeof(T)).is_ok());
+        return std::move(buffer).value();
+    }
+    // A GPU buffer of n floats set to NaN, so unwritten outputs show.
+    DeviceBuffer nan_gpu(size_t n) { return to_gpu(std::vector<float>(n, std::numeric_limits<float>::quiet_NaN())); }
+    // n floats of a GPU buffer, after synchronize() (which must succeed).
+    std::vector<float> from_gpu(const DeviceBuffer& buffer, size_t n) {
+        const Status synced = gpu_->synchronize();
+        EXPECT_TRUE(synced.is_ok()) << synced.message();
+        std::vector<float> host(n);
+        EXPECT_TRUE(gpu_->copy_to_host(host.data(), buffer.data(), n * sizeof(float)).is_ok());
+        return host;
+    }
+
+    // Compares and prints the measured error; `op` names the tolerances.h row "<op>_cuda".
+    void expect_close(const std::string& op, DType dtype, const std::string& what, const std::vector<float>& got,
+                      const std::vector<float>& want) {
+        const Diff d = compare<float>(got, want);
+        std::printf("measured %s %s %s: nmse %.3g max_rel %.3g\n", op.c_str(), dtype_name(dtype), what.c_str(),
+                    d.nmse, d.max_rel);
+        EXPECT_TRUE(within(d, tolerance(op + "_cuda", dtype))) << op << " " << dtype_name(dtype) << " " << what;
+    }
+
+    std::unique_ptr<Backend> gpu_;
+    std::unique_ptr<Backend> cpu_;
+};
+
+TEST_F(CudaBackendTest, MemoryCopiesRoundTrip) {
+    const std::vector<float> host = random_floats(7 * 40, 11);
+    DeviceBuffer a = to_gpu(host);
+    DeviceBuffer b = nan_gpu(host.size());
+    ASSERT_TRUE(gpu_->copy_on_device(b.data(), a.data(), host.size() * sizeof(float)).is_ok());
+    EXPECT_EQ(from_gpu(b, host.size()), host);
+    // Rows 0..6 of 33 floats from a pitch of 40 floats into a pitch of 35 floats.
+    DeviceBuffer c = nan_gpu(7 * 35);
+    ASSERT_TRUE(gpu_->copy_rows_on_device(c.data(), 35 * 4, a.data(), 40 * 4, 33 * 4, 7).is_ok());
+    const std::vector<float> got = from_gpu(c, 7 * 35);
+    for (int r = 0; r < 7; ++r) {
+        for (int i = 0; i < 35; ++i) {
+            if (i < 33) {
+                EXPECT_EQ(got[r * 35 + i], host[r * 40 + i]) << r << "," << i;
+            } else {
+                EXPECT_TRUE(std::isnan(got[r * 35 + i])) << "pad " << r << "," << i << " was written";
+            }
+        }
+    }
+    EXPECT_FALSE(gpu_->copy_rows_on_device(c.data(), 8, a.data(), 40 * 4, 33 * 4, 1).is_ok());
+    EXPECT_STREQ(gpu_->name(), "cuda");
+    EXPECT_FALSE(gpu_->host_accessible());
+}
+
+TEST_F(CudaBackendTest, Embedding) {
+    for (DType dtype : kWeightDtypes) {
+        for (int64_t T : {1, 7, 33}) {
+            for (int64_t H : {64, 72, 136}) {
+                const int64_t V = 53;
+                const std::vector<uint8_t> table = random_weights(V * H, 100 + T * H, 1.0f, dtype);
+                std::vector<int32_t> ids(T);
+                for (int64_t t = 0; t < T; ++t) ids[t] = static_cast<int32_t>((t * 37 + H) % V);
+                std::vector<float> want(T * H);
+                EmbeddingArgs args{ids.data(), table.data(), dtype, want.data(), T, V, H};
+                ASSERT_TRUE(cpu_->embedding(args).is_ok());
+                DeviceBuffer d_ids = to_gpu(ids), d_table = to_gpu(table), d_out = nan_gpu(T * H);
+                args.token_ids = static_cast<const int32_t*>(d_ids.data());
+                args.table = d_table.data();
+                args.out = d_out.f32();
+                ASSERT_TRUE(gpu_->embedding(args).is_ok());
+                expect_close("embedding", dtype, "T" + std::to_string(T) + " H" + std::to_string(H),
+                             from_gpu(d_out, T * H), want);
+            }
+        }
+    }
+}
+
+TEST_F(CudaBackendTest, EmbeddingBadTokenIdFailsAtSynchronize) {
+    const std::vector<uint8_t> table = random_weights(10 * 64, 3, 1.0f, DType::kBF16);
+    DeviceBuffer d_ids = to_gpu(std::vector<int32_t>{2, 10}), d_table = to_gpu(table), d_out = nan_gpu(2 * 64);
+    EmbeddingArgs args{static_cast<const int32_t*>(d_ids.data()), d_table.data(), DType::kBF16, d_out.f32(), 2, 10, 64};
+    ASSERT_TRUE(gpu_->embedding(args).is_ok());
+    const Status synced = gpu_->synchronize();
+    EXPECT_EQ(synced.code(), StatusCode::kInvalidArgument) << synced.message();
+    EXPECT_TRUE(gpu_->synchronize().is_ok()) << "the error is reported once";
+}
+
+TEST_F(CudaBackendTest, RmsNorm) {
+    for (DType dtype : kWeightDtypes) {
+        for (int64_t R : {1, 7, 33}) {
+            for (int64_t W : {64, 72, 136}) {
+                for (bool in_place : {false, true}) {
+                    const int64_t x_stride = W + 3, out_stride = in_place ? x_stride : W + 5;
+                    const std::vector<float> x = random_floats(R * x_stride, 200 + R * W, -2.0f, 2.0f);
+                    const std::vector<uint8_t> weight = random_weights(W, 300 + W, 1.5f, dtype);
+                    std::vector<float> want = in_place ? x : std::vector<float>(R * out_stride, 0.0f);
+                    RmsNormArgs args{x.data(), weight.data(), dtype, want.data(), R, W, x_stride, out_stride, 1e-5f};
+                    ASSERT_TRUE(cpu_->rms_norm(args).is_ok());
+                    DeviceBuffer d_x = to_gpu(x), d_w = to_gpu(weight);
+                    DeviceBuffer d_out = in_place ? DeviceBuffer() : to_gpu(std::vector<float>(R * out_stride, 0.0f));
+                    args.x = d_x.f32();
+                    args.weight = d_w.data();
+                    args.out = in_place ? d_x.f32() : d_out.f32();
+                    ASSERT_TRUE(gpu_->rms_norm(args).is_ok());
+                    expect_close("rms_norm", dtype,
+                                 "R" + std::to_string(R) + " W" + std::to_string(W) + (in_place ? " in_place" : ""),
+                                 from_gpu(in_place ? d_x : d_out, R * out_stride), want);
+                }
+            }
+        }
+    }
+}
+
+TEST_F(CudaBackendTest, Matmul) {
+    struct Shape {
+        int64_t n, k;
+    };
+    for (DType dtype : kWeightDtypes) {
+        for (int64_t T : {1, 7, 33}) {
+            for (Shape s : {Shape{64, 72}, Shape{136, 64}, Shape{72, 136}, Shape{257, 1001}}) {
+                for (bool bias : {false, true}) {
+                    const int64_t x_stride = s.k + 5, y_stride = s.n + 3;
+                    const std::vector<float> x = random_floats(T * x_stride, 400 + T * s.n + s.k);
+                    const std::vector<uint8_t> w = random_weights(s.n * s.k, 500 + s.n, 0.1f, dtype);
+                    const std::vector<uint8_t> b = random_weights(s.n, 600 + s.n, 0.5f, DType::kBF16);
+                    std::vector<float> want(T * y_stride, 0.0f);
+                    MatmulArgs args{x.data(), w.data(), dtype, bias ? b.data() : nullptr, DType::kBF16, want.data(),
+                                    T, s.n, s.k, x_stride, y_stride};
+                    ASSERT_TRUE(cpu_->matmul(args).is_ok());
+                    DeviceBuffer d_x = to_gpu(x), d_w = to_gpu(w), d_b = to_gpu(b);
+                    DeviceBuffer d_y = to_gpu(std::vector<float>(T * y_stride, 0.0f));
+                    args.x = d_x.f32();
+                    args.w = d_w.data();
+                    args.bias = bias ? d_b.data() : nullptr;
+                    args.y = d_y.f32();
+                    ASSERT_TRUE(gpu_->matmul(args).is_ok());
+                    expect_close("matmul", dtype,
+                                 "T" + std::to_string(T) + " N" + std::to_string(s.n) + " K" + std::to_string(s.k) +
+                                     (bias ? " bias" : ""),
+                                 from_gpu(d_y, T * y_stride), want);
+                }
+            }
+        }
+    }
+}
+
+TEST_F(CudaBackendTest, Rope) {
+    const int64_t num_heads = 3, head_stride = 72, rot_offset = 8, rotary_dim = 64;
+    const int64_t token_stride = num_heads * head_stride + 4;
+    std::vector<float> inv_freq(rotary_dim / 2);
+    for (int64_t i = 0; i < rotary_dim / 2; ++i)
+        inv_freq[i] = 1.0f / std::pow(10000.0f, static_cast<float>(2 * i) / static_cast<float>(rotary_dim));
+    for (int64_t T : {1, 7, 33}) {
+        for (bool interleaved : {false, true}) {
+            const std::vector<float> x = random_floats(T * token_stride, 700 + T + interleaved);
+            std::vector<int32_t> positions(T);
+            for (int64_t t = 0; t < T; ++t) positions[t] = static_cast<int32_t>((t * 977 + 13) % 5000);
+            std::vector<float> want = x;
+            RopeArgs args{want.data(), positions.data(), inv_freq.data(), 1.3f, T, num_heads, token_stride,
+                          head_stride, rot_offset, rotary_dim, interleaved};
+            ASSERT_TRUE(cpu_->rope(args).is_ok());
+            DeviceBuffer d_x = to_gpu(x), d_pos = to_gpu(positions), d_freq = to_gpu(inv_freq);
+            args.x = d_x.f32();
+            args.positions = static_cast<const int32_t*>(d_pos.data());
+            args.inv_freq = d_freq.f32();
+            ASSERT_TRUE(gpu_->rope(args).is_ok());
+            expect_close("rope", DType::kF32, "T" + std::to_string(T) + (interleaved ? " interleaved" : " half"),
+                         from_gpu(d_x, T * token_stride), want);
+        }
+    }
+}
+
+struct AttentionCase {
+    int64_t tokens, kv_tokens, heads, kv_heads, dqk, dv;
+};
+
+TEST_F(CudaBackendTest, Attention) {
+    const AttentionCase cases[] = {
+        {1, 1, 3, 1, 64, 64},    {7, 7, 3, 1, 72, 72},      {33, 33, 3, 1, 136, 136}, {33, 40, 4, 2, 72, 64},
+        {1, 517, 3, 1, 72, 72},  {7, 300, 6, 3, 136, 128},  {5, 9, 2, 2, 576, 512},
+    };
+    for (const AttentionCase& c : cases) {
+        // q packed [T, Nh, Dqk] with 2 floats of padding per token; k, v in one cache row [S, Nkv, Dqk + Dv].
+        const int64_t q_tok = c.heads * c.dqk + 2, kv_tok = c.kv_heads * (c.dqk + c.dv);
+        const int64_t out_tok = c.heads * c.dv + 1;
+        const std::vector<float> q = random_floats(c.tokens * q_tok, 800 + c.tokens * c.dqk, -2.0f, 2.0f);
+        const std::vector<float> kv = random_floats(c.kv_tokens * kv_tok, 900 + c.kv_tokens, -2.0f, 2.0f);
+        std::vector<int32_t> positions(c.tokens);  // the last T of the S cached tokens
+        for (int64_t t = 0; t < c.tokens; ++t) positions[t] = static_cast<int32_t>(c.kv_tokens - c.tokens + t);
+        std::vector<float> want(c.tokens * out_tok, 0.0f);
+        AttentionArgs args;
+        args.q = q.data();
+        args.k = kv.data();
+        args.v = kv.data() + c.kv_heads * c.dqk;
+        args.positions = positions.data();
+        args.out = want.data();
+        args.num_tokens = c.tokens;
+        args.num_kv_tokens = c.kv_tokens;
+        args.num_heads = c.heads;
+        args.num_kv_heads = c.kv_heads;
+        args.head_dim_qk = c.dqk;
+        args.head_dim_v = c.dv;
+        args.q_token_stride = q_tok;
+        args.q_head_stride = c.dqk;
+        args.k_token_stride = kv_tok;
+        args.k_head_stride = c.dqk;
+        args.v_token_stride = kv_tok;
+        args.v_head_stride = c.dv;
+        args.out_token_stride = out_tok;
+        args.out_head_stride = c.dv;
+        args.scale = 1.0f / std::sqrt(static_cast<float>(c.dqk));
+        ASSERT_TRUE(cpu_->attention(args).is_ok());
+        DeviceBuffer d_q = to_gpu(q), d_kv = to_gpu(kv), d_pos = to_gpu(positions);
+        DeviceBuffer d_out = to_gpu(std::vector<float>(c.tokens * out_tok, 0.0f));
+        args.q = d_q.f32();
+        args.k = d_kv.f32();
+        args.v = d_kv.f32() + c.kv_heads * c.dqk;
+        args.positions = static_cast<const int32_t*>(d_pos.data());
+        args.out = d_out.f32();
+        ASSERT_TRUE(gpu_->attention(args).is_ok());
+        expect_close("attention", DType::kF32,
+                     "T" + std::to_string(c.tokens) + " S" + std::to_string(c.kv_tokens) + " heads" +
+                         std::to_string(c.heads) + "/" + std::to_string(c.kv_heads) + " D" + std::to_string(c.dqk) +
+                         "/" + std::to_string(c.dv),
+                     from_gpu(d_out, c.tokens * out_tok), want);
+    }
+}
+
+TEST_F(CudaBackendTest, AttentionBadPositionFailsAtSynchronize) {
+    const std::vector<float> q = random_floats(64, 1), kv = random_floats(4 * 128, 2);
+    DeviceBuffer d_q = to_gpu(q), d_kv = to_gpu(kv), d_pos = to_gpu(std::vector<int32_t>{4}), d_out = nan_gpu(64);
+    AttentionArgs args;
+    args.q = d_q.f32();
+    args.k = d_kv.f32();
+    args.v = d_kv.f32() + 64;
+    args.positions = static_cast<const int32_t*>(d_pos.data());
+    args.out = d_out.f32();
+    args.num_tokens = 1;
+    args.num_kv_tokens = 4;
+    args.num_heads = args.num_kv_heads = 1;
+    args.head_dim_qk = args.head_dim_v = 64;
+    args.q_token_stride = args.q_head_stride = 64;
+    args.k_token_stride = args.v_token_stride = 128;
+    args.k_head_stride = args.v_head_stride = 64;
+    args.out_token_stride = args.out_head_stride = 64;
+    ASSERT_TRUE(gpu_->attention(args).is_ok());
+    EXPECT_EQ(gpu_->synchronize().code(), StatusCode::kInvalidArgument);
+}
+
+TEST_F(CudaBackendTest, ElementwiseOps) {
+    for (int64_t T : {1, 7, 33}) {
+        for (int64_t H : {64, 72, 136}) {
+            const int64_t n = T * H;
+            const std::string what = "T" + std::to_string(T) + " H" + std::to_string(H);
+            const std::vector<float> a = random_floats(n, 1000 + n, -6.0f, 6.0f);
+            const std::vector<float> b = random_floats(n, 2000 + n, -3.0f, 3.0f);
+            const std::vector<float> g = random_floats(T, 3000 + n, -4.0f, 4.0f);
+            DeviceBuffer d_a = to_gpu(a), d_b = to_gpu(b), d_g = to_gpu(g), d_out = nan_gpu(n);
+
+            std::vector<float> want(n);
+            ASSERT_TRUE(cpu_->silu_mul(SiluMulArgs{a.data(), b.data(), want.data(), n}).is_ok());
+            ASSERT_TRUE(gpu_->silu_mul(SiluMulArgs{d_a.f32(), d_b.f32(), d_out.f32(), n}).is_ok());
+            expect_close("silu_mul", DType::kF32, what, from_gpu(d_out, n), want);
+
+            ASSERT_TRUE(cpu_->add(AddArgs{a.data(), b.data(), want.data(), n}).is_ok());
+            ASSERT_TRUE(gpu_->add(AddArgs{d_a.f32(), d_b.f32(), d_out.f32(), n}).is_ok());
+            expect_close("add", DType::kF32, what, from_gpu(d_out, n), want);
+
+            ASSERT_TRUE(cpu_->add_sigmoid_gated(AddSigmoidGatedArgs{a.data(), g.data(), b.data(), want.data(), T, H})
+                            .is_ok());
+            ASSERT_TRUE(
+                gpu_->add_sigmoid_gated(AddSigmoidGatedArgs{d_a.f32(), d_g.f32(), d_b.f32(), d_out.f32(), T, H}).is_ok());
+            expect_close("add_sigmoid_gated", DType::kF32, what, from_gpu(d_out, n), want);
+
+            // In place (out == first input), the way the model updates its residual stream.
+            ASSERT_TRUE(gpu_->silu_mul(SiluMulArgs{d_a.f32(), d_b.f32(), d_a.f32(), n}).is_ok());
+            ASSERT_TRUE(cpu_->silu_mul(SiluMulArgs{a.data(), b.data(), want.data(), n}).is_ok());
+            expect_close("silu_mul", DType::kF32, what + " in_place", from_gpu(d_a, n), want);
+        }
+    }
+}
+
+TEST_F(CudaBackendTest, MoeRouterTopk) {
+    struct Case {
+        int64_t tokens, experts, top_k;
+        ScoringFunc scoring;
+        TopkMethod method;
+        int64_t n_group, topk_group;
+        bool norm, bias;
+    };
+    const Case cases[] = {{33, 60, 8, ScoringFunc::kSoftmax, TopkMethod::kGreedy, 1, 1, true, false},
+                          {7, 64, 6, ScoringFunc::kSigmoid, TopkMethod::kNoauxTc, 8, 3, true, true},
+                          {1, 9, 9, ScoringFunc::kSoftmax, TopkMethod::kGreedy, 1, 1, false, false}};
+    for (const Case& c : cases) {
+        const std::vector<float> logits = random_floats(c.tokens * c.experts, 4000 + c.experts, -3.0f, 3.0f);
+        const std::vector<float> bias = random_floats(c.experts, 5000 + c.experts, -0.1f, 0.1f);
+        const size_t picks = static_cast<size_t>(c.tokens * c.top_k);
+        MoeRouterTopkArgs args;
+        args.num_tokens = c.tokens;
+        args.num_experts = c.experts;
+        args.top_k = c.top_k;
+        args.scoring_func = c.scoring;
+        args.topk_method = c.method;
+        args.n_group = c.n_group;
+        args.topk_group = c.topk_group;
+        args.norm_topk_prob = c.norm;
+        args.routed_scaling_factor = 2.5f;
+        std::vector<int32_t> want_ids(picks);
+        std::vector<float> want_weights(picks);
+        MoeRouterTopkArgs cpu = args;
+        cpu.router_logits = logits.data();
+        cpu.e_score_correction_bias = c.bias ? bias.data() : nullptr;
+        cpu.topk_ids = want_ids.data();
+        cpu.topk_weights = want_weights.data();
+        ASSERT_TRUE(cpu_->moe_router_topk(cpu).is_ok());
+        DeviceBuffer d_logits = to_gpu(logits), d_bias = to_gpu(bias);
+        DeviceBuffer d_ids = to_gpu(std::vector<int32_t>(picks, -7)), d_weights = nan_gpu(picks);
+        args.router_logits = d_logits.f32();
+        args.e_score_correction_bias = c.bias ? d_bias.f32() : nullptr;
+        args.topk_ids = static_cast<int32_t*>(d_ids.data());
+        args.topk_weights = d_weights.f32();
+        ASSERT_TRUE(gpu_->moe_router_topk(args).is_ok());
+        const std::vector<float> got_weights = from_gpu(d_weights, picks);
+        std::vector<int32_t> got_ids(picks);
+        ASSERT_TRUE(gpu_->copy_to_host(got_ids.data(), d_ids.data(), picks * sizeof(int32_t)).is_ok());
+        EXPECT_EQ(got_ids, want_ids) << "E" << c.experts;
+        EXPECT_TRUE(within(compare<float>(got_weights, want_weights), tolerance("moe_router_weights", DType::kF32)));
+    }
+}
+
+TEST_F(CudaBackendTest, BadArgumentsAreRejectedBeforeLaunch) {
+    MatmulArgs bad;
+    bad.num_rows = 2;
+    bad.out_features = 3;
+    bad.in_features = 4;  // null pointers, zero strides
+    EXPECT_EQ(gpu_->matmul(bad).code(), StatusCode::kInvalidArgument);
+    EXPECT_TRUE(gpu_->synchronize().is_ok());
+}
+
+}  // namespace
+}  // namespace epinfer::test
+#endif  // EPINFER_WITH_CUDA
