@@ -14,40 +14,17 @@
 #include <vector>
 
 #include "checkpoint/safetensors.h"
+#include "common/cli_runner.h"
 
 namespace epinfer {
 namespace {
 
 const std::string kModel = std::string(EPINFER_TEST_DATA_DIR) + "/fixtures/deepseek_v3_tiny";
 
-struct CliResult {
-    int exit_code = -1;
-    std::string out, err;
-};
+using epinfer::testing::CliResult;
+using epinfer::testing::expect_one_line_error;
 
-std::string read_file(const std::filesystem::path& p) {
-    std::ifstream in(p);
-    std::stringstream ss;
-    ss << in.rdbuf();
-    return ss.str();
-}
-
-// Runs `epinfer <args>` (args are shell words, already quoted where needed).
-CliResult run_cli(const std::string& args) {
-    const auto dir = std::filesystem::temp_directory_path() /
-                     ("epinfer_cli_test_" + std::to_string(::getpid()) + "_" +
-                      ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    std::filesystem::create_directories(dir);
-    const std::string cmd = std::string(EPINFER_CLI_PATH) + " " + args + " >" + (dir / "out").string() +
-                            " 2>" + (dir / "err").string();
-    const int status = std::system(cmd.c_str());
-    CliResult r;
-    r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-    r.out = read_file(dir / "out");
-    r.err = read_file(dir / "err");
-    std::filesystem::remove_all(dir);
-    return r;
-}
+CliResult run_cli(const std::string& args) { return epinfer::testing::run_epinfer(args); }
 
 std::string join(const std::vector<int64_t>& ids) {
     std::string s;
@@ -109,15 +86,6 @@ TEST(CliGenerate, SamplingIsDeterministicForASeed) {
     ASSERT_EQ(a.exit_code, 0) << a.err;
     EXPECT_EQ(a.out, b.out);
     EXPECT_EQ(std::count(a.out.begin(), a.out.end(), ','), 7);
-}
-
-// Exit status 1 and exactly one stderr line "epinfer: error: ..." that names `value`.
-void expect_one_line_error(const CliResult& r, const std::string& value) {
-    EXPECT_EQ(r.exit_code, 1) << r.err;
-    EXPECT_EQ(r.err.rfind("epinfer: error: ", 0), 0u) << r.err;
-    EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
-    EXPECT_NE(r.err.find(value), std::string::npos) << "'" << value << "' not named in: " << r.err;
-    EXPECT_TRUE(r.out.empty()) << r.out;
 }
 
 TEST(CliGenerate, BadInputIsOneLineErrorNamingTheValue) {

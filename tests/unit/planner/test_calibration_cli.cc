@@ -12,6 +12,7 @@
 #include <sstream>
 #include <string>
 
+#include "common/cli_runner.h"
 #include "planner/cost_model.h"
 #include "planner/hardware_profile.h"
 
@@ -23,46 +24,21 @@ namespace fs = std::filesystem;
 const std::string kProfilesDir = std::string(EPINFER_TEST_DATA_DIR) + "/../../profiles";
 const std::string kModel = std::string(EPINFER_TEST_DATA_DIR) + "/configs/qwen3_30b_a3b.json";
 
-struct CliResult {
-    int exit_code = -1;
-    std::string out;
-    std::string err;
-};
+using epinfer::testing::CliResult;
+using epinfer::testing::expect_one_line_error;
 
-std::string read_all(const fs::path& path) {
-    std::ifstream in(path, std::ios::binary);
-    std::stringstream s;
-    s << in.rdbuf();
-    return s.str();
-}
-
-fs::path scratch_dir() {
-    fs::path dir = fs::temp_directory_path() / ("epinfer_calibration_cli_" + std::to_string(::getpid()));
-    fs::create_directories(dir);
-    return dir;
-}
+fs::path scratch_dir() { return epinfer::testing::cli_scratch_dir("epinfer_calibration_cli"); }
 
 // Runs `epinfer ARGS` in the scratch folder with the shipped profiles in EPINFER_PROFILES_DIR.
 CliResult run_cli(const std::string& args) {
-    fs::path dir = scratch_dir();
-    std::string cmd = "cd '" + dir.string() + "' && EPINFER_PROFILES_DIR='" + kProfilesDir + "' '" +
-                      std::string(EPINFER_CLI_PATH) + "' " + args + " > out 2> err";
-    int status = std::system(cmd.c_str());
-    CliResult r;
-    r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-    r.out = read_all(dir / "out");
-    r.err = read_all(dir / "err");
-    return r;
+    epinfer::testing::CliOptions options;
+    options.env = "EPINFER_PROFILES_DIR='" + kProfilesDir + "'";
+    options.cwd = scratch_dir().string();
+    return epinfer::testing::run_epinfer(args, options);
 }
 
 bool mpirun_on_path() {
     return std::system("command -v mpirun > /dev/null 2>&1") == 0;
-}
-
-void expect_one_line_error(const CliResult& r, const std::string& needle) {
-    EXPECT_EQ(r.exit_code, 1) << r.err;
-    EXPECT_EQ(r.err.rfind("epinfer: error: ", 0), 0u) << r.err;
-    EXPECT_NE(r.err.find(needle), std::string::npos) << r.err;
 }
 
 TEST(CalibrationCli, BenchCommProfileDrivesPlan) {

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "checkpoint/hf_config.h"
+#include "common/cli_runner.h"
 #include "planner/hardware_profile.h"
 
 namespace epinfer::planner {
@@ -26,49 +27,17 @@ namespace fs = std::filesystem;
 const std::string kConfigsDir = std::string(EPINFER_TEST_DATA_DIR) + "/configs";
 const std::string kProfilesDir = std::string(EPINFER_TEST_DATA_DIR) + "/../../profiles";
 
-struct CliResult {
-    int exit_code = -1;
-    std::string out;
-    std::string err;
-    double seconds = 0.0;
-};
+using epinfer::testing::CliResult;
+using epinfer::testing::expect_one_line_error;
 
-std::string read_all(const fs::path& path) {
-    std::ifstream in(path, std::ios::binary);
-    std::stringstream s;
-    s << in.rdbuf();
-    return s.str();
-}
-
-fs::path scratch_dir() {
-    fs::path dir = fs::temp_directory_path() / ("epinfer_plan_cli_" + std::to_string(::getpid()));
-    fs::create_directories(dir);
-    return dir;
-}
+std::string read_all(const fs::path& path) { return epinfer::testing::read_text_file(path); }
+fs::path scratch_dir() { return epinfer::testing::cli_scratch_dir("epinfer_plan_cli"); }
 
 // Runs `epinfer plan ARGS` with the shipped profiles folder in EPINFER_PROFILES_DIR.
 CliResult run_plan(const std::string& args) {
-    fs::path dir = scratch_dir();
-    std::string cmd = "EPINFER_PROFILES_DIR='" + kProfilesDir + "' '" + std::string(EPINFER_CLI_PATH) +
-                      "' plan " + args + " > '" + (dir / "out").string() + "' 2> '" + (dir / "err").string() +
-                      "'";
-    auto start = std::chrono::steady_clock::now();
-    int status = std::system(cmd.c_str());
-    CliResult r;
-    r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-    r.out = read_all(dir / "out");
-    r.err = read_all(dir / "err");
-    return r;
-}
-
-// One line "epinfer: error: ...\n" and exit status 1.
-void expect_one_line_error(const CliResult& r, const std::string& needle) {
-    EXPECT_EQ(r.exit_code, 1) << r.err;
-    EXPECT_EQ(r.err.rfind("epinfer: error: ", 0), 0u) << r.err;
-    EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
-    EXPECT_NE(r.err.find(needle), std::string::npos) << r.err;
-    EXPECT_TRUE(r.out.empty()) << r.out;
+    epinfer::testing::CliOptions options;
+    options.env = "EPINFER_PROFILES_DIR='" + kProfilesDir + "'";
+    return epinfer::testing::run_epinfer("plan " + args, options);
 }
 
 TEST(PlanCli, EveryConfigOnEveryProfile) {
