@@ -111,6 +111,12 @@ Status attention_check(const AttentionArgs& a) {
         return bad(op, "num_kv_heads " + std::to_string(a.num_kv_heads) + " does not divide num_heads " +
                            std::to_string(a.num_heads));
     }
+    if (a.kv_block_table != nullptr && a.kv_block_size < 1) {
+        return bad(op, "kv_block_size " + std::to_string(a.kv_block_size) + " < 1 with a kv_block_table");
+    }
+    if (a.kv_block_table == nullptr && a.kv_block_size != 0) {
+        return bad(op, "kv_block_size " + std::to_string(a.kv_block_size) + " without a kv_block_table");
+    }
     if (a.num_tokens == 0) return Status::ok();
     EPI_RETURN_IF_ERROR(check_not_null(op, "q", a.q));
     EPI_RETURN_IF_ERROR(check_not_null(op, "k", a.k));

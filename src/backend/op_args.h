@@ -79,10 +79,13 @@ struct RopeArgs {
 // Causal scaled-dot-product attention of T queries against S cached keys/values of one sequence, as
 // transformers eager_attention_forward: s_j = (q·k_j)·scale for j ≤ positions[t]; p = softmax(s) in fp32;
 // out = Σ_j p_j v_j. GQA: query head h reads kv head h / (num_heads / num_kv_heads).
+// Paged K/V (kv_block_table set): k and v are pools of blocks of kv_block_size rows, and key/value j is
+// pool row kv_block_table[j / kv_block_size] · kv_block_size + j % kv_block_size (each row
+// k_token_stride / v_token_stride elements apart, as without paging); else key/value j is row j.
 struct AttentionArgs {
     const float* q = nullptr;            // [T, Nh, Dqk] fp32, device (strides below)
-    const float* k = nullptr;            // [S, Nkv, Dqk] fp32, device
-    const float* v = nullptr;            // [S, Nkv, Dv] fp32, device
+    const float* k = nullptr;            // [S, Nkv, Dqk] fp32, device; paged: [num_blocks·bs, Nkv, Dqk]
+    const float* v = nullptr;            // [S, Nkv, Dv] fp32, device; paged: [num_blocks·bs, Nkv, Dv]
     const int32_t* positions = nullptr;  // [T] int32, device; query t sees keys 0..positions[t] (< S)
     float* out = nullptr;                // [T, Nh, Dv] fp32, device; must not overlap q, k or v
     int64_t num_tokens = 0;              // T (0 allowed)
@@ -96,6 +99,10 @@ struct AttentionArgs {
     int64_t v_token_stride = 0, v_head_stride = 0;
     int64_t out_token_stride = 0, out_head_stride = 0;
     float scale = 1.0f;
+    // Optional paging: [ceil(S / bs)] int32, device, block ids ≥ 0 (a negative id is an error of the op),
+    // or nullptr for contiguous K/V.
+    const int32_t* kv_block_table = nullptr;
+    int64_t kv_block_size = 0;  // bs ≥ 1 when kv_block_table is set, else 0
 };
 
 // out[i] = silu(gate[i]) · up[i], silu(x) = x / (1 + exp(−x)) (SwiGLU).

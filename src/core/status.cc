@@ -12,6 +12,7 @@ const char* status_code_name(StatusCode code) {
         case StatusCode::kOutOfMemory: return "out of memory";
         case StatusCode::kCommFailure: return "communication failure";
         case StatusCode::kTimeout: return "timeout";
+        case StatusCode::kUnavailable: return "unavailable";
         case StatusCode::kInternal: return "internal error";
     }
     return "unknown";

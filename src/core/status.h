@@ -21,6 +21,7 @@ enum class StatusCode {
     kOutOfMemory,      // a memory plan that does not fit
     kCommFailure,      // a peer rank failed
     kTimeout,          // a bounded wait expired
+    kUnavailable,      // overloaded or shutting down: try again later (HTTP 503)
     kInternal,         // a bug
 };
 

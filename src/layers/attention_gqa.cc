@@ -83,21 +83,21 @@ Status gqa_attention_forward(Backend& backend, const GqaAttentionWeights& w, con
     const int64_t kv_row = Nkv * D;
     for (const AttentionSequence& seq : batch.sequences) {
         EPI_RETURN_IF_ERROR(check_kv_capacity(seq));
-        const int64_t cached = seq.kv->num_tokens, n = seq.num_rows, r0 = seq.row_begin;
-        const size_t bytes = static_cast<size_t>(n * kv_row) * sizeof(float);
-        EPI_RETURN_IF_ERROR(
-            backend.copy_on_device(seq.kv->k + cached * kv_row, k.f32() + r0 * kv_row, bytes));
-        EPI_RETURN_IF_ERROR(
-            backend.copy_on_device(seq.kv->v + cached * kv_row, v.f32() + r0 * kv_row, bytes));
+        const LayerKvCache& kv = *seq.kv;
+        const int64_t n = seq.num_rows, r0 = seq.row_begin;
+        EPI_RETURN_IF_ERROR(kv_cache_write_rows(backend, kv, kv.k_pool, kv_row, k.f32() + r0 * kv_row, n));
+        EPI_RETURN_IF_ERROR(kv_cache_write_rows(backend, kv, kv.v_pool, kv_row, v.f32() + r0 * kv_row, n));
 
         AttentionArgs args;
         args.q = q.f32() + r0 * Nh * D;
-        args.k = seq.kv->k;
-        args.v = seq.kv->v;
+        args.k = kv.k_pool;  // [num_blocks·block_size, Nkv, D], rows through the block table
+        args.v = kv.v_pool;
+        args.kv_block_table = kv.block_table_device;
+        args.kv_block_size = kv.block_size;
         args.positions = batch.positions + r0;
         args.out = attn.f32() + r0 * Nh * D;
         args.num_tokens = n;
-        args.num_kv_tokens = cached + n;
+        args.num_kv_tokens = kv.num_tokens + n;
         args.num_heads = Nh;
         args.num_kv_heads = Nkv;
         args.head_dim_qk = D;

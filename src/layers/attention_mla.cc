@@ -104,11 +104,15 @@ Status mla_attention_forward(Backend& backend, const MlaAttentionWeights& w, con
 
     for (const AttentionSequence& seq : batch.sequences) {
         EPI_RETURN_IF_ERROR(check_kv_capacity(seq));
-        const int64_t cached = seq.kv->num_tokens, n = seq.num_rows, r0 = seq.row_begin;
-        EPI_RETURN_IF_ERROR(backend.copy_on_device(seq.kv->k + cached * latent_width,
-                                                   latent.f32() + r0 * latent_width,
-                                                   static_cast<size_t>(n * latent_width) * sizeof(float)));
-        EPI_RETURN_IF_ERROR(attend_sequence(backend, w, p, seq.kv->k, cached + n, q.f32() + r0 * Nh * Dqk,
+        const LayerKvCache& kv = *seq.kv;
+        const int64_t n = seq.num_rows, r0 = seq.row_begin, S = kv.num_tokens + n;
+        EPI_RETURN_IF_ERROR(
+            kv_cache_write_rows(backend, kv, kv.k_pool, latent_width, latent.f32() + r0 * latent_width, n));
+        // The naive expansion reads the whole prefix: gather it out of the blocks.
+        EPI_ASSIGN_OR_RETURN(DeviceBuffer cached,
+                             DeviceBuffer::alloc_f32(backend, S * latent_width));  // [S, R+Dr]
+        EPI_RETURN_IF_ERROR(kv_cache_gather_rows(backend, kv, kv.k_pool, latent_width, S, cached.f32()));
+        EPI_RETURN_IF_ERROR(attend_sequence(backend, w, p, cached.f32(), S, q.f32() + r0 * Nh * Dqk,
                                             batch.positions + r0, n, attn.f32() + r0 * Nh * Dv));
     }
     return linear_forward(backend, w.o_proj, attn.f32(), T, y);

@@ -3,7 +3,8 @@
 //   q      = q_b_proj(q_a_layernorm(q_a_proj(x)))  or  q_proj(x)            [T, Nh, Dn + Dr]
 //   latent = kv_a_proj_with_mqa(x) = [c_kv (R) | k_pe (Dr)]; c_kv ← kv_a_layernorm(c_kv)
 //   RoPE on q_pe (last Dr of each q head) and on k_pe (one head shared by all)
-//   cache ← latent (R + Dr per token); then for all S cached tokens:
+//   cache ← latent (R + Dr per token, into the sequence's blocks); then the S cached rows are gathered
+//   into a contiguous buffer and, for all S tokens:
 //   kv_b_proj(c_kv) → [S, Nh, Dn + Dv] = [k_nope | v]; K = [k_nope | k_pe], V = v
 //   out = o_proj(softmax(q·Kᵀ·scale) V), scale = (Dn + Dr)^-0.5 · mscale² (YaRN, see models/rope_table.h)
 // The expansion of the cache through kv_b_proj happens at every step (naive, exact).

@@ -1,28 +1,41 @@
-// What an attention layer sees of the KV cache: one sequence's contiguous cache for one layer, and the
-// rows of a batch that belong to each sequence. The storage is owned by engine/kv_cache.h.
+// What an attention layer sees of the KV cache: a paged view of one sequence in one layer (the layer's
+// pool of fixed-size blocks and the sequence's block table), the rows of a batch that belong to each
+// sequence, and the helpers that write new rows into the blocks and gather a prefix back out. The storage
+// and the free list are owned by engine/kv_block_pool.h.
 #pragma once
 
 #include <cstdint>
 #include <span>
 #include <string>
 
+#include "backend/backend.h"
 #include "core/status.h"
 
 namespace epinfer {
 
-// The cache of one sequence in one layer. Token i of the sequence (position i) is row i.
-//   GQA: k, v: [capacity, Nkv, D] fp32 (k after q/k norm and RoPE).
-//   MLA: k: [capacity, kv_lora_rank + qk_rope_head_dim] fp32, the latent after kv_a_layernorm and with
-//        RoPE applied to the k_pe part; v unused (nullptr).
+// The paged cache of one sequence in one layer. Position p of the sequence lives in block
+// block_table[p / block_size], row p % block_size of that block: pool row
+//   block_table[p / block_size] · block_size + p % block_size.
+//   GQA: k_pool, v_pool: [num_blocks, block_size, Nkv·D] fp32 (k after q/k norm and RoPE).
+//   MLA: k_pool: [num_blocks, block_size, kv_lora_rank + qk_rope_head_dim] fp32, the latent after
+//        kv_a_layernorm and with RoPE applied to the k_pe part; v_pool unused (nullptr).
+// A layer of another pipeline stage gets an empty view (null pools, empty block table) that still carries
+// num_tokens.
 struct LayerKvCache {
-    float* k = nullptr;      // [capacity, k_width] fp32, device
-    float* v = nullptr;      // [capacity, v_width] fp32, device, or nullptr (MLA)
-    int64_t capacity = 0;    // rows allocated
+    float* k_pool = nullptr;               // [num_blocks, block_size, k_width] fp32, device
+    float* v_pool = nullptr;               // [num_blocks, block_size, v_width] fp32, device; nullptr for MLA
+    std::span<const int32_t> block_table;  // [n] int32, host: block ids in position order
+    // [n] int32, device: the same ids (block_table.data() itself on a host-memory backend).
+    const int32_t* block_table_device = nullptr;
+    int64_t block_size = 0;  // tokens per block, ≥ 1
     int64_t num_tokens = 0;  // rows already filled (positions 0 .. num_tokens − 1)
+
+    // Tokens the block table can hold.
+    int64_t capacity() const { return static_cast<int64_t>(block_table.size()) * block_size; }
 };
 
 // One sequence's rows in a batch: rows [row_begin, row_begin + num_rows) of every [T, ...] tensor, at
-// positions kv->num_tokens + i. The layer writes their K/V into rows kv->num_tokens + i of *kv (which
+// positions kv->num_tokens + i. The layer writes their K/V into positions kv->num_tokens + i of *kv (which
 // must have the capacity) and does not advance kv->num_tokens: the model does that after the last layer.
 struct AttentionSequence {
     int64_t row_begin = 0;
@@ -30,11 +43,16 @@ struct AttentionSequence {
     LayerKvCache* kv = nullptr;
 };
 
-// kInvalidArgument when seq.kv cannot take seq.num_rows more rows.
+// kInvalidArgument when seq.kv has no storage (a layer of another pipeline stage) or its block table
+// cannot take seq.num_rows more rows.
 inline Status check_kv_capacity(const AttentionSequence& seq) {
     if (seq.kv == nullptr) return invalid_argument("attention: sequence without a KV cache");
-    if (seq.kv->num_tokens + seq.num_rows > seq.kv->capacity) {
-        return invalid_argument("attention: KV cache of " + std::to_string(seq.kv->capacity) +
+    if (seq.kv->k_pool == nullptr || seq.kv->block_size < 1) {
+        return invalid_argument(
+            "attention: the KV cache view has no storage (a layer of another pipeline stage?)");
+    }
+    if (seq.kv->num_tokens + seq.num_rows > seq.kv->capacity()) {
+        return invalid_argument("attention: KV cache of " + std::to_string(seq.kv->capacity()) +
                                 " tokens cannot take " + std::to_string(seq.num_rows) + " more after " +
                                 std::to_string(seq.kv->num_tokens));
     }
@@ -45,5 +63,21 @@ struct AttentionBatch {
     const int32_t* positions = nullptr;            // [T] int32, device
     std::span<const AttentionSequence> sequences;  // in row order, covering [0, T)
 };
+
+// Writes `num_rows` new rows to positions kv.num_tokens .. kv.num_tokens + num_rows − 1 of `pool`
+// (kv.k_pool or kv.v_pool) through kv's block table: one copy_on_device per run of positions contiguous in
+// the pool (a run ends at a block boundary unless the next block id is the next id).
+//   pool: [num_blocks, block_size, width] fp32, device; rows: [num_rows, width] fp32, device (packed).
+// Errors: kInvalidArgument when the block table cannot take the rows (see check_kv_capacity), a negative
+// block id, or width < 1; copy errors.
+Status kv_cache_write_rows(Backend& backend, const LayerKvCache& kv, float* pool, int64_t width,
+                           const float* rows, int64_t num_rows);
+
+// Copies positions 0 .. num_rows − 1 of `pool` (through kv's block table) into out: [num_rows, width]
+// fp32, device (packed), one copy_on_device per run contiguous in the pool.
+// Errors: kInvalidArgument when num_rows exceeds the block table's capacity, a negative block id, or width
+// < 1; copy errors.
+Status kv_cache_gather_rows(Backend& backend, const LayerKvCache& kv, const float* pool, int64_t width,
+                            int64_t num_rows, float* out);
 
 }  // namespace epinfer

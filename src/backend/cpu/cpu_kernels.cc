@@ -125,6 +125,20 @@ Status cpu_attention(const AttentionArgs& a, ThreadPool& pool) {
                                     " cached tokens");
         }
     }
+    // kv_row[j]: the K/V row of key j (through the block table when paged).
+    std::vector<int64_t> kv_row(static_cast<size_t>(a.num_kv_tokens));  // [S]
+    for (int64_t j = 0; j < a.num_kv_tokens; ++j) {
+        if (a.kv_block_table == nullptr) {
+            kv_row[j] = j;
+            continue;
+        }
+        const int32_t block = a.kv_block_table[j / a.kv_block_size];
+        if (block < 0) {
+            return invalid_argument("attention: kv_block_table entry " + std::to_string(j / a.kv_block_size) +
+                                    " is " + std::to_string(block));
+        }
+        kv_row[j] = int64_t{block} * a.kv_block_size + j % a.kv_block_size;
+    }
     const int64_t group = a.num_heads / a.num_kv_heads;
     const int64_t work_per_item = a.num_kv_tokens * (a.head_dim_qk + a.head_dim_v);  // at most
     pool.parallel_for(a.num_tokens * a.num_heads, min_items(work_per_item), [&](int64_t i0, int64_t i1) {
@@ -136,7 +150,7 @@ Status cpu_attention(const AttentionArgs& a, ThreadPool& pool) {
             const float* q = a.q + t * a.q_token_stride + h * a.q_head_stride;  // [Dqk]
             float max_score = -INFINITY;
             for (int64_t j = 0; j < num_keys; ++j) {
-                const float* k = a.k + j * a.k_token_stride + kvh * a.k_head_stride;  // [Dqk]
+                const float* k = a.k + kv_row[j] * a.k_token_stride + kvh * a.k_head_stride;  // [Dqk]
                 probs[j] = dot_f32(q, k, a.head_dim_qk) * a.scale;
                 max_score = std::max(max_score, probs[j]);
             }
@@ -148,7 +162,7 @@ Status cpu_attention(const AttentionArgs& a, ThreadPool& pool) {
             std::fill(acc.begin(), acc.end(), 0.0f);
             for (int64_t j = 0; j < num_keys; ++j) {
                 const float p = probs[j] / sum;
-                const float* v = a.v + j * a.v_token_stride + kvh * a.v_head_stride;  // [Dv]
+                const float* v = a.v + kv_row[j] * a.v_token_stride + kvh * a.v_head_stride;  // [Dv]
                 for (int64_t d = 0; d < a.head_dim_v; ++d) acc[d] += p * v[d];
             }
             float* out = a.out + t * a.out_token_stride + h * a.out_head_stride;  // [Dv]

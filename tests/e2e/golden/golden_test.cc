@@ -11,6 +11,7 @@
 #include <fstream>
 #include <map>
 #include <memory>
+#include <random>
 #include <set>
 #include <string>
 #include <vector>
@@ -19,7 +20,7 @@
 #include "checkpoint/safetensors.h"
 #include "common/compare.h"
 #include "engine/generate.h"
-#include "engine/kv_cache.h"
+#include "engine/kv_block_pool.h"
 #include "engine/sampler.h"
 #include "models/model.h"
 
@@ -98,6 +99,34 @@ Golden load_golden(const std::string& dir) {
     return g;
 }
 
+// One sequence's blocks in a KvBlockPool and its per-layer views for Model::forward (CPU backend: the
+// host block table serves as the device one).
+struct PagedSequence {
+    KvBlockPool* pool = nullptr;
+    std::vector<int32_t> table;    // block ids in position order
+    std::vector<LayerKvCache> kv;  // [L] views into table
+
+    int64_t num_tokens() const { return kv.empty() ? 0 : kv[0].num_tokens; }
+    int64_t capacity() const { return static_cast<int64_t>(table.size()) * pool->block_size(); }
+    // Allocates blocks until num_tokens fit and rebuilds the views (the filled positions are kept).
+    Status reserve(int64_t tokens) {
+        const int64_t missing = pool->blocks_for(tokens) - static_cast<int64_t>(table.size());
+        if (missing > 0) EPI_RETURN_IF_ERROR(pool->allocate(missing, &table));
+        kv = pool->views(table, table.data(), num_tokens());
+        return Status::ok();
+    }
+};
+
+// A pool whose free list is shuffled, so that consecutive allocations get scattered block ids.
+Result<KvBlockPool> shuffled_pool(const Model& model, int64_t num_blocks, int64_t block_size, uint32_t seed) {
+    EPI_ASSIGN_OR_RETURN(KvBlockPool pool, KvBlockPool::create(model, num_blocks, block_size));
+    std::vector<int32_t> all;
+    EPI_RETURN_IF_ERROR(pool.allocate(num_blocks, &all));
+    std::shuffle(all.begin(), all.end(), std::mt19937(seed));
+    pool.release(&all);
+    return pool;
+}
+
 class GoldenTest : public ::testing::TestWithParam<const char*> {
 protected:
     void SetUp() override {
@@ -122,14 +151,14 @@ protected:
 TEST_P(GoldenTest, PrefillMatchesLogitsAndLayerOutputs) {
     const ModelConfig& c = model_->config();
     const int64_t V = c.vocab_size, T = golden_.num_prompts * golden_.prompt_len;
-    std::vector<SequenceKvCache> caches;
+    // Blocks of 3 tokens, allocated to the prompts in turn from a shuffled pool: scattered block tables.
+    auto pool = shuffled_pool(*model_, 2 * (golden_.prompt_len / 3 + 1), 3, 7);
+    ASSERT_TRUE(pool.is_ok()) << pool.status().to_string();
+    std::vector<PagedSequence> caches(golden_.prompts.size(), PagedSequence{&*pool, {}, {}});
+    for (int64_t filled = 0; filled < golden_.prompt_len; filled += 3)
+        for (PagedSequence& cache : caches) ASSERT_TRUE(cache.reserve(filled + 1).is_ok());
     std::vector<SequenceInput> inputs;
-    for (size_t s = 0; s < golden_.prompts.size(); ++s) {
-        auto cache = SequenceKvCache::create(*model_, golden_.prompt_len);
-        ASSERT_TRUE(cache.is_ok()) << cache.status().to_string();
-        caches.push_back(std::move(cache).value());
-    }
-    for (size_t s = 0; s < caches.size(); ++s) inputs.push_back({golden_.prompts[s], caches[s].layers()});
+    for (size_t s = 0; s < caches.size(); ++s) inputs.push_back({golden_.prompts[s], caches[s].kv});
     std::map<std::string, std::vector<float>> captured;
     const LayerObserver observer = [&](std::string_view what, int64_t layer, const float* rows, int64_t n) {
         captured[std::string(what) + "." + std::to_string(layer)].assign(rows, rows + n * c.hidden_size);
@@ -164,7 +193,7 @@ TEST_P(GoldenTest, PrefillMatchesLogitsAndLayerOutputs) {
             EXPECT_TRUE(test::within(d, test::tolerance(what, DType::kBF16))) << key;
         }
     }
-    for (const SequenceKvCache& cache : caches) EXPECT_EQ(cache.num_tokens(), golden_.prompt_len);
+    for (const PagedSequence& cache : caches) EXPECT_EQ(cache.num_tokens(), golden_.prompt_len);
 }
 
 std::vector<int32_t> golden_new_tokens(const Golden& g, size_t prompt) {
@@ -202,22 +231,24 @@ TEST_P(GoldenTest, GreedySingleSequenceMatchesExactly) {
     }
 }
 
-// A hand-written decode loop on a cache that starts with room for one token and grows (reserve) as it
-// fills: the golden greedy tokens, and per-step logits equal to those of one full forward over the whole
-// sequence (the cache changes nothing but the amount of work).
-TEST_P(GoldenTest, DecodeWithGrowingCacheMatchesFullRecompute) {
+// A hand-written decode loop on a block table that starts with one block of 2 tokens and grows as it
+// fills, from a shuffled pool (scattered, non-monotone block ids): the golden greedy tokens, and per-step
+// logits equal to those of one full forward over the whole sequence in one block (the cache changes
+// nothing but the amount of work).
+TEST_P(GoldenTest, DecodeWithGrowingBlockTableMatchesFullRecompute) {
     const int64_t V = model_->config().vocab_size, P = golden_.prompt_len;
     const std::vector<int32_t>& prompt = golden_.prompts[1];
-    auto created = SequenceKvCache::create(*model_, 1);
-    ASSERT_TRUE(created.is_ok()) << created.status().to_string();
-    SequenceKvCache cache = std::move(created).value();
+    auto pool = shuffled_pool(*model_, (P + kNumNewTokens) / 2 + 1, 2, 11);
+    ASSERT_TRUE(pool.is_ok()) << pool.status().to_string();
+    PagedSequence cache{&*pool, {}, {}};
+    ASSERT_TRUE(cache.reserve(1).is_ok());
     std::vector<int32_t> tokens = prompt;
     std::vector<float> step_logits;  // [N, V]: logits that chose each new token
     std::vector<float> logits(static_cast<size_t>(V));
     std::span<const int32_t> feed = prompt;
     for (int64_t step = 0; step < kNumNewTokens; ++step) {
         ASSERT_TRUE(cache.reserve(cache.num_tokens() + static_cast<int64_t>(feed.size())).is_ok());
-        const SequenceInput input{feed, cache.layers()};
+        const SequenceInput input{feed, cache.kv};
         ForwardArgs args;
         args.sequences = std::span(&input, 1);
         args.logits = logits.data();
@@ -229,12 +260,17 @@ TEST_P(GoldenTest, DecodeWithGrowingCacheMatchesFullRecompute) {
     }
     EXPECT_EQ(std::vector<int32_t>(tokens.begin() + P, tokens.end()), golden_new_tokens(golden_, 1));
     EXPECT_EQ(cache.num_tokens(), P + kNumNewTokens - 1);
-    EXPECT_GE(cache.capacity(), cache.num_tokens());
+    EXPECT_EQ(cache.capacity(), (P + kNumNewTokens - 1 + 1) / 2 * 2);
+    std::vector<int32_t> sorted = cache.table;
+    std::sort(sorted.begin(), sorted.end());
+    EXPECT_NE(sorted, cache.table) << "the shuffled pool handed out ascending block ids";
 
-    auto fresh = SequenceKvCache::create(*model_, P + kNumNewTokens);
-    ASSERT_TRUE(fresh.is_ok());
+    auto fresh_pool = KvBlockPool::create(*model_, 1, P + kNumNewTokens);
+    ASSERT_TRUE(fresh_pool.is_ok());
+    PagedSequence fresh{&*fresh_pool, {}, {}};
+    ASSERT_TRUE(fresh.reserve(P + kNumNewTokens).is_ok());
     const std::span<const int32_t> all(tokens.data(), tokens.size() - 1);  // the last token was never fed
-    const SequenceInput input{all, fresh->layers()};
+    const SequenceInput input{all, fresh.kv};
     std::vector<float> full(all.size() * static_cast<size_t>(V));
     ForwardArgs args;
     args.sequences = std::span(&input, 1);
@@ -251,11 +287,13 @@ TEST(ModelForward, RejectsBadInputWithoutAdvancingTheCache) {
     auto backend = make_cpu_backend(1);
     auto model = Model::load(fixtures_dir() + "/deepseek_v3_tiny", *backend);
     ASSERT_TRUE(model.is_ok()) << model.status().to_string();
-    auto cache = SequenceKvCache::create(**model, 2);
-    ASSERT_TRUE(cache.is_ok());
+    auto pool = KvBlockPool::create(**model, 1, 2);
+    ASSERT_TRUE(pool.is_ok());
+    PagedSequence cache{&*pool, {}, {}};
+    ASSERT_TRUE(cache.reserve(2).is_ok());
     std::vector<float> logits(320);
     const auto run = [&](std::vector<int32_t> ids) {
-        const SequenceInput input{ids, cache->layers()};
+        const SequenceInput input{ids, cache.kv};
         ForwardArgs args;
         args.sequences = std::span(&input, 1);
         args.logits = logits.data();
@@ -267,9 +305,9 @@ TEST(ModelForward, RejectsBadInputWithoutAdvancingTheCache) {
     st = run({5, 6, 7});  // capacity 2
     EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
     EXPECT_NE(st.message().find("KV cache of 2 tokens"), std::string::npos) << st.message();
-    EXPECT_EQ(cache->num_tokens(), 0);
+    EXPECT_EQ(cache.num_tokens(), 0);
     EXPECT_TRUE(run({5, 6}).is_ok());
-    EXPECT_EQ(cache->num_tokens(), 2);
+    EXPECT_EQ(cache.num_tokens(), 2);
 }
 
 // EOS stops a sequence unless ignore_eos: a copy of deepseek_v3_tiny whose generation_config.json names

@@ -5,6 +5,7 @@
 // validate_layout with its numbers and reported as skipped with that message.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -19,7 +20,7 @@
 #include "checkpoint/safetensors.h"
 #include "common/compare.h"
 #include "engine/generate.h"
-#include "engine/kv_cache.h"
+#include "engine/kv_block_pool.h"
 #include "layers/parallel_context.h"
 #include "models/model.h"
 #include "mpi_test_world.h"
@@ -85,16 +86,25 @@ Golden load_golden(const std::string& dir) {
 
 // Prefill logits [Σ P, V] of the prompts this rank owns (DP attention: prompt i on DP group i mod attn_dp).
 Result<std::vector<float>> prefill_logits(Model& model, const std::vector<std::vector<int32_t>>& prompts) {
-    std::vector<SequenceKvCache> caches;
-    std::vector<SequenceInput> inputs;
-    int64_t rows = 0;
+    // One pool of 4-token blocks (only this rank's pipeline stage holds storage); CPU backend: the host
+    // block tables serve as the device ones.
+    constexpr int64_t kBlockSize = 4;
+    int64_t rows = 0, num_blocks = 0;
     for (const auto& p : prompts) {
-        EPI_ASSIGN_OR_RETURN(SequenceKvCache cache,
-                             SequenceKvCache::create(model, static_cast<int64_t>(p.size())));
-        caches.push_back(std::move(cache));
         rows += static_cast<int64_t>(p.size());
+        num_blocks += (static_cast<int64_t>(p.size()) + kBlockSize - 1) / kBlockSize;
     }
-    for (size_t s = 0; s < prompts.size(); ++s) inputs.push_back({prompts[s], caches[s].layers()});
+    EPI_ASSIGN_OR_RETURN(KvBlockPool pool,
+                         KvBlockPool::create(model, std::max<int64_t>(num_blocks, 1), kBlockSize));
+    std::vector<std::vector<int32_t>> tables(prompts.size());
+    std::vector<std::vector<LayerKvCache>> caches;
+    std::vector<SequenceInput> inputs;
+    for (size_t s = 0; s < prompts.size(); ++s) {
+        EPI_RETURN_IF_ERROR(
+            pool.allocate(pool.blocks_for(static_cast<int64_t>(prompts[s].size())), &tables[s]));
+        caches.push_back(pool.views(tables[s], tables[s].data(), 0));
+    }
+    for (size_t s = 0; s < prompts.size(); ++s) inputs.push_back({prompts[s], caches[s]});
     std::vector<float> logits(static_cast<size_t>(rows * model.config().vocab_size));
     ForwardArgs args;
     args.sequences = inputs;
@@ -144,9 +154,32 @@ TEST_P(LayoutTest, SameTokensAndLogitsAsOneRank) {
     ASSERT_TRUE(par.is_ok()) << par.status().to_string();
     EXPECT_GT((*par)->weight_bytes(), 0);
     // Sharded loading: every layout of more than one rank splits something (layers, heads, experts or I).
-    if (world.size() > 1) EXPECT_LT((*par)->weight_bytes(), (*ref)->weight_bytes());
+    if (world.size() > 1) {
+        EXPECT_LT((*par)->weight_bytes(), (*ref)->weight_bytes());
+    }
     const Golden golden = load_golden(dir);
     ASSERT_EQ(golden.prompts.size(), 2u);
+
+    // The KV pool holds storage for this rank's pipeline stage only; other layers get empty views.
+    {
+        auto pool = KvBlockPool::create(**par, 2, 4);
+        ASSERT_TRUE(pool.is_ok()) << pool.status().to_string();
+        std::vector<int32_t> table;
+        ASSERT_TRUE(pool->allocate(1, &table).is_ok());
+        const std::vector<LayerKvCache> views = pool->views(table, table.data(), 3);
+        const ShardRange stage = (*ctx)->pipeline_stage.layers;
+        ASSERT_EQ(static_cast<int64_t>(views.size()), config->num_hidden_layers);
+        for (int64_t l = 0; l < config->num_hidden_layers; ++l) {
+            const LayerKvCache& kv = views[static_cast<size_t>(l)];
+            const bool on_stage = l >= stage.begin && l < stage.end();
+            EXPECT_EQ(kv.k_pool != nullptr, on_stage) << "layer " << l;
+            EXPECT_EQ(kv.capacity(), on_stage ? 4 : 0) << "layer " << l;
+            EXPECT_EQ(kv.num_tokens, 3) << "layer " << l;
+        }
+        if (layout->pp > 1) {
+            EXPECT_LT(pool->storage_bytes(), KvBlockPool::create(**ref, 2, 4)->storage_bytes());
+        }
+    }
 
     // Prefill logits of this rank's prompts (every rank calls forward once, also with none).
     const RankCoords& rc = (*ctx)->coords;

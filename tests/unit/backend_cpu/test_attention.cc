@@ -1,9 +1,14 @@
 // Causal attention: hand-computed softmax, GQA grouping and strided K/V against a double-precision
-// reference, the causal mask, and thread-count independence of the CPU kernels.
+// reference, the causal mask, paged K/V (block tables) against the contiguous path, and thread-count
+// independence of the CPU kernels.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <limits>
 #include <memory>
+#include <numeric>
+#include <random>
 #include <vector>
 
 #include "backend/cpu/cpu_backend.h"
@@ -150,6 +155,83 @@ TEST(Attention, RejectsPositionOutsideCache) {
     EXPECT_NE(st.message().find("position 7"), std::string::npos) << st.message();
     c.Nkv = 4;  // does not divide Nh = 6
     EXPECT_EQ(backend->attention(c.args(out.data())).code(), StatusCode::kInvalidArgument);
+}
+
+// The K/V rows of a case in pools of blocks of block_size rows (row strides as in the case), at the blocks
+// of a table drawn from a shuffled list of twice as many blocks as needed (plus one): ids are scattered
+// and non-monotone. Pool rows the table does not reach hold NaN, so a wrong read shows in the output.
+struct PagedKv {
+    std::vector<int32_t> table;  // [ceil(S / block_size)]
+    std::vector<float> k_pool;   // [num_blocks·block_size, k_stride]
+    std::vector<float> v_pool;   // [num_blocks·block_size, v_stride]
+};
+
+PagedKv page_kv(const AttentionCase& c, int64_t block_size, uint32_t seed) {
+    const int64_t used = (c.S + block_size - 1) / block_size, num_blocks = 2 * used + 1;
+    std::vector<int32_t> ids(static_cast<size_t>(num_blocks));
+    std::iota(ids.begin(), ids.end(), 0);
+    std::shuffle(ids.begin(), ids.end(), std::mt19937(seed));
+    PagedKv p;
+    p.table.assign(ids.begin(), ids.begin() + used);
+    const float nan = std::numeric_limits<float>::quiet_NaN();
+    p.k_pool.assign(static_cast<size_t>(num_blocks * block_size * c.k_stride()), nan);
+    p.v_pool.assign(static_cast<size_t>(num_blocks * block_size * c.v_stride()), nan);
+    for (int64_t s = 0; s < c.S; ++s) {
+        const int64_t row = p.table[s / block_size] * block_size + s % block_size;
+        std::copy_n(c.k.begin() + s * c.k_stride(), c.k_stride(), p.k_pool.begin() + row * c.k_stride());
+        std::copy_n(c.v.begin() + s * c.v_stride(), c.v_stride(), p.v_pool.begin() + row * c.v_stride());
+    }
+    return p;
+}
+
+AttentionArgs paged_args(const AttentionCase& c, const PagedKv& p, int64_t block_size, float* out) {
+    AttentionArgs a = c.args(out);
+    a.k = p.k_pool.data();
+    a.v = p.v_pool.data();
+    a.kv_block_table = p.table.data();
+    a.kv_block_size = block_size;
+    return a;
+}
+
+// Paged K/V give the same bits as the contiguous rows they hold: odd sizes, GQA, padded strides, block
+// sizes from 1 to more than S, scattered block ids.
+TEST(Attention, PagedMatchesContiguous) {
+    auto backend = make_cpu_backend(3);
+    std::vector<AttentionCase> cases(1);  // T 5, S 7, Nh 6, Nkv 2, Dqk 12, Dv 10, arbitrary positions
+    cases.emplace_back(1, 13, 16);        // decode after 12 cached tokens
+    cases.emplace_back(9, 9, 8);          // prefill
+    cases.emplace_back(7, 37, 24);        // a chunk after 30 cached tokens
+    for (size_t ci = 0; ci < cases.size(); ++ci) {
+        const AttentionCase& c = cases[ci];
+        std::vector<float> want(c.T * c.Nh * c.Dv);
+        ASSERT_TRUE(backend->attention(c.args(want.data())).is_ok());
+        for (const int64_t bs : {int64_t{1}, int64_t{2}, int64_t{3}, int64_t{5}, int64_t{16}, c.S + 4}) {
+            const PagedKv p = page_kv(c, bs, static_cast<uint32_t>(100 * ci + bs));
+            std::vector<float> got(want.size(), -7.0f);
+            const Status st = backend->attention(paged_args(c, p, bs, got.data()));
+            ASSERT_TRUE(st.is_ok()) << st.to_string();
+            EXPECT_EQ(got, want) << "case " << ci << ", block_size " << bs;
+        }
+    }
+}
+
+TEST(Attention, PagedRejectsBadBlockTable) {
+    auto backend = make_cpu_backend(1);
+    const AttentionCase c;
+    PagedKv p = page_kv(c, 2, 5);
+    std::vector<float> out(c.T * c.Nh * c.Dv);
+    p.table[2] = -1;
+    Status st = backend->attention(paged_args(c, p, 2, out.data()));
+    EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(st.message().find("kv_block_table entry 2 is -1"), std::string::npos) << st.message();
+    st = backend->attention(paged_args(c, p, 0, out.data()));  // a table without a block size
+    EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(st.message().find("kv_block_size 0"), std::string::npos) << st.message();
+    AttentionArgs a = c.args(out.data());  // a block size without a table
+    a.kv_block_size = 4;
+    st = backend->attention(a);
+    EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(st.message().find("without a kv_block_table"), std::string::npos) << st.message();
 }
 
 // Every output element is computed by one thread in a fixed order: 1 and 3 threads agree bit for bit

@@ -36,7 +36,16 @@ __global__ void __launch_bounds__(kWarps * 32) attention_kernel(AttentionArgs a,
 #pragma unroll
     for (int i = 0; i < kMaxPerLane; ++i) acc[i] = 0.0f;
     for (int64_t j = warp; j <= pos; j += kWarps) {
-        const float* k = a.k + j * a.k_token_stride + kvh * a.k_head_stride;  // [Dqk]
+        int64_t row = j;  // the K/V row of key j (through the block table when paged)
+        if (a.kv_block_table != nullptr) {
+            const int32_t block = a.kv_block_table[j / a.kv_block_size];
+            if (block < 0) {  // a bad table: flag it and skip the key (the output is then meaningless)
+                if (lane == 0) *error_flag = 1;
+                continue;
+            }
+            row = static_cast<int64_t>(block) * a.kv_block_size + j % a.kv_block_size;
+        }
+        const float* k = a.k + row * a.k_token_stride + kvh * a.k_head_stride;  // [Dqk]
         float dot = 0.0f;
         for (int64_t d = lane; d < a.head_dim_qk; d += 32) dot += q_s[d] * k[d];
         for (int o = 16; o > 0; o >>= 1) dot += __shfl_xor_sync(0xffffffffu, dot, o);
@@ -45,7 +54,7 @@ __global__ void __launch_bounds__(kWarps * 32) attention_kernel(AttentionArgs a,
         const float corr = expf(m - m_new), p = expf(s - m_new);
         l = l * corr + p;
         m = m_new;
-        const float* v = a.v + j * a.v_token_stride + kvh * a.v_head_stride;  // [Dv]
+        const float* v = a.v + row * a.v_token_stride + kvh * a.v_head_stride;  // [Dv]
 #pragma unroll
         for (int i = 0; i < kMaxPerLane; ++i) {
             const int64_t d = lane + 32 * i;
