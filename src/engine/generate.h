@@ -1,5 +1,6 @@
-// The generate loop: prefill every prompt in one forward, then one forward per new token using the KV
-// caches (the prefix is never recomputed); all sequences of a call share each forward.
+// Batch generation on top of the serving engine (engine/engine.h): every request is queued at once, the
+// first step prefills every prompt in one forward, then one decode forward per new token through the
+// paged KV cache (the prefix is never recomputed); all sequences of a call share each forward.
 #pragma once
 
 #include <cstdint>
@@ -39,10 +40,14 @@ struct GenerateOutput {
 Status generate_request_check(const ModelConfig& config, const GenerateRequest& request);
 
 // Generates for every request; output_ids[i] has max_new_tokens tokens unless request i stopped at EOS.
-// Under a parallel layout (Model::parallel()) every rank calls it with the same requests: with DP
-// attention request i runs on attention-DP group i mod attn_dp, and the outputs are gathered so that every
-// rank returns all of them; stats count this rank's own sequences.
-// Errors: as generate_request_check (naming the request), then those of Model::forward.
+// Under a parallel layout (Model::parallel()) every rank calls it with the same requests: world rank 0
+// drives an Engine, the others follow it (Engine::run_follower); with DP attention request i runs on
+// attention-DP group i mod attn_dp; the outputs are broadcast from rank 0 so that every rank returns all
+// of them. The KV pool is sized for every request, so nothing is preempted. stats: token counts of this
+// rank's own sequences (its attention-DP group's), seconds as measured by rank 0 (prefill: the first
+// step, which also samples each request's first token).
+// Errors: as generate_request_check (naming the request), then those of Engine (Model::forward,
+// the communicator, kDataLoss for non-finite logits).
 Result<GenerateOutput> generate(Model& model, std::span<const GenerateRequest> requests);
 
 }  // namespace epinfer

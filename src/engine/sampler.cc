@@ -46,7 +46,11 @@ int32_t Sampler::sample(std::span<const float> logits) {
     const auto key = [&](int32_t i) { return std::isnan(logits[i]) ? -INFINITY : logits[i]; };
     std::stable_sort(order.begin(), order.end(), [&](int32_t a, int32_t b) { return key(a) > key(b); });
     size_t kept = order.size();
-    if (params_.top_k > 0) kept = std::min(kept, static_cast<size_t>(params_.top_k));
+    if (params_.top_k > 0 && static_cast<size_t>(params_.top_k) < kept) {
+        // transformers' TopKLogitsWarper removes only logits below the k-th best: ties with it stay.
+        kept = static_cast<size_t>(params_.top_k);
+        while (kept < order.size() && key(order[kept]) == key(order[kept - 1])) ++kept;
+    }
 
     std::vector<double> probs(kept);
     const double max_logit = static_cast<double>(key(order[0])) / params_.temperature;

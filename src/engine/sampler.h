@@ -1,7 +1,8 @@
 // Next-token sampling from fp32 logits on the host.
 //
 // Greedy (temperature 0): argmax, ties to the lower id. Otherwise, in transformers' order: logits /
-// temperature; keep the top_k best (0 = all; ranked by value, ties by lower id); softmax over the kept in
+// temperature; keep the top_k best (0 = all; ranked by value, ties by lower id;
+// as transformers, every logit equal to the k-th best is kept too); softmax over the kept in
 // double; keep the smallest prefix of that ranking whose probability mass reaches top_p; draw from the
 // renormalised prefix with std::mt19937_64 seeded by `seed` (53-bit uniform). Same seed, same logits →
 // same tokens, on every machine.

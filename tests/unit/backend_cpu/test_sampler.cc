@@ -49,6 +49,16 @@ TEST(Sampler, TopKKeepsTheKBest) {
     for (int32_t t : draw(p, kLogits, 20)) EXPECT_EQ(t, 1);
 }
 
+TEST(Sampler, TopKKeepsTiesWithTheKthBest) {
+    // transformers keeps every logit ≥ the k-th best: with top_k 2 over {3, 1, 3, 3} all three 3s stay.
+    SamplingParams p;
+    p.temperature = 1.0;
+    p.top_k = 2;
+    p.seed = 11;
+    const auto tokens = draw(p, std::vector<float>{3.0f, 1.0f, 3.0f, 3.0f}, 300);
+    EXPECT_EQ(std::set<int32_t>(tokens.begin(), tokens.end()), (std::set<int32_t>{0, 2, 3}));
+}
+
 TEST(Sampler, TopPKeepsTheSmallestNucleus) {
     // Probabilities 0.5, 0.3, 0.2 (logits are their logs): top_p 0.7 keeps {0, 1}; 0.5 keeps {0}.
     const std::vector<float> logits = {std::log(0.5f), std::log(0.3f), std::log(0.2f)};
