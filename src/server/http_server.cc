@@ -1,0 +1,423 @@
+#include "server/http_server.h"
+
+#include <httplib.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <condition_variable>
+#include <cstdio>
+#include <ctime>
+#include <exception>
+#include <mutex>
+#include <random>
+#include <thread>
+#include <vector>
+
+#include "engine/engine_loop.h"
+#include "server/openai_protocol.h"
+#include "server/server_metrics.h"
+
+namespace epinfer::server {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using nlohmann::json;
+
+constexpr int kMaxHttpThreads = 4096;
+// After cancel(), how long a request's final (aborted) output may take to arrive.
+constexpr std::chrono::seconds kCancelGrace{10};
+// A stream with nothing new for this long gets an SSE comment line, which also notices a gone client.
+constexpr std::chrono::seconds kStreamKeepAlive{5};
+// shutdown(): how long responses still being written may take after the engine loop stopped.
+constexpr std::chrono::seconds kResponseWriteGrace{10};
+
+Clock::duration seconds_duration(double s) {
+    return std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(s));
+}
+
+double seconds_between(Clock::time_point a, Clock::time_point b) {
+    return std::chrono::duration<double>(b - a).count();
+}
+
+uint64_t splitmix64(uint64_t x) {
+    x += 0x9E3779B97F4A7C15ull;
+    x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+    x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+    return x ^ (x >> 31);
+}
+
+// What the engine loop thread hands to the HTTP thread of one request.
+struct PendingRequest {
+    std::mutex mutex;
+    std::condition_variable cv;
+    std::vector<RequestOutput> outputs;  // produced, not yet taken by the HTTP thread
+    bool finished = false;               // the last output (finish != kNone) has been produced
+    Clock::time_point arrival;
+    Clock::time_point first_token;  // of the first output with tokens; epoch until then
+    Clock::time_point last_token;
+
+    // Waits until the request finished or `deadline`; true when finished.
+    bool wait_finished(Clock::time_point deadline) {
+        std::unique_lock<std::mutex> lock(mutex);
+        return cv.wait_until(lock, deadline, [&] { return finished; });
+    }
+};
+
+// A streaming response in progress (shared by its content provider and its releaser).
+struct StreamState {
+    std::shared_ptr<PendingRequest> pending;
+    RequestId id = 0;
+    CompletionIds ids;
+    Clock::time_point deadline;
+    bool cancelled_for_timeout = false;
+    bool done = false;                // the last chunk and [DONE] were written
+    int64_t prompt_tokens = 0;        // as far as the outputs told
+    int64_t completion_tokens = 0;
+};
+
+// cpp-httplib 0.11 listens with a backlog of 5: a burst of connections then overflows the accept queue and
+// clients fail with read errors. This exposes its socket so that listen() can be called again, larger.
+class BacklogServer : public httplib::Server {
+public:
+    socket_t listening_socket() const { return svr_sock_; }
+};
+constexpr int kListenBacklog = 1024;  // the kernel caps it at net.core.somaxconn
+
+void set_json(httplib::Response& res, int status, const json& body) {
+    res.status = status;
+    res.set_content(dump_json(body), "application/json");
+}
+
+void set_error(httplib::Response& res, int status, const std::string& message) {
+    set_json(res, status, error_json(status, message));
+}
+
+bool write_text(httplib::DataSink& sink, const std::string& text) { return sink.write(text.data(), text.size()); }
+
+std::string sse_event(const json& data) { return "data: " + dump_json(data) + "\n\n"; }
+
+}  // namespace
+
+struct HttpServer::Impl {
+    Impl(Engine& engine_in, const ServerOptions& options_in) : options(options_in), loop(engine_in) {
+        const ModelConfig& config = engine_in.model().config();
+        limits.model_name = options.model_name;
+        limits.vocab_size = config.vocab_size;
+        limits.max_context_tokens = config.max_position_embeddings;
+        std::random_device rd;
+        seed_base = (static_cast<uint64_t>(rd()) << 32) ^ rd();
+        char prefix[17];
+        std::snprintf(prefix, sizeof(prefix), "%016llx", static_cast<unsigned long long>(splitmix64(seed_base)));
+        id_prefix = prefix;
+        created_unix_s = static_cast<int64_t>(std::time(nullptr));
+    }
+    ~Impl() { shutdown(0.0); }
+
+    ServerOptions options;
+    CompletionLimits limits;
+    EngineLoop loop;
+    BacklogServer http;
+    std::thread listen_thread;
+    ServerMetrics metrics;
+    int port = 0;
+    std::atomic<bool> draining{false};
+    uint64_t seed_base = 0;
+    std::atomic<uint64_t> seed_counter{0};
+    std::string id_prefix;
+    int64_t created_unix_s = 0;
+
+    // Completion requests whose response is still being produced or written.
+    std::mutex in_flight_mutex;
+    std::condition_variable in_flight_cv;
+    int64_t in_flight = 0;
+
+    std::mutex shutdown_mutex;
+    bool shut_down = false;
+
+    void begin_in_flight() {
+        std::lock_guard<std::mutex> lock(in_flight_mutex);
+        ++in_flight;
+    }
+    void end_in_flight() {
+        {
+            std::lock_guard<std::mutex> lock(in_flight_mutex);
+            --in_flight;
+        }
+        in_flight_cv.notify_all();
+    }
+
+    bool healthy() const { return !draining.load() && loop.error().is_ok(); }
+
+    uint64_t next_seed() { return splitmix64(seed_base + seed_counter.fetch_add(1)); }
+
+    // Runs on the engine loop thread: records the request's times at its end (before the HTTP thread can
+    // answer, so that /metrics counts a request once its response is out) and hands the output over.
+    OutputCallback make_callback(const std::shared_ptr<PendingRequest>& pending) {
+        return [this, pending](const RequestOutput& output) {
+            const Clock::time_point now = Clock::now();
+            const bool last = output.finish != FinishReason::kNone;
+            double ttft_s = -1.0, tpot_s = -1.0;
+            {
+                std::lock_guard<std::mutex> lock(pending->mutex);
+                if (!output.new_token_ids.empty()) {
+                    if (pending->first_token == Clock::time_point{}) pending->first_token = now;
+                    pending->last_token = now;
+                }
+                if (last && output.completion_tokens >= 1 && pending->first_token != Clock::time_point{})
+                    ttft_s = seconds_between(pending->arrival, pending->first_token);
+                if (last && output.completion_tokens >= 2)
+                    tpot_s = seconds_between(pending->first_token, pending->last_token) /
+                             static_cast<double>(output.completion_tokens - 1);
+            }
+            if (last) metrics.observe_finished(output.finish, ttft_s, tpot_s);
+            {
+                std::lock_guard<std::mutex> lock(pending->mutex);
+                pending->outputs.push_back(output);
+                pending->finished = last;
+            }
+            pending->cv.notify_all();
+        };
+    }
+
+    void handle_completion(const httplib::Request& req, httplib::Response& res) {
+        if (draining.load()) return set_error(res, 503, "the server is shutting down");
+        Result<CompletionRequest> parsed = parse_completion_request(req.body, limits, next_seed());
+        if (!parsed.is_ok()) return set_error(res, http_status_of(parsed.status()), parsed.status().message());
+
+        auto pending = std::make_shared<PendingRequest>();
+        pending->arrival = Clock::now();
+        const Result<RequestId> id = loop.submit(parsed->params, make_callback(pending));
+        if (!id.is_ok()) return set_error(res, http_status_of(id.status()), id.status().message());
+        const CompletionIds ids{"cmpl-" + id_prefix + "-" + std::to_string(*id),
+                                static_cast<int64_t>(std::time(nullptr)), options.model_name};
+        const Clock::time_point deadline = pending->arrival + seconds_duration(options.request_timeout_s);
+        if (parsed->stream) {
+            start_stream(res, pending, *id, ids, deadline);
+        } else {
+            begin_in_flight();
+            complete_blocking(res, *pending, *id, ids, deadline);
+            end_in_flight();
+        }
+    }
+
+    void complete_blocking(httplib::Response& res, PendingRequest& pending, RequestId id, const CompletionIds& ids,
+                           Clock::time_point deadline) {
+        if (!pending.wait_finished(deadline)) {
+            loop.cancel(id);
+            pending.wait_finished(Clock::now() + kCancelGrace);
+            return set_error(res, 504,
+                             "the request did not finish within --request-timeout-s = " +
+                                 std::to_string(options.request_timeout_s) + " s and was cancelled");
+        }
+        std::vector<int32_t> tokens;
+        FinishReason finish = FinishReason::kNone;
+        int64_t prompt_tokens = 0, completion_tokens = 0;
+        {
+            std::lock_guard<std::mutex> lock(pending.mutex);
+            for (const RequestOutput& out : pending.outputs) {
+                tokens.insert(tokens.end(), out.new_token_ids.begin(), out.new_token_ids.end());
+                finish = out.finish;
+                prompt_tokens = out.prompt_tokens;
+                completion_tokens = out.completion_tokens;
+            }
+        }
+        const Status engine_error = loop.error();
+        if (finish == FinishReason::kAborted && !engine_error.is_ok())
+            return set_error(res, 500, "the engine failed: " + engine_error.message());
+        set_json(res, 200, completion_json(ids, tokens, finish, prompt_tokens, completion_tokens));
+    }
+
+    void start_stream(httplib::Response& res, const std::shared_ptr<PendingRequest>& pending, RequestId id,
+                      const CompletionIds& ids, Clock::time_point deadline) {
+        auto st = std::make_shared<StreamState>();
+        st->pending = pending;
+        st->id = id;
+        st->ids = ids;
+        st->deadline = deadline;
+        begin_in_flight();
+        res.status = 200;
+        res.set_header("Cache-Control", "no-cache");
+        res.set_chunked_content_provider(
+            "text/event-stream",
+            [this, st](size_t /*offset*/, httplib::DataSink& sink) { return stream_step(*st, sink); },
+            [this, st](bool /*success*/) {
+                if (!st->done) loop.cancel(st->id);  // the client went away or the server stopped
+                end_in_flight();
+            });
+    }
+
+    // One call of the stream's content provider: writes what the engine produced since the last call (or
+    // a keep-alive comment); false (and the request cancelled) when the client is gone.
+    bool stream_step(StreamState& st, httplib::DataSink& sink) {
+        std::vector<RequestOutput> batch;
+        {
+            std::unique_lock<std::mutex> lock(st.pending->mutex);
+            const Clock::time_point wake = std::min(st.deadline, Clock::now() + kStreamKeepAlive);
+            st.pending->cv.wait_until(lock, wake, [&] { return !st.pending->outputs.empty(); });
+            batch.swap(st.pending->outputs);
+        }
+        for (const RequestOutput& out : batch) {
+            st.prompt_tokens = out.prompt_tokens;
+            st.completion_tokens = out.completion_tokens;
+            if (!write_text(sink, sse_event(stream_chunk_json(st.ids, out)))) {
+                loop.cancel(st.id);
+                return false;
+            }
+            if (out.finish != FinishReason::kNone) return finish_stream(st, sink);
+        }
+        if (!batch.empty()) return true;
+        if (Clock::now() >= st.deadline) {
+            if (!st.cancelled_for_timeout) {  // its aborted output ends the stream
+                loop.cancel(st.id);
+                st.cancelled_for_timeout = true;
+                st.deadline = Clock::now() + kCancelGrace;
+                return true;
+            }
+            RequestOutput last;  // the engine did not answer the cancel in time: end the stream here
+            last.id = st.id;
+            last.finish = FinishReason::kAborted;
+            last.prompt_tokens = st.prompt_tokens;
+            last.completion_tokens = st.completion_tokens;
+            if (!write_text(sink, sse_event(stream_chunk_json(st.ids, last)))) return false;
+            return finish_stream(st, sink);
+        }
+        if (!write_text(sink, ": keep-alive\n\n")) {
+            loop.cancel(st.id);
+            return false;
+        }
+        return true;
+    }
+
+    bool finish_stream(StreamState& st, httplib::DataSink& sink) {
+        if (!write_text(sink, "data: [DONE]\n\n")) return false;
+        st.done = true;
+        sink.done();
+        return true;
+    }
+
+    json models_json() const {
+        return {{"object", "list"},
+                {"data", json::array({{{"id", options.model_name},
+                                       {"object", "model"},
+                                       {"created", created_unix_s},
+                                       {"owned_by", "epinfer"},
+                                       {"max_model_len", limits.max_context_tokens},
+                                       {"vocab_size", limits.vocab_size}}})}};
+    }
+
+    void install_routes() {
+        http.new_task_queue = [n = options.num_http_threads] { return new httplib::ThreadPool(n); };
+        http.set_payload_max_length(static_cast<size_t>(options.max_body_bytes));
+        // SO_REUSEADDR only: httplib's default also sets SO_REUSEPORT, which would let a second server bind
+        // a port that is in use and silently share its connections.
+        http.set_socket_options([](socket_t sock) {
+            const int yes = 1;
+            setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
+        });
+        http.Post("/v1/completions",
+                  [this](const httplib::Request& req, httplib::Response& res) { handle_completion(req, res); });
+        http.Get("/v1/models",
+                 [this](const httplib::Request&, httplib::Response& res) { set_json(res, 200, models_json()); });
+        http.Get("/health", [this](const httplib::Request&, httplib::Response& res) {
+            const Status error = loop.error();
+            if (!error.is_ok()) return set_error(res, 503, "the engine failed: " + error.message());
+            if (draining.load()) return set_error(res, 503, "the server is shutting down");
+            set_json(res, 200, {{"status", "ok"}});
+        });
+        http.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
+            res.set_content(metrics.render(loop.stats()), "text/plain; version=0.0.4; charset=utf-8");
+        });
+        // Every status ≥ 400 passes here; a body set by a handler is kept.
+        http.set_error_handler(httplib::Server::HandlerWithResponse(
+            [this](const httplib::Request& req, httplib::Response& res) {
+                if (!res.body.empty()) return httplib::Server::HandlerResponse::Unhandled;
+                std::string message;
+                if (res.status == 404) {
+                    message = "no route for " + req.method + " " + req.path;
+                } else if (res.status == 413) {
+                    message = "the request body is larger than the limit of " +
+                              std::to_string(options.max_body_bytes) + " bytes (--max-body-bytes)";
+                } else if (res.status == 400) {
+                    message = "malformed HTTP request";
+                } else {
+                    message = "HTTP error " + std::to_string(res.status);
+                }
+                set_error(res, res.status, message);
+                return httplib::Server::HandlerResponse::Handled;
+            }));
+        http.set_exception_handler([](const httplib::Request&, httplib::Response& res, std::exception_ptr ep) {
+            std::string message = "internal error";
+            try {
+                if (ep) std::rethrow_exception(ep);
+            } catch (const std::exception& e) {
+                message = std::string("internal error: ") + e.what();
+            } catch (...) {
+            }
+            set_error(res, 500, message);
+        });
+        http.set_logger([this](const httplib::Request& req, const httplib::Response& res) {
+            if (req.path == "/v1/completions") metrics.count_response(res.status);
+        });
+    }
+
+    void shutdown(double drain_timeout_s) {
+        std::lock_guard<std::mutex> lock(shutdown_mutex);
+        if (shut_down) return;
+        shut_down = true;
+        draining.store(true);
+        loop.drain_and_stop(std::max(0.0, drain_timeout_s));  // every request gets its final output
+        {
+            std::unique_lock<std::mutex> in_flight_lock(in_flight_mutex);
+            in_flight_cv.wait_for(in_flight_lock, kResponseWriteGrace, [&] { return in_flight == 0; });
+        }
+        http.stop();
+        if (listen_thread.joinable()) listen_thread.join();
+    }
+};
+
+Result<std::unique_ptr<HttpServer>> HttpServer::start(Engine& engine, const ServerOptions& options) {
+    if (options.port < 0 || options.port > 65535)
+        return invalid_argument("--port must be in [0, 65535], got " + std::to_string(options.port));
+    if (options.max_body_bytes < 1)
+        return invalid_argument("--max-body-bytes must be ≥ 1, got " + std::to_string(options.max_body_bytes));
+    if (!(options.request_timeout_s > 0.0) || !std::isfinite(options.request_timeout_s))
+        return invalid_argument("--request-timeout-s must be a finite number > 0, got " +
+                                std::to_string(options.request_timeout_s));
+    if (options.num_http_threads < 1 || options.num_http_threads > kMaxHttpThreads)
+        return invalid_argument("--http-threads must be in [1, " + std::to_string(kMaxHttpThreads) + "], got " +
+                                std::to_string(options.num_http_threads));
+    if (options.model_name.empty()) return invalid_argument("the served model name is empty");
+
+    std::unique_ptr<HttpServer> server(new HttpServer());
+    server->impl_ = std::make_unique<Impl>(engine, options);
+    Impl& impl = *server->impl_;
+    impl.install_routes();
+    if (options.port == 0) {
+        impl.port = impl.http.bind_to_any_port(options.host);
+    } else if (impl.http.bind_to_port(options.host, options.port)) {
+        impl.port = options.port;
+    } else {
+        impl.port = -1;
+    }
+    if (impl.port <= 0)
+        return invalid_argument("cannot listen on " + options.host + ":" + std::to_string(options.port) +
+                                " (the port is in use, or the host is not an address of this machine)");
+    if (::listen(impl.http.listening_socket(), kListenBacklog) != 0)
+        return internal_error("listen() on " + options.host + ":" + std::to_string(impl.port) + " failed");
+    impl.loop.start();
+    impl.listen_thread = std::thread([&impl] { impl.http.listen_after_bind(); });
+    return server;
+}
+
+HttpServer::~HttpServer() = default;
+
+const std::string& HttpServer::host() const { return impl_->options.host; }
+int HttpServer::port() const { return impl_->port; }
+bool HttpServer::healthy() const { return impl_->healthy(); }
+Status HttpServer::engine_error() const { return impl_->loop.error(); }
+void HttpServer::shutdown(double drain_timeout_s) { impl_->shutdown(drain_timeout_s); }
+
+}  // namespace epinfer::server

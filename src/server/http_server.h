@@ -1,0 +1,64 @@
+// An OpenAI-compatible HTTP server over token ids (cpp-httplib), in front of an EngineLoop.
+//
+//   POST /v1/completions  a completion (server/openai_protocol.h); "stream": true → server-sent events:
+//                         one `data: {chunk}` per engine step with that step's token ids, the last one with
+//                         finish_reason and usage, then `data: [DONE]`
+//   GET  /v1/models       the served model (with max_model_len and vocab_size)
+//   GET  /health          200 while the engine loop is healthy and the server is not draining, else 503
+//   GET  /metrics         Prometheus text (server/server_metrics.h)
+// Errors are {"error": {"message", "type", "code"}}: 400 bad request (JSON, field type, prompt, token id,
+// context, max_tokens), 404 unknown path or model, 413 body over max_body_bytes, 503 queue full or
+// draining, 504 request timeout, 500 engine failure.
+//
+// Each request holds one HTTP worker thread while it runs. A streaming client that goes away (a write
+// fails) cancels its request, so its KV blocks are freed at the next engine step; a non-streaming request
+// runs to its end (cpp-httplib 0.11 gives a handler no way to see the connection close). Every wait is
+// bounded by request_timeout_s: past it the request is cancelled (non-streaming: 504; streaming: a last
+// chunk with finish_reason "abort").
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "core/status.h"
+#include "engine/engine.h"
+
+namespace epinfer::server {
+
+struct ServerOptions {
+    std::string host = "127.0.0.1";
+    int port = 0;                         // 0: a free port, see HttpServer::port()
+    std::string model_name = "epinfer";   // the id /v1/models lists; a request's "model" must match it
+    int64_t max_body_bytes = 1 << 20;     // ≥ 1; larger request bodies → 413
+    double request_timeout_s = 600.0;     // > 0; bounds every wait of a request
+    int num_http_threads = 64;            // ≥ 1; requests served at once (more wait for a thread)
+};
+
+class HttpServer {
+public:
+    // Starts an EngineLoop over `engine` (driver rank; the engine must outlive the server), binds
+    // host:port and serves on background threads. Errors: kInvalidArgument naming a bad option or the
+    // address that cannot be listened on.
+    static Result<std::unique_ptr<HttpServer>> start(Engine& engine, const ServerOptions& options);
+    ~HttpServer();  // shutdown(0)
+    HttpServer(const HttpServer&) = delete;
+    HttpServer& operator=(const HttpServer&) = delete;
+
+    const std::string& host() const;
+    int port() const;  // the bound port (the chosen one when options.port was 0)
+    // False once draining or after a fatal engine error (then GET /health answers 503).
+    bool healthy() const;
+    // The engine loop's first fatal error, or OK.
+    Status engine_error() const;
+    // Stops taking requests (503), lets running and queued ones finish for up to drain_timeout_s
+    // (then aborts the rest), waits (bounded) for their responses to be written, shuts the engine down
+    // (followers return from run_follower) and stops listening. Idempotent.
+    void shutdown(double drain_timeout_s);
+
+private:
+    HttpServer() = default;
+    struct Impl;
+    std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace epinfer::server

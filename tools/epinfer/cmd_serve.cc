@@ -1,0 +1,143 @@
+// epinfer serve: an OpenAI-compatible HTTP server over token ids (src/server/http_server.h).
+//
+//   epinfer serve --model DIR [model setup flags: --device --threads --tp --ep --dp --pp --kv-cache-tokens
+//                 --block-size --max-running --max-step-tokens --max-waiting --memory-fraction]
+//                 [--host 127.0.0.1] [--port 8000] [--served-model-name NAME] [--max-body-bytes N]
+//                 [--request-timeout-s S] [--drain-timeout-s S] [--http-threads N]
+//
+// Rank 0 serves; under a layout the other ranks run the driver's engine steps (Engine::run_follower).
+// When ready, one stderr line "epinfer serve: listening on http://HOST:PORT" (--port 0: a free port, the
+// line names it). SIGTERM or SIGINT: new requests get 503, running ones finish (at most --drain-timeout-s,
+// then they are aborted), the followers are released, exit status 0. A fatal engine error stops the server
+// with "epinfer: error: ..." and exit status 1.
+#include <charconv>
+#include <chrono>
+#include <cmath>
+#include <csignal>
+#include <cstdio>
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "commands.h"
+#include "engine/engine.h"
+#include "model_setup.h"
+#include "server/http_server.h"
+
+namespace epinfer::cli {
+
+namespace {
+
+volatile std::sig_atomic_t g_stop_signal = 0;
+
+extern "C" void on_stop_signal(int signal_number) { g_stop_signal = signal_number; }
+
+struct ServeFlags {
+    ModelSetupFlags setup;
+    std::string host = "127.0.0.1";
+    std::string port = "8000";
+    std::string served_model_name;  // default: --model (or --config with --random-weights) as given
+    std::string max_body_bytes = "1048576";
+    std::string request_timeout_s = "600";
+    std::string drain_timeout_s = "30";
+    std::string http_threads = "64";
+};
+
+Result<int64_t> parse_int_flag(const std::string& text, const char* flag, int64_t lo, int64_t hi) {
+    int64_t value = 0;
+    const char* end = text.data() + text.size();
+    const auto [ptr, ec] = std::from_chars(text.data(), end, value);
+    if (text.empty() || ec != std::errc() || ptr != end)
+        return invalid_argument(std::string(flag) + " '" + text + "' is not an integer");
+    if (value < lo || value > hi)
+        return invalid_argument(std::string(flag) + " must be in [" + std::to_string(lo) + ", " + std::to_string(hi) +
+                                "], got " + text);
+    return value;
+}
+
+Result<double> parse_seconds_flag(const std::string& text, const char* flag, double lo) {
+    double value = 0.0;
+    const char* end = text.data() + text.size();
+    const auto [ptr, ec] = std::from_chars(text.data(), end, value);
+    if (text.empty() || ec != std::errc() || ptr != end || !std::isfinite(value))
+        return invalid_argument(std::string(flag) + " '" + text + "' is not a finite number");
+    if (value < lo) return invalid_argument(std::string(flag) + " must be ≥ " + std::to_string(lo) + ", got " + text);
+    return value;
+}
+
+struct ServeValues {
+    server::ServerOptions server;
+    double drain_timeout_s = 30.0;
+};
+
+Result<ServeValues> parse_serve_values(const ServeFlags& f) {
+    ServeValues v;
+    server::ServerOptions& o = v.server;
+    if (f.host.empty()) return invalid_argument("--host is empty");
+    o.host = f.host;
+    EPI_ASSIGN_OR_RETURN(const int64_t port, parse_int_flag(f.port, "--port", 0, 65535));
+    o.port = static_cast<int>(port);
+    EPI_ASSIGN_OR_RETURN(o.max_body_bytes, parse_int_flag(f.max_body_bytes, "--max-body-bytes", 1, int64_t{1} << 32));
+    EPI_ASSIGN_OR_RETURN(o.request_timeout_s, parse_seconds_flag(f.request_timeout_s, "--request-timeout-s", 0.001));
+    EPI_ASSIGN_OR_RETURN(v.drain_timeout_s, parse_seconds_flag(f.drain_timeout_s, "--drain-timeout-s", 0.0));
+    EPI_ASSIGN_OR_RETURN(const int64_t threads, parse_int_flag(f.http_threads, "--http-threads", 1, 4096));
+    o.num_http_threads = static_cast<int>(threads);
+    o.model_name = !f.served_model_name.empty() ? f.served_model_name
+                   : !f.setup.model_dir.empty() ? f.setup.model_dir
+                                                : f.setup.config_file;
+    return v;
+}
+
+void install_stop_handlers() {
+    struct sigaction action {};
+    action.sa_handler = on_stop_signal;
+    sigemptyset(&action.sa_mask);
+    sigaction(SIGTERM, &action, nullptr);
+    sigaction(SIGINT, &action, nullptr);
+}
+
+Status run_serve(const ServeFlags& flags) {
+    EPI_ASSIGN_OR_RETURN(const ServeValues values, parse_serve_values(flags));
+    EPI_ASSIGN_OR_RETURN(ModelSetup setup, start_model(flags.setup));
+    // From here a signal drains the server instead of killing the process (followers wait for the driver).
+    install_stop_handlers();
+    EPI_ASSIGN_OR_RETURN(std::unique_ptr<Engine> engine, Engine::create(*setup.model, setup.engine_options));
+    if (!setup.is_driver()) return engine->run_follower();
+
+    EPI_ASSIGN_OR_RETURN(std::unique_ptr<server::HttpServer> http, server::HttpServer::start(*engine, values.server));
+    std::fprintf(stderr, "epinfer serve: listening on http://%s:%d\n", http->host().c_str(), http->port());
+    std::fflush(stderr);
+    while (g_stop_signal == 0 && http->engine_error().is_ok())
+        std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    if (g_stop_signal != 0) {
+        std::fprintf(stderr, "epinfer serve: %s: draining (at most %g s)\n",
+                     g_stop_signal == SIGINT ? "SIGINT" : "SIGTERM", values.drain_timeout_s);
+        std::fflush(stderr);
+    }
+    http->shutdown(values.drain_timeout_s);
+    EPI_RETURN_IF_ERROR_CTX(http->engine_error(), "engine");
+    std::fprintf(stderr, "epinfer serve: stopped\n");
+    return Status::ok();
+}
+
+}  // namespace
+
+void add_serve_command(CLI::App& app) {
+    auto flags = std::make_shared<ServeFlags>();
+    CLI::App* cmd = app.add_subcommand("serve", "OpenAI-compatible HTTP server over token ids (/v1/completions)");
+    add_model_setup_flags(*cmd, flags->setup, /*allow_random_weights=*/true);
+    cmd->add_option("--host", flags->host, "Address to listen on (default 127.0.0.1)");
+    cmd->add_option("--port", flags->port, "Port; 0 = a free port, printed when ready (default 8000)");
+    cmd->add_option("--served-model-name", flags->served_model_name,
+                    "Model id of /v1/models and of requests' \"model\" (default: --model as given)");
+    cmd->add_option("--max-body-bytes", flags->max_body_bytes, "Largest request body; larger → 413 (default 1048576)");
+    cmd->add_option("--request-timeout-s", flags->request_timeout_s,
+                    "A request still running after this is cancelled (default 600)");
+    cmd->add_option("--drain-timeout-s", flags->drain_timeout_s,
+                    "On SIGTERM/SIGINT, running requests may finish for this long (default 30)");
+    cmd->add_option("--http-threads", flags->http_threads,
+                    "Requests served at once; each running request holds one thread (default 64)");
+    cmd->callback([flags] { exit_on_error(run_serve(*flags)); });
+}
+
+}  // namespace epinfer::cli
