@@ -9,6 +9,7 @@
 #include "checkpoint/hf_config.h"
 #include "models/model_registry.h"
 #include "models/model_weights.h"
+#include "models/random_weights.h"
 #include "models/rope_table.h"
 #include "parallel/sharding.h"
 
@@ -112,8 +113,41 @@ int64_t Model::weight_bytes() const {
     return weights_->weight_bytes;
 }
 
+Result<ModelConfig> config_first_layers(const ModelConfig& config, int64_t num_layers) {
+    if (num_layers < 0 || num_layers > config.num_hidden_layers) {
+        return invalid_argument("num_layers " + std::to_string(num_layers) + ": must be in [0, " +
+                                std::to_string(config.num_hidden_layers) +
+                                "] (num_hidden_layers of the config)");
+    }
+    ModelConfig c = config;
+    if (num_layers == 0) return c;
+    c.num_hidden_layers = num_layers;
+    c.layer_is_moe.resize(static_cast<size_t>(num_layers));
+    return c;
+}
+
+Result<std::unique_ptr<Model>> Model::create_random(const ModelConfig& config, Backend& backend,
+                                                    const RandomWeightsOptions& options,
+                                                    const ParallelContext* parallel,
+                                                    const LoadProgress* progress) {
+    if (parallel != nullptr && !backend.host_accessible()) {
+        return not_supported(std::string("parallel layouts run on host memory; backend ") + backend.name() +
+                             " is not host-accessible");
+    }
+    EPI_RETURN_IF_ERROR(check_runtime_support(config));
+    std::unique_ptr<Model> model(new Model());
+    EPI_ASSIGN_OR_RETURN(model->config_, config_first_layers(config, options.num_layers));
+    model->backend_ = &backend;
+    model->parallel_ = parallel;
+    EPI_ASSIGN_OR_RETURN(std::unique_ptr<TensorSource> source,
+                         make_random_tensor_source(model->config_, options, backend));
+    EPI_ASSIGN_OR_RETURN(model->weights_,
+                         bind_model_weights(*source, model->config_, backend, parallel, progress));
+    return model;
+}
+
 Result<std::unique_ptr<Model>> Model::load(const std::string& model_dir, Backend& backend,
-                                           const ParallelContext* parallel) {
+                                           const ParallelContext* parallel, const LoadProgress* progress) {
     if (parallel != nullptr && !backend.host_accessible()) {
         return not_supported(std::string("parallel layouts run on host memory; backend ") + backend.name() +
                              " is not host-accessible");
@@ -125,9 +159,11 @@ Result<std::unique_ptr<Model>> Model::load(const std::string& model_dir, Backend
     }
     std::unique_ptr<Model> model(new Model());
     EPI_ASSIGN_OR_RETURN(model->config_, load_hf_config(model_dir));
+    EPI_RETURN_IF_ERROR(check_runtime_support(model->config_));
     model->backend_ = &backend;
     model->parallel_ = parallel;
-    EPI_ASSIGN_OR_RETURN(model->weights_, load_model_weights(model->config_, model_dir, backend, parallel));
+    EPI_ASSIGN_OR_RETURN(model->weights_,
+                         load_model_weights(model->config_, model_dir, backend, parallel, progress));
     return model;
 }
 

@@ -1,7 +1,8 @@
 // A loaded model and its forward pass: token ids → logits, through the KV caches of the sequences.
 //
 // Load: DIR/config.json (+ generation_config.json) → ModelConfig; the safetensors checkpoint is
-// memory-mapped, checked against the config (checkpoint/weight_names.h) and used in place.
+// memory-mapped, checked against the config (checkpoint/weight_names.h) and used in place. Or random
+// weights at the shapes of a config (create_random), for benchmarks.
 // Forward: one batch holds the new tokens of one or more sequences; each sequence continues at the
 // position its cache has reached (prefill: the whole prompt; decode: one token). Per-family facts:
 // models/model_registry.h.
@@ -16,6 +17,7 @@
 
 #include "backend/backend.h"
 #include "checkpoint/model_config.h"
+#include "core/dtype.h"
 #include "core/status.h"
 #include "layers/kv_cache.h"
 #include "layers/parallel_context.h"
@@ -51,6 +53,22 @@ struct ForwardArgs {
 // The model sizes validate_layout checks a layout against (parallel/layout.h).
 LayoutModelDims layout_model_dims(const ModelConfig& config);
 
+// Called while weights are bound or copied: bytes of this rank's weights done so far, of bytes_total (the
+// bytes weight_bytes() will report). Starts with (0, total), ends with (total, total); never decreases.
+using LoadProgress = std::function<void(int64_t bytes_done, int64_t bytes_total)>;
+
+// Random weights at the shapes of a config, for benchmarks without a checkpoint (Model::create_random).
+struct RandomWeightsOptions {
+    uint64_t seed = 0;           // same seed, config, layout and dtype → bit-identical weights
+    int64_t num_layers = 0;      // 0: every decoder layer; N: the config cut to its first N layers
+    DType dtype = DType::kBF16;  // of every tensor: F32, F16 or BF16
+};
+
+// `config` cut to its first `num_layers` decoder layers (layer_is_moe cut alike; 0: unchanged), as
+// create_random runs it; build the ParallelContext and validate the layout against this config.
+// Errors: kInvalidArgument when num_layers < 0 or > config.num_hidden_layers (naming both).
+Result<ModelConfig> config_first_layers(const ModelConfig& config, int64_t num_layers);
+
 class Model {
 public:
     // Loads the weights this rank holds under `parallel` (null: one rank, every weight; the context must
@@ -59,8 +77,24 @@ public:
     // config or tensor shape, a tensor that does not split over the layout), kNotSupported (an unsupported
     // architecture or dtype, a parallel layout on a backend that is not host memory), kDataLoss (a corrupt
     // file); each message names the file or tensor.
+    // `progress` (optional) is called as tensors are bound or copied, on the calling thread.
     static Result<std::unique_ptr<Model>> load(const std::string& model_dir, Backend& backend,
-                                               const ParallelContext* parallel = nullptr);
+                                               const ParallelContext* parallel = nullptr,
+                                               const LoadProgress* progress = nullptr);
+    // A model with random weights: every tensor a checkpoint of config_first_layers(config,
+    // options.num_layers) holds (checkpoint/weight_names.h), at its real shape and sliced under `parallel`
+    // exactly as load slices it, in options.dtype; on host-memory backends in host buffers the model owns.
+    // Values: norm weights 1; biases and e_score_correction_bias 0; every matrix [out, in] uniform in
+    // ±1/sqrt(in) (the embedding too), which keeps activations finite over many layers. Fast at any size:
+    // one pool of ≥ 4M uniform values is drawn from the seed on the host, uploaded once per distinct
+    // scale and dtype, and each tensor is copied from it on the device (models/random_weights.h).
+    // `parallel` must have been built for the cut config. Errors: those of config_first_layers,
+    // kInvalidArgument for a dtype other than F32/F16/BF16 or a layout that does not fit the config,
+    // kNotSupported as load; the backend's memory errors.
+    static Result<std::unique_ptr<Model>> create_random(const ModelConfig& config, Backend& backend,
+                                                        const RandomWeightsOptions& options,
+                                                        const ParallelContext* parallel = nullptr,
+                                                        const LoadProgress* progress = nullptr);
     ~Model();
     Model(const Model&) = delete;
     Model& operator=(const Model&) = delete;
@@ -69,10 +103,10 @@ public:
     Backend& backend() const { return *backend_; }
     // The layout this model runs under; null for one rank.
     const ParallelContext* parallel() const { return parallel_; }
-    // Bytes of checkpoint tensors (or slices of them) this rank holds.
+    // Bytes of checkpoint tensors (or slices of them) this rank holds; random weights: as their checkpoint.
     int64_t weight_bytes() const;
-    // Elements per token per layer of LayerKvCache::k and ::v (MLA: the latent width, and 0); this rank's
-    // KV heads under attention TP.
+    // Elements per token per layer of LayerKvCache::k_pool and ::v_pool rows (MLA: the latent width, and
+    // 0); this rank's KV heads under attention TP.
     int64_t kv_k_width() const;
     int64_t kv_v_width() const;
 

@@ -1,5 +1,7 @@
 #include "models/model_registry.h"
 
+#include <string>
+
 namespace epinfer {
 
 namespace {
@@ -20,6 +22,8 @@ constexpr FamilySpec kFamilies[] = {
     // Glm4MoeForCausalLM: GQA with bias, partial rotary, optional per-head q/k norm, sigmoid router
     // with bias, shared_experts.
     {Architecture::kGlm4Moe, SharedExpertMode::kUnweighted, "shared_experts", nullptr},
+    // GptOssForCausalLM: parsed for planning only (see FamilySpec::runs).
+    {Architecture::kGptOss, SharedExpertMode::kNone, nullptr, nullptr, false},
 };
 
 }  // namespace
@@ -28,6 +32,13 @@ const FamilySpec& family_spec(Architecture arch) {
     for (const FamilySpec& f : kFamilies)
         if (f.architecture == arch) return f;
     return kFamilies[0];  // unreachable: every Architecture has a row
+}
+
+Status check_runtime_support(const ModelConfig& config) {
+    if (family_spec(config.architecture).runs) return Status::ok();
+    return not_supported(std::string(architecture_name(config.architecture)) + " (model_type " +
+                         config.model_type +
+                         ") is not supported by the runtime: its config is read for planning only (epinfer plan)");
 }
 
 }  // namespace epinfer

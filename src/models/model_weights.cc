@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <cstring>
 #include <string>
 
 #include "checkpoint/weight_names.h"
@@ -45,78 +47,111 @@ struct ShardPlan {
     AttentionShard attention;
 };
 
-// Turns checkpoint tensors into device views: the mmap itself on host backends, uploaded copies otherwise.
+// The checkpoint as a tensor source: its mmap in place, slices copied out of it (only the slice is read).
+class CheckpointSource final : public TensorSource {
+public:
+    CheckpointSource(const Checkpoint& checkpoint, Backend& backend)
+        : checkpoint_(checkpoint), backend_(backend) {}
+    const std::string& name() const override { return checkpoint_.dir(); }
+    const TensorInfo* find(const std::string& name) const override { return checkpoint_.find(name).info; }
+    const void* host_data(const TensorInfo& info) const override {
+        return checkpoint_.find(info.name).data();
+    }
+    Status write_to_device(const TensorInfo& info, const TensorSlice& slice, void* dst) override {
+        if (slice.dim < 0) return backend_.copy_to_device(dst, host_data(info), info.num_bytes());
+        std::vector<unsigned char> host(tensor_slice_bytes(info, slice));
+        EPI_RETURN_IF_ERROR(read_to_host(info, slice, host.data()));
+        return backend_.copy_to_device(dst, host.data(), host.size());
+    }
+    Status read_to_host(const TensorInfo& info, const TensorSlice& slice, void* dst) override {
+        if (slice.dim < 0) {
+            std::memcpy(dst, host_data(info), info.num_bytes());
+        } else {
+            copy_tensor_slice(host_data(info), info.shape, dtype_size(info.dtype), slice, dst);
+        }
+        return Status::ok();
+    }
+
+private:
+    const Checkpoint& checkpoint_;
+    Backend& backend_;
+};
+
+// Turns source tensors into device views: the mmap itself on host backends, copies otherwise (always for
+// random weights). A dry run only counts the bytes (for the progress total) and binds placeholders.
 class WeightBinder {
 public:
-    WeightBinder(const Checkpoint& checkpoint, Backend& backend, std::vector<DeviceBuffer>& owned)
-        : checkpoint_(checkpoint), backend_(backend), owned_(owned) {}
+    WeightBinder(TensorSource& source, Backend& backend, std::vector<DeviceBuffer>& owned, bool dry_run,
+                 const LoadProgress* progress, int64_t bytes_total)
+        : source_(source),
+          backend_(backend),
+          owned_(owned),
+          dry_run_(dry_run),
+          progress_(dry_run ? nullptr : progress),
+          bytes_total_(bytes_total) {}
 
-    Result<Checkpoint::Entry> entry(const std::string& name) const {
-        const Checkpoint::Entry e = checkpoint_.find(name);
-        if (e.info == nullptr) return not_found(checkpoint_.dir() + ": tensor '" + name + "' is missing");
-        return e;
+    Result<const TensorInfo*> entry(const std::string& name) const {
+        const TensorInfo* info = source_.find(name);
+        if (info == nullptr) return not_found(source_.name() + ": tensor '" + name + "' is missing");
+        return info;
     }
 
     int64_t bytes() const { return bytes_; }
 
-    Result<const void*> device_data(const Checkpoint::Entry& e) {
-        bytes_ += static_cast<int64_t>(e.info->num_bytes());
-        if (backend_.host_accessible()) return e.data();
-        EPI_ASSIGN_OR_RETURN(DeviceBuffer copy, DeviceBuffer::alloc(backend_, e.info->num_bytes()));
-        EPI_RETURN_IF_ERROR(backend_.copy_to_device(copy.data(), e.data(), e.info->num_bytes()));
-        owned_.push_back(std::move(copy));
-        return static_cast<const void*>(owned_.back().data());
-    }
+    Result<const void*> device_data(const TensorInfo& info) { return slice_data(info, TensorSlice{}); }
 
-    // `slice` of a tensor, copied out of the mmap (only the slice is read); the whole tensor when
-    // slice.dim < 0.
-    Result<const void*> slice_data(const Checkpoint::Entry& e, const TensorSlice& slice) {
-        if (slice.dim < 0) return device_data(e);
-        const std::vector<int64_t>& shape = e.info->shape;
-        if (slice.range.end() > shape[static_cast<size_t>(slice.dim)]) {
-            return invalid_argument(
-                fmt::format("{}: '{}': slice [{}, {}) of dimension {} exceeds its size {}", checkpoint_.dir(),
-                            e.info->name, slice.range.begin, slice.range.end(), slice.dim,
-                            shape[static_cast<size_t>(slice.dim)]));
+    // `slice` of a tensor (the whole tensor when slice.dim < 0): in place when the source has it in host
+    // memory and the backend reads host memory, else copied (only the slice is read).
+    Result<const void*> slice_data(const TensorInfo& info, const TensorSlice& slice) {
+        const std::vector<int64_t>& shape = info.shape;
+        if (slice.dim >= 0 && slice.range.end() > shape[static_cast<size_t>(slice.dim)]) {
+            return invalid_argument(fmt::format(
+                "{}: '{}': slice [{}, {}) of dimension {} exceeds its size {}", source_.name(), info.name,
+                slice.range.begin, slice.range.end(), slice.dim, shape[static_cast<size_t>(slice.dim)]));
         }
-        const size_t elem = dtype_size(e.info->dtype);
-        const size_t bytes =
-            static_cast<size_t>(e.info->numel() / shape[static_cast<size_t>(slice.dim)] * slice.range.size) *
-            elem;
-        std::vector<unsigned char> host(bytes);
-        copy_tensor_slice(e.data(), shape, elem, slice, host.data());
+        const size_t bytes = tensor_slice_bytes(info, slice);
+        if (dry_run_) {
+            add_bytes(bytes);
+            return static_cast<const void*>(&kPlaceholder);
+        }
+        const void* in_place =
+            slice.dim < 0 && backend_.host_accessible() ? source_.host_data(info) : nullptr;
+        if (in_place != nullptr) {
+            add_bytes(bytes);
+            return in_place;
+        }
         EPI_ASSIGN_OR_RETURN(DeviceBuffer copy, DeviceBuffer::alloc(backend_, bytes));
-        EPI_RETURN_IF_ERROR(backend_.copy_to_device(copy.data(), host.data(), bytes));
+        EPI_RETURN_IF_ERROR(source_.write_to_device(info, slice, copy.data()));
         owned_.push_back(std::move(copy));
-        bytes_ += static_cast<int64_t>(bytes);
+        add_bytes(bytes);
         return static_cast<const void*>(owned_.back().data());
     }
 
     // PREFIX.weight [N, K] and, when with_bias, PREFIX.bias [N]; the part `shard` of them.
     Result<Linear> linear(const std::string& prefix, bool with_bias, const LinearShard& shard = {}) {
-        EPI_ASSIGN_OR_RETURN(const Checkpoint::Entry w, entry(prefix + ".weight"));
-        if (w.info->shape.size() != 2)
-            return invalid_argument(checkpoint_.dir() + ": '" + prefix + ".weight' is not 2-D");
+        EPI_ASSIGN_OR_RETURN(const TensorInfo* w, entry(prefix + ".weight"));
+        if (w->shape.size() != 2)
+            return invalid_argument(source_.name() + ": '" + prefix + ".weight' is not 2-D");
         Linear lin;
-        EPI_ASSIGN_OR_RETURN(lin.weight, slice_data(w, TensorSlice{shard.dim, shard.range}));
-        lin.dtype = w.info->dtype;
-        lin.out_features = shard.dim == 0 ? shard.range.size : w.info->shape[0];
-        lin.in_features = shard.dim == 1 ? shard.range.size : w.info->shape[1];
+        EPI_ASSIGN_OR_RETURN(lin.weight, slice_data(*w, TensorSlice{shard.dim, shard.range}));
+        lin.dtype = w->dtype;
+        lin.out_features = shard.dim == 0 ? shard.range.size : w->shape[0];
+        lin.in_features = shard.dim == 1 ? shard.range.size : w->shape[1];
         if (with_bias && shard.keep_bias) {
-            EPI_ASSIGN_OR_RETURN(const Checkpoint::Entry b, entry(prefix + ".bias"));
+            EPI_ASSIGN_OR_RETURN(const TensorInfo* b, entry(prefix + ".bias"));
             const TensorSlice bias_slice = shard.dim == 0 ? TensorSlice{0, shard.range} : TensorSlice{};
-            EPI_ASSIGN_OR_RETURN(lin.bias, slice_data(b, bias_slice));
-            lin.bias_dtype = b.info->dtype;
+            EPI_ASSIGN_OR_RETURN(lin.bias, slice_data(*b, bias_slice));
+            lin.bias_dtype = b->dtype;
         }
         return lin;
     }
 
     Result<RmsNormWeight> norm(const std::string& name, float eps) {
-        EPI_ASSIGN_OR_RETURN(const Checkpoint::Entry w, entry(name));
+        EPI_ASSIGN_OR_RETURN(const TensorInfo* w, entry(name));
         RmsNormWeight norm;
-        EPI_ASSIGN_OR_RETURN(norm.weight, device_data(w));
-        norm.dtype = w.info->dtype;
-        norm.width = w.info->numel();
+        EPI_ASSIGN_OR_RETURN(norm.weight, device_data(*w));
+        norm.dtype = w->dtype;
+        norm.width = w->numel();
         norm.eps = eps;
         return norm;
     }
@@ -135,12 +170,12 @@ public:
             EPI_ASSIGN_OR_RETURN(f.down_proj, linear(down, false));
             return f;
         }
-        EPI_ASSIGN_OR_RETURN(const Checkpoint::Entry g, entry(gate + ".weight"));
-        const int64_t I = g.info->shape.empty() ? 0 : g.info->shape[0];
+        EPI_ASSIGN_OR_RETURN(const TensorInfo* g, entry(gate + ".weight"));
+        const int64_t I = g->shape.empty() ? 0 : g->shape[0];
         if (I % tp != 0) {
             return invalid_argument(
-                fmt::format("{}: '{}.weight': intermediate size {} does not split over TP {}",
-                            checkpoint_.dir(), gate, I, tp));
+                fmt::format("{}: '{}.weight': intermediate size {} does not split over TP {}", source_.name(),
+                            gate, I, tp));
         }
         const int64_t part = I / tp;
         EPI_ASSIGN_OR_RETURN(f.gate_proj, linear(gate, false, rows_shard(tp_rank * part, part)));
@@ -151,6 +186,7 @@ public:
 
     // fp32 device copy of host values.
     Result<const float*> upload_f32(const std::vector<float>& values) {
+        if (dry_run_) return reinterpret_cast<const float*>(&kPlaceholder);
         EPI_ASSIGN_OR_RETURN(DeviceBuffer buf,
                              DeviceBuffer::alloc_f32(backend_, static_cast<int64_t>(values.size())));
         EPI_RETURN_IF_ERROR(backend_.copy_to_device(buf.data(), values.data(), buf.num_bytes()));
@@ -160,17 +196,35 @@ public:
 
     // A 1-D F32/F16/BF16 tensor converted to fp32 on the device.
     Result<const float*> vector_f32(const std::string& name) {
-        EPI_ASSIGN_OR_RETURN(const Checkpoint::Entry e, entry(name));
-        bytes_ += static_cast<int64_t>(e.info->num_bytes());
-        std::vector<float> host(static_cast<size_t>(e.info->numel()));
-        convert_to_f32(e.info->dtype, e.data(), host.data(), host.size());
-        return upload_f32(host);
+        EPI_ASSIGN_OR_RETURN(const TensorInfo* e, entry(name));
+        if (dry_run_) {
+            add_bytes(e->num_bytes());
+            return reinterpret_cast<const float*>(&kPlaceholder);
+        }
+        std::vector<unsigned char> raw(e->num_bytes());
+        EPI_RETURN_IF_ERROR(source_.read_to_host(*e, TensorSlice{}, raw.data()));
+        std::vector<float> host(static_cast<size_t>(e->numel()));
+        convert_to_f32(e->dtype, raw.data(), host.data(), host.size());
+        EPI_ASSIGN_OR_RETURN(const float* dev, upload_f32(host));
+        add_bytes(e->num_bytes());
+        return dev;
     }
 
 private:
-    const Checkpoint& checkpoint_;
+    // Placeholder target of a dry run's views (never read).
+    static constexpr float kPlaceholder = 0.0f;
+
+    void add_bytes(size_t bytes) {
+        bytes_ += static_cast<int64_t>(bytes);
+        if (progress_ != nullptr && *progress_) (*progress_)(std::min(bytes_, bytes_total_), bytes_total_);
+    }
+
+    TensorSource& source_;
     Backend& backend_;
     std::vector<DeviceBuffer>& owned_;
+    bool dry_run_;
+    const LoadProgress* progress_;
+    int64_t bytes_total_;
     int64_t bytes_ = 0;
 };
 
@@ -309,42 +363,79 @@ std::vector<TensorInfo> tensor_infos(const Checkpoint& checkpoint) {
     return infos;
 }
 
-}  // namespace
-
-Result<std::unique_ptr<ModelWeights>> load_model_weights(const ModelConfig& c, const std::string& model_dir,
-                                                         Backend& backend, const ParallelContext* parallel) {
-    auto weights = std::make_unique<ModelWeights>();
-    EPI_ASSIGN_OR_RETURN(weights->checkpoint, Checkpoint::open(model_dir));
-    EPI_RETURN_IF_ERROR_CTX(validate_checkpoint_tensors(c, tensor_infos(*weights->checkpoint)), model_dir);
-    EPI_ASSIGN_OR_RETURN(const ShardPlan sp, shard_plan(c, parallel));
-    weights->attention_shard = sp.attention;
-    PipelineStage stage{0, {0, c.num_hidden_layers}, true, true};
-    if (parallel != nullptr) stage = parallel->pipeline_stage;
-
-    WeightBinder b(*weights->checkpoint, backend, weights->owned);
-    if (stage.has_embedding || (stage.has_lm_head && c.tie_word_embeddings)) {
-        EPI_ASSIGN_OR_RETURN(const Checkpoint::Entry embed, b.entry("model.embed_tokens.weight"));
-        EPI_ASSIGN_OR_RETURN(weights->embed_tokens, b.device_data(embed));
-        weights->embed_dtype = embed.info->dtype;
+// Binds every weight this rank holds into `weights` (everything but checkpoint and attention_shard).
+Status bind_weights(WeightBinder& b, const ModelConfig& c, const ShardPlan& sp, const PipelineStage& stage,
+                    ModelWeights& weights) {
+    if (stage.layers.end() > c.num_hidden_layers) {
+        return invalid_argument(fmt::format("pipeline stage layers [{}, {}) exceed the config's {} layers",
+                                            stage.layers.begin, stage.layers.end(), c.num_hidden_layers));
     }
-    weights->layers.resize(static_cast<size_t>(c.num_hidden_layers));
+    if (stage.has_embedding || (stage.has_lm_head && c.tie_word_embeddings)) {
+        EPI_ASSIGN_OR_RETURN(const TensorInfo* embed, b.entry("model.embed_tokens.weight"));
+        EPI_ASSIGN_OR_RETURN(weights.embed_tokens, b.device_data(*embed));
+        weights.embed_dtype = embed->dtype;
+    }
+    weights.layers.assign(static_cast<size_t>(c.num_hidden_layers), DecoderLayerWeights{});
     for (int64_t l = stage.layers.begin; l < stage.layers.end(); ++l) {
-        EPI_RETURN_IF_ERROR_CTX(bind_layer(b, c, sp, l, weights->layers[static_cast<size_t>(l)]),
+        EPI_RETURN_IF_ERROR_CTX(bind_layer(b, c, sp, l, weights.layers[static_cast<size_t>(l)]),
                                 "layer " + std::to_string(l));
     }
     if (stage.has_lm_head) {
-        EPI_ASSIGN_OR_RETURN(weights->norm, b.norm("model.norm.weight", static_cast<float>(c.rms_norm_eps)));
+        EPI_ASSIGN_OR_RETURN(weights.norm, b.norm("model.norm.weight", static_cast<float>(c.rms_norm_eps)));
         if (c.tie_word_embeddings) {
-            weights->lm_head = {weights->embed_tokens, weights->embed_dtype, nullptr,
-                                DType::kBF16,          c.vocab_size,         c.hidden_size};
+            weights.lm_head = {weights.embed_tokens, weights.embed_dtype, nullptr,
+                               DType::kBF16,         c.vocab_size,        c.hidden_size};
         } else {
-            EPI_ASSIGN_OR_RETURN(weights->lm_head, b.linear("lm_head", false));
+            EPI_ASSIGN_OR_RETURN(weights.lm_head, b.linear("lm_head", false));
         }
     }
     EPI_ASSIGN_OR_RETURN(const RopeTable rope, compute_rope_table(c.rope));
-    EPI_ASSIGN_OR_RETURN(weights->inv_freq, b.upload_f32(rope.inv_freq));
-    weights->rope_attention_scaling = rope.attention_scaling;
-    weights->weight_bytes = b.bytes();
+    EPI_ASSIGN_OR_RETURN(weights.inv_freq, b.upload_f32(rope.inv_freq));
+    weights.rope_attention_scaling = rope.attention_scaling;
+    weights.weight_bytes = b.bytes();
+    return Status::ok();
+}
+
+// Binds the weights from `source`: a dry run for the byte total, then the real one with progress.
+Status bind_from_source(TensorSource& source, const ModelConfig& c, Backend& backend,
+                        const ParallelContext* parallel, const LoadProgress* progress,
+                        ModelWeights& weights) {
+    EPI_ASSIGN_OR_RETURN(const ShardPlan sp, shard_plan(c, parallel));
+    weights.attention_shard = sp.attention;
+    PipelineStage stage{0, {0, c.num_hidden_layers}, true, true};
+    if (parallel != nullptr) stage = parallel->pipeline_stage;
+    int64_t bytes_total = 0;
+    if (progress != nullptr && *progress) {
+        ModelWeights scratch;
+        WeightBinder dry(source, backend, scratch.owned, /*dry_run=*/true, nullptr, 0);
+        EPI_RETURN_IF_ERROR(bind_weights(dry, c, sp, stage, scratch));
+        bytes_total = scratch.weight_bytes;
+        (*progress)(0, bytes_total);
+    }
+    WeightBinder b(source, backend, weights.owned, /*dry_run=*/false, progress, bytes_total);
+    EPI_RETURN_IF_ERROR(bind_weights(b, c, sp, stage, weights));
+    if (progress != nullptr && *progress) (*progress)(bytes_total, bytes_total);
+    return Status::ok();
+}
+
+}  // namespace
+
+Result<std::unique_ptr<ModelWeights>> load_model_weights(const ModelConfig& c, const std::string& model_dir,
+                                                         Backend& backend, const ParallelContext* parallel,
+                                                         const LoadProgress* progress) {
+    auto weights = std::make_unique<ModelWeights>();
+    EPI_ASSIGN_OR_RETURN(weights->checkpoint, Checkpoint::open(model_dir));
+    EPI_RETURN_IF_ERROR_CTX(validate_checkpoint_tensors(c, tensor_infos(*weights->checkpoint)), model_dir);
+    CheckpointSource source(*weights->checkpoint, backend);
+    EPI_RETURN_IF_ERROR(bind_from_source(source, c, backend, parallel, progress, *weights));
+    return weights;
+}
+
+Result<std::unique_ptr<ModelWeights>> bind_model_weights(TensorSource& source, const ModelConfig& c,
+                                                         Backend& backend, const ParallelContext* parallel,
+                                                         const LoadProgress* progress) {
+    auto weights = std::make_unique<ModelWeights>();
+    EPI_RETURN_IF_ERROR(bind_from_source(source, c, backend, parallel, progress, *weights));
     return weights;
 }
 

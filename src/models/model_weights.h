@@ -1,5 +1,5 @@
 // The weights of one model as views the layers read: into the checkpoint mmap on host backends, into
-// uploaded copies otherwise. Internal to models/ (Model owns one).
+// uploaded copies otherwise (always for random weights). Internal to models/ (Model owns one).
 #pragma once
 
 #include <memory>
@@ -13,6 +13,8 @@
 #include "layers/dense_ffn.h"
 #include "layers/moe/moe_block.h"
 #include "layers/parallel_context.h"
+#include "models/model.h"
+#include "models/tensor_source.h"
 
 namespace epinfer {
 
@@ -41,7 +43,7 @@ struct AttentionShard {
 };
 
 struct ModelWeights {
-    std::unique_ptr<Checkpoint> checkpoint;  // the mmap every view points into (host backends)
+    std::unique_ptr<Checkpoint> checkpoint;  // the mmap every view points into (host backends); null: random
     std::vector<DeviceBuffer> owned;         // uploads and fp32 conversions (router bias, RoPE inv_freq)
     const void* embed_tokens = nullptr;      // [V, H] embed_dtype, device
     DType embed_dtype = DType::kBF16;
@@ -55,11 +57,20 @@ struct ModelWeights {
 };
 
 // Opens the checkpoint of model_dir, checks its tensors against `config` (validate_checkpoint_tensors)
-// and binds the weights this rank holds (`parallel` null: every weight). Errors: those of Checkpoint::open
-// and validate_checkpoint_tensors, each naming the folder; kInvalidArgument when a tensor does not split
-// over the layout; op/memory errors of the backend.
+// and binds the weights this rank holds (`parallel` null: every weight); `progress` as Model::load.
+// Errors: those of Checkpoint::open and validate_checkpoint_tensors, each naming the folder;
+// kInvalidArgument when a tensor does not split over the layout; op/memory errors of the backend.
 Result<std::unique_ptr<ModelWeights>> load_model_weights(const ModelConfig& config,
                                                          const std::string& model_dir, Backend& backend,
-                                                         const ParallelContext* parallel = nullptr);
+                                                         const ParallelContext* parallel = nullptr,
+                                                         const LoadProgress* progress = nullptr);
+
+// Binds the weights this rank holds from `source` (which must hold every tensor of expected_tensors at
+// its shape), with the same slicing as load_model_weights; every tensor is copied (random weights), the
+// source may be dropped afterwards. Errors: kNotFound for a missing tensor, as load_model_weights.
+Result<std::unique_ptr<ModelWeights>> bind_model_weights(TensorSource& source, const ModelConfig& config,
+                                                         Backend& backend,
+                                                         const ParallelContext* parallel = nullptr,
+                                                         const LoadProgress* progress = nullptr);
 
 }  // namespace epinfer

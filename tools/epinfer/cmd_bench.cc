@@ -323,8 +323,10 @@ Status run_bench_comm(const BenchCommOptions& opts) {
 }  // namespace
 
 void add_bench_command(CLI::App& app) {
-    CLI::App* bench = app.add_subcommand("bench", "Benchmarks (comm: collectives over the communicator)");
-    bench->require_subcommand(1);
+    CLI::App* bench = app.add_subcommand(
+        "bench", "Serving benchmark: throughput and latency per concurrency level (subcommands: comm, the "
+                 "collectives; moe, one MoE layer on the GPU)");
+    bench->require_subcommand(0, 1);
     auto opts = std::make_shared<BenchCommOptions>();
     CLI::App* comm =
         bench->add_subcommand("comm", "all_reduce, all_gather, all_to_all_v bandwidth (nccl-tests style)");
@@ -350,6 +352,7 @@ void add_bench_command(CLI::App& app) {
                      "profile (name or FILE.json) whose other figures --profile-out keeps; required with it");
     comm->callback([opts] { exit_on_error(run_bench_comm(*opts)); });
     add_bench_moe_command(*bench);
+    add_bench_serving(*bench);
 }
 
 }  // namespace epinfer::cli

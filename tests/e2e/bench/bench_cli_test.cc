@@ -1,0 +1,167 @@
+// `epinfer bench` (the serving benchmark) as a user runs it (the built binary, EPINFER_CLI_PATH): offline on
+// the tiny fixture and on random weights of a real config, as a client of an in-process HTTP server, and
+// one-line errors for bad flags; `bench comm` still runs as a subcommand.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "common/cli_runner.h"
+#include "e2e/server/server_test_util.h"
+
+namespace epinfer::testing {
+namespace {
+
+const std::string kConfigsDir = std::string(EPINFER_TEST_DATA_DIR) + "/configs";
+
+// The JSON that `--json` wrote, or a discarded value.
+json read_json(const std::filesystem::path& path) {
+    return json::parse(read_text_file(path), nullptr, false);
+}
+
+// Fields of every level, and completed requests with their exact token counts.
+void expect_levels(const json& j, const std::vector<int64_t>& concurrency, int64_t num_prompts,
+                   int64_t input_len, int64_t output_len) {
+    ASSERT_TRUE(j.contains("results")) << j.dump();
+    ASSERT_EQ(j["results"].size(), concurrency.size()) << j.dump();
+    for (size_t i = 0; i < concurrency.size(); ++i) {
+        const json& r = j["results"][i];
+        EXPECT_EQ(r["concurrency"], concurrency[i]);
+        EXPECT_EQ(r["num_requests"], num_prompts);
+        EXPECT_EQ(r["completed"], num_prompts);
+        EXPECT_EQ(r["failed"], 0);
+        EXPECT_EQ(r["input_tokens"], num_prompts * input_len);
+        EXPECT_EQ(r["output_tokens"], num_prompts * output_len);
+        for (const char* key :
+             {"duration_s", "output_tok_per_s", "total_tok_per_s", "request_per_s", "ttft_p50_ms",
+              "ttft_p99_ms", "tpot_p50_ms", "tpot_p99_ms", "ttft_mean_ms", "tpot_mean_ms"}) {
+            ASSERT_TRUE(r.contains(key) && r[key].is_number()) << key << " in " << r.dump();
+            EXPECT_GE(r[key].get<double>(), 0.0) << key;
+        }
+        EXPECT_GT(r["output_tok_per_s"].get<double>(), 0.0);
+        EXPECT_LE(r["ttft_p50_ms"].get<double>(), r["ttft_p99_ms"].get<double>());
+        EXPECT_LE(r["tpot_p50_ms"].get<double>(), r["tpot_p99_ms"].get<double>());
+    }
+    EXPECT_EQ(j["input_len"], input_len);
+    EXPECT_EQ(j["output_len"], output_len);
+}
+
+// The table on stdout: the preamble, the header, one row per level.
+void expect_table(const std::string& out, size_t num_levels) {
+    EXPECT_EQ(out.rfind("# epinfer bench: ", 0), 0u) << out;
+    EXPECT_NE(out.find("concurrency"), std::string::npos) << out;
+    EXPECT_NE(out.find("output_tok/s"), std::string::npos) << out;
+    EXPECT_EQ(static_cast<size_t>(std::count(out.begin(), out.end(), '\n')), 3 + num_levels) << out;
+}
+
+TEST(BenchCli, OfflineOnTheTinyFixtureWritesJson) {
+    const auto dir = cli_scratch_dir("epinfer_bench_offline");
+    const auto json_path = dir / "bench.json";
+    const CliResult r = run_epinfer("bench --model " + kTinyModel +
+                                    " --concurrency 1,4 --input-len 8 --output-len 4 --num-prompts 6 --seed 3"
+                                    " --threads 2 --kv-cache-tokens 1024 --json " +
+                                    json_path.string());
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    expect_table(r.out, 2);
+    const json j = read_json(json_path);
+    ASSERT_FALSE(j.is_discarded()) << read_text_file(json_path);
+    EXPECT_EQ(j["bench"], "serving");
+    EXPECT_EQ(j["mode"], "offline");
+    EXPECT_EQ(j["model"], kTinyModel);
+    EXPECT_EQ(j["layout"], "tp1 ep1 pp1 dp1");
+    EXPECT_EQ(j["device"], "cpu");
+    EXPECT_EQ(j["random_weights"], false);
+    EXPECT_EQ(j["num_layers"], 3);
+    EXPECT_EQ(j["seed"], 3);
+    EXPECT_NE(j["command_line"].get<std::string>().find("bench --model"), std::string::npos);
+    EXPECT_EQ(j["date"].get<std::string>().size(), 20u);
+    expect_levels(j, {1, 4}, 6, 8, 4);
+    std::filesystem::remove_all(dir);
+}
+
+// olmoe_1b_7b cut to one layer: 1.3 GB of bf16 weights (the embedding, one MoE layer of 64 experts and
+// the LM head), within the CPU test machine's memory.
+TEST(BenchCli, RandomWeightsOfARealConfigAtOneLayer) {
+    const auto dir = cli_scratch_dir("epinfer_bench_random");
+    const auto json_path = dir / "bench.json";
+    const CliResult r = run_epinfer("bench --config " + kConfigsDir +
+                                    "/olmoe_1b_7b.json --random-weights --num-layers 1 --concurrency 2"
+                                    " --input-len 6 --output-len 3 --num-prompts 2 --warmup 0 --threads 2"
+                                    " --kv-cache-tokens 256 --json " +
+                                    json_path.string());
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    expect_table(r.out, 1);
+    EXPECT_NE(r.out.find("random weights, 1 layer)"), std::string::npos) << r.out;
+    const json j = read_json(json_path);
+    ASSERT_FALSE(j.is_discarded()) << read_text_file(json_path);
+    EXPECT_EQ(j["random_weights"], true);
+    EXPECT_EQ(j["num_layers"], 1);
+    expect_levels(j, {2}, 2, 6, 3);
+    std::filesystem::remove_all(dir);
+}
+
+TEST(BenchCli, ClientOfARunningServer) {
+    EngineOptions engine_options;
+    engine_options.num_kv_blocks = 256;
+    auto stack = start_stack(engine_options, server::ServerOptions{});
+    ASSERT_NE(stack, nullptr);
+    const std::string url = "http://127.0.0.1:" + std::to_string(stack->port());
+    const int64_t vocab = stack->model->config().vocab_size;
+    const auto dir = cli_scratch_dir("epinfer_bench_client");
+    const auto json_path = dir / "bench.json";
+    const CliResult r = run_epinfer(
+        "bench --url " + url + " --vocab-size " + std::to_string(vocab) +
+        " --concurrency 1,3 --input-len 5 --output-len 3 --num-prompts 4 --json " + json_path.string());
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    expect_table(r.out, 2);
+    const json j = read_json(json_path);
+    ASSERT_FALSE(j.is_discarded()) << read_text_file(json_path);
+    EXPECT_EQ(j["mode"], "client");
+    EXPECT_EQ(j["url"], url);
+    EXPECT_EQ(j["model"], "epinfer");  // the served model's id
+    expect_levels(j, {1, 3}, 4, 5, 3);
+
+    // Without --vocab-size the prompts need the server's vocabulary, which /v1/models may not report.
+    const json models = json::parse(http_get(stack->port(), "/v1/models").body, nullptr, false);
+    if (!models.is_discarded() && !models["data"][0].contains("vocab_size")) {
+        expect_one_line_error(run_epinfer("bench --url " + url + " --concurrency 1"), "pass --vocab-size");
+    }
+    std::filesystem::remove_all(dir);
+}
+
+TEST(BenchCli, BadFlagsAreOneErrorLine) {
+    const std::string model = " --model " + kTinyModel;
+    expect_one_line_error(run_epinfer("bench"), "bench needs --model DIR");
+    expect_one_line_error(run_epinfer("bench" + model + " --concurrency 1,0"),
+                          "--concurrency '1,0': 0 is outside");
+    expect_one_line_error(run_epinfer("bench" + model + " --concurrency 2,x"), "'x' is not an integer");
+    expect_one_line_error(run_epinfer("bench" + model + " --input-len 0"), "--input-len 0: must be in [1,");
+    expect_one_line_error(run_epinfer("bench" + model + " --output-len many"),
+                          "--output-len 'many' is not an integer");
+    expect_one_line_error(run_epinfer("bench" + model + " --timeout-s 0"),
+                          "--timeout-s '0': must be a number > 0");
+    expect_one_line_error(run_epinfer("bench" + model + " --vocab-size 10"),
+                          "--vocab-size is used only with --url");
+    expect_one_line_error(run_epinfer("bench" + model + " --input-len 4000 --output-len 200 --threads 2"),
+                          "exceeds the model's context");
+    expect_one_line_error(run_epinfer("bench --random-weights --concurrency 1"),
+                          "--random-weights needs --config");
+    expect_one_line_error(run_epinfer("bench --url ftp://host:1"),
+                          "--url 'ftp://host:1': must start with http://");
+    expect_one_line_error(run_epinfer("bench --url http://127.0.0.1:9" + model),
+                          "--url drives a running server");
+    expect_one_line_error(run_epinfer("bench --url http://127.0.0.1:9 --timeout-s 5"),
+                          "GET /v1/models failed");
+}
+
+TEST(BenchCli, CommStillRunsAsASubcommand) {
+    const CliResult r = run_epinfer("bench comm --ranks 1 --min-bytes 1K --max-bytes 4K --iters 2");
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    EXPECT_NE(r.out.find("# epinfer bench comm"), std::string::npos) << r.out;
+    EXPECT_EQ(r.out.find("# epinfer bench:"), std::string::npos) << r.out;  // the serving bench did not run
+}
+
+}  // namespace
+}  // namespace epinfer::testing

@@ -1,0 +1,520 @@
+// epinfer bench (no subcommand): the serving benchmark. For each concurrency level C it keeps C requests
+// of --input-len random prompt ids in flight until --num-prompts of them have produced exactly
+// --output-len tokens each (ignore_eos; sampling at temperature 1 with a per-request seed), and prints
+// one table row per level: requests, duration, output and total tok/s, TTFT and TPOT p50/p99
+// (definitions: src/engine/bench_serving.h). --json also writes them with the command line, model,
+// layout and date.
+//
+// Offline (default): the model runs in this process through an EngineLoop, set up by the model flags
+// (model_setup.h: --model DIR, or --config FILE.json --random-weights [--num-layers N], --device, the
+// layout, the KV cache); under a layout rank 0 drives and the other ranks run Engine::run_follower().
+// Client (--url http://HOST:PORT): drives a running `epinfer serve` with streaming /v1/completions, one
+// HTTP connection per in-flight request; the vocabulary comes from GET /v1/models when it reports
+// vocab_size, else from --vocab-size.
+//   epinfer bench --model DIR --concurrency 1,8,32 --input-len 128 --output-len 128 --json out.json
+//   epinfer bench --config tests/data/configs/qwen3_30b_a3b.json --random-weights --num-layers 4 --device
+//   cuda epinfer bench --url http://127.0.0.1:8000 --concurrency 1,64 --vocab-size 129280
+#include <fmt/format.h>
+#include <httplib.h>
+
+#include <CLI/CLI.hpp>
+#include <atomic>
+#include <charconv>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <memory>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "checkpoint/hf_config.h"
+#include "commands.h"
+#include "engine/bench_serving.h"
+#include "engine/engine.h"
+#include "engine/engine_loop.h"
+#include "model_setup.h"
+#include "mpi_launch.h"
+
+namespace epinfer::cli {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using nlohmann::json;
+
+constexpr int64_t kMaxConcurrency = 65536;
+constexpr int64_t kMaxLen = int64_t{1} << 22;
+constexpr int64_t kMaxPrompts = int64_t{1} << 22;
+constexpr double kSamplingTemperature = 1.0;
+
+// Numbers are kept as text and parsed here, so that a bad value is one line naming the flag.
+struct BenchServingFlags {
+    ModelSetupFlags setup;
+    std::string concurrency = "1,8,32,64,256,1024";
+    std::string input_len = "128";
+    std::string output_len = "128";
+    std::string num_prompts = "0";  // 0: bench_default_num_prompts per level
+    std::string seed = "0";
+    std::string json_path;
+    std::string url;
+    std::string vocab_size = "0";
+    std::string timeout_s = "3600";
+    std::string warmup = "1";
+};
+
+struct BenchServingValues {
+    std::vector<int64_t> levels;
+    int64_t input_len = 0, output_len = 0, num_prompts = 0, vocab_size = 0, warmup = 0;
+    uint64_t seed = 0;
+    double timeout_s = 0.0;
+};
+
+Result<int64_t> parse_int(const std::string& text, const char* flag, int64_t lo, int64_t hi) {
+    int64_t value = 0;
+    const char* end = text.data() + text.size();
+    const auto [ptr, ec] = std::from_chars(text.data(), end, value);
+    if (text.empty() || ec != std::errc() || ptr != end)
+        return invalid_argument(fmt::format("{} '{}' is not an integer", flag, text));
+    if (value < lo || value > hi)
+        return invalid_argument(fmt::format("{} {}: must be in [{}, {}]", flag, text, lo, hi));
+    return value;
+}
+
+Result<BenchServingValues> parse_values(const BenchServingFlags& f) {
+    BenchServingValues v;
+    EPI_ASSIGN_OR_RETURN(v.levels, parse_concurrency_list(f.concurrency, "--concurrency", kMaxConcurrency));
+    EPI_ASSIGN_OR_RETURN(v.input_len, parse_int(f.input_len, "--input-len", 1, kMaxLen));
+    EPI_ASSIGN_OR_RETURN(v.output_len, parse_int(f.output_len, "--output-len", 1, kMaxLen));
+    EPI_ASSIGN_OR_RETURN(v.num_prompts, parse_int(f.num_prompts, "--num-prompts", 0, kMaxPrompts));
+    EPI_ASSIGN_OR_RETURN(const int64_t seed, parse_int(f.seed, "--seed", 0, INT64_MAX));
+    v.seed = static_cast<uint64_t>(seed);
+    EPI_ASSIGN_OR_RETURN(v.vocab_size, parse_int(f.vocab_size, "--vocab-size", 0, INT32_MAX));
+    EPI_ASSIGN_OR_RETURN(v.warmup, parse_int(f.warmup, "--warmup", 0, 1024));
+    double timeout = 0.0;
+    const char* end = f.timeout_s.data() + f.timeout_s.size();
+    const auto [ptr, ec] = std::from_chars(f.timeout_s.data(), end, timeout);
+    if (f.timeout_s.empty() || ec != std::errc() || ptr != end || !std::isfinite(timeout) || timeout <= 0.0)
+        return invalid_argument(fmt::format("--timeout-s '{}': must be a number > 0", f.timeout_s));
+    v.timeout_s = timeout;
+    if (!f.url.empty()) {
+        if (!f.setup.model_dir.empty() || !f.setup.config_file.empty() || f.setup.random_weights) {
+            return invalid_argument(
+                "--url drives a running server: --model, --config and --random-weights do not apply");
+        }
+        if (f.url.rfind("http://", 0) != 0 && f.url.rfind("https://", 0) != 0)
+            return invalid_argument(fmt::format("--url '{}': must start with http:// or https://", f.url));
+    } else {
+        if (f.setup.model_dir.empty() && !f.setup.random_weights) {
+            return invalid_argument(
+                "bench needs --model DIR, --config FILE.json --random-weights, or --url http://HOST:PORT");
+        }
+        if (f.setup.random_weights && f.setup.config_file.empty() && f.setup.model_dir.empty())
+            return invalid_argument(
+                "--random-weights needs --config FILE.json (or --model DIR for its config.json)");
+        if (v.vocab_size != 0) return invalid_argument("--vocab-size is used only with --url");
+    }
+    return v;
+}
+
+int64_t level_num_prompts(const BenchServingValues& v, int64_t concurrency) {
+    return v.num_prompts > 0 ? v.num_prompts : bench_default_num_prompts(concurrency);
+}
+
+// The prompts of level `level_idx` (the warm-up uses its own stream).
+std::vector<std::vector<int32_t>> level_prompts(const BenchServingValues& v, size_t level_idx,
+                                                int64_t count) {
+    const uint64_t seed = v.seed + 0x9e3779b97f4a7c15ull * (static_cast<uint64_t>(level_idx) + 1);
+    return bench_random_prompts(seed, count, v.input_len, v.vocab_size);
+}
+
+std::string command_line() {
+    std::string line = "epinfer";
+    const Result<std::vector<std::string>> args = own_arguments();
+    if (args.is_ok())
+        for (const std::string& a : *args) line += " " + a;
+    return line;
+}
+
+void print_preamble(const BenchRunInfo& info, const BenchServingValues& v) {
+    const std::string weights =
+        info.random_weights
+            ? fmt::format(" (random weights, {} layer{})", info.num_layers, info.num_layers == 1 ? "" : "s")
+            : "";
+    const std::string where =
+        info.mode == "client" ? "client of " + info.url : info.layout + " on " + info.device;
+    std::printf("# epinfer bench: %s%s, %s, input_len %lld, output_len %lld, seed %llu\n", info.model.c_str(),
+                weights.c_str(), where.c_str(), static_cast<long long>(v.input_len),
+                static_cast<long long>(v.output_len), static_cast<unsigned long long>(v.seed));
+    std::printf("# latencies in ms; tpot = (finish - first token) / (output tokens - 1)\n%s\n",
+                bench_table_header().c_str());
+    std::fflush(stdout);
+}
+
+Status finish_run(const BenchRunInfo& info, const std::vector<BenchLevelStats>& levels,
+                  const std::string& json_path) {
+    if (!json_path.empty()) {
+        std::ofstream out(json_path);
+        out << bench_json(info, levels) << "\n";
+        if (!out) return invalid_argument(fmt::format("--json {}: cannot write the file", json_path));
+    }
+    for (const BenchLevelStats& l : levels) {
+        if (l.failed > 0) {
+            return internal_error(fmt::format("bench: {} of {} requests failed at concurrency {}: {}",
+                                              l.failed, l.num_requests, l.concurrency, l.first_error));
+        }
+    }
+    return Status::ok();
+}
+
+// ---- offline ------------------------------------------------------------------------------------------
+
+// The model's config as start_model will read it, or an error (then start_model reports it).
+Result<ModelConfig> peek_config(const ModelSetupFlags& f) {
+    if (!f.random_weights || f.config_file.empty()) return load_hf_config(f.model_dir);
+    std::ifstream in(f.config_file);
+    std::stringstream text;
+    text << in.rdbuf();
+    if (!in) return not_found(f.config_file + ": cannot read");
+    return parse_hf_config(text.str(), f.config_file);
+}
+
+Status check_context(const BenchServingValues& v, int64_t max_position_embeddings) {
+    if (v.input_len + v.output_len <= max_position_embeddings) return Status::ok();
+    return invalid_argument(
+        fmt::format("--input-len {} + --output-len {} exceeds the model's context of {} tokens", v.input_len,
+                    v.output_len, max_position_embeddings));
+}
+
+Status run_offline(const BenchServingFlags& flags, BenchServingValues v) {
+    // Before the weights are read: the lengths must fit the context.
+    if (const Result<ModelConfig> peeked = peek_config(flags.setup); peeked.is_ok())
+        EPI_RETURN_IF_ERROR(check_context(v, peeked->max_position_embeddings));
+    EPI_ASSIGN_OR_RETURN(ModelSetup setup, start_model(flags.setup));
+    EPI_ASSIGN_OR_RETURN(std::unique_ptr<Engine> engine, Engine::create(*setup.model, setup.engine_options));
+    if (!setup.is_driver()) return engine->run_follower();
+
+    const ModelConfig& config = setup.model->config();
+    v.vocab_size = config.vocab_size;
+    Status check = check_context(v, config.max_position_embeddings);
+    for (int64_t c : v.levels) {
+        if (check.is_ok() && c > setup.engine_options.max_waiting) {
+            check = invalid_argument(fmt::format("--concurrency {} exceeds --max-waiting {}", c,
+                                                 setup.engine_options.max_waiting));
+        }
+    }
+    if (!check.is_ok()) {
+        (void)engine->shutdown();  // release the followers
+        return check;
+    }
+
+    BenchRunInfo info;
+    info.command_line = command_line();
+    info.date_utc = bench_utc_now();
+    info.mode = "offline";
+    info.model = !flags.setup.model_dir.empty() ? flags.setup.model_dir : flags.setup.config_file;
+    info.random_weights = flags.setup.random_weights;
+    info.num_layers = config.num_hidden_layers;
+    const ParallelLayout& l = setup.layout;
+    info.layout = fmt::format("tp{} ep{} pp{} dp{}", l.stage_size(), l.moe_ep, l.pp, l.attn_dp);
+    info.device = flags.setup.device;
+    info.input_len = v.input_len;
+    info.output_len = v.output_len;
+    info.seed = v.seed;
+    print_preamble(info, v);
+
+    EngineLoop loop(*engine);
+    loop.start();
+    std::vector<BenchLevelStats> levels;
+    const auto run_level = [&](int64_t concurrency, const std::vector<std::vector<int32_t>>& prompts,
+                               uint64_t seed) -> Result<BenchLevelRun> {
+        BenchLevelArgs args;
+        args.concurrency = concurrency;
+        args.prompts = prompts;
+        args.output_len = v.output_len;
+        args.sampling.temperature = kSamplingTemperature;
+        args.sampling.seed = seed;
+        args.timeout_s = v.timeout_s;
+        return run_bench_level(loop, args);
+    };
+    Status status = Status::ok();
+    if (v.warmup > 0) {
+        const auto prompts =
+            bench_random_prompts(v.seed ^ 0x5bd1e995ull, v.warmup, v.input_len, v.vocab_size);
+        status = run_level(std::min<int64_t>(v.warmup, v.levels.front()), prompts, v.seed)
+                     .status()
+                     .with_context("warm-up");
+    }
+    for (size_t i = 0; i < v.levels.size() && status.is_ok(); ++i) {
+        const int64_t c = v.levels[i];
+        const auto prompts = level_prompts(v, i, level_num_prompts(v, c));
+        Result<BenchLevelRun> run = run_level(c, prompts, v.seed + 1000003ull * (i + 1));
+        if (!run.is_ok()) {
+            status = run.status();
+            break;
+        }
+        levels.push_back(summarize_bench_level(c, run->requests, run->duration_s));
+        std::printf("%s\n", bench_table_row(levels.back()).c_str());
+        std::fflush(stdout);
+    }
+    loop.drain_and_stop(status.is_ok() ? v.timeout_s : 0.0);  // also releases the followers
+    EPI_RETURN_IF_ERROR(status);
+    EPI_RETURN_IF_ERROR_CTX(loop.error(), "engine");
+    return finish_run(info, levels, flags.json_path);
+}
+
+// ---- client -------------------------------------------------------------------------------------------
+
+std::unique_ptr<httplib::Client> make_client(const std::string& url, double timeout_s) {
+    auto client = std::make_unique<httplib::Client>(url);
+    const time_t sec = static_cast<time_t>(std::ceil(timeout_s));
+    client->set_connection_timeout(std::min<time_t>(sec, 30), 0);
+    client->set_read_timeout(sec, 0);
+    client->set_write_timeout(std::min<time_t>(sec, 60), 0);
+    client->set_keep_alive(true);
+    return client;
+}
+
+// The served model's id, and its vocab_size / max_model_len when /v1/models reports them (else 0).
+struct ServedModel {
+    std::string id;
+    int64_t vocab_size = 0;
+    int64_t max_model_len = 0;
+};
+
+Result<ServedModel> get_served_model(const std::string& url, double timeout_s) {
+    auto client = make_client(url, std::min(timeout_s, 30.0));
+    const httplib::Result r = client->Get("/v1/models");
+    if (!r) {
+        return Status(StatusCode::kUnavailable,
+                      fmt::format("--url {}: GET /v1/models failed: {}", url, httplib::to_string(r.error())));
+    }
+    if (r->status != 200)
+        return Status(StatusCode::kUnavailable,
+                      fmt::format("--url {}: GET /v1/models answered HTTP {}", url, r->status));
+    const json j = json::parse(r->body, nullptr, false);
+    if (j.is_discarded() || !j.contains("data") || !j["data"].is_array() || j["data"].empty() ||
+        !j["data"][0].is_object() || !j["data"][0].contains("id") || !j["data"][0]["id"].is_string()) {
+        return invalid_argument(fmt::format("--url {}: GET /v1/models: not an OpenAI model list", url));
+    }
+    const json& m = j["data"][0];
+    ServedModel s;
+    s.id = m["id"].get<std::string>();
+    if (m.contains("vocab_size") && m["vocab_size"].is_number_integer())
+        s.vocab_size = m["vocab_size"].get<int64_t>();
+    if (m.contains("max_model_len") && m["max_model_len"].is_number_integer())
+        s.max_model_len = m["max_model_len"].get<int64_t>();
+    return s;
+}
+
+// One streaming completion; times relative to `start`.
+BenchRequestTiming run_http_request(httplib::Client& client, const std::string& model,
+                                    const std::vector<int32_t>& prompt, int64_t output_len, uint64_t seed,
+                                    Clock::time_point start) {
+    const auto now_s = [start] { return std::chrono::duration<double>(Clock::now() - start).count(); };
+    BenchRequestTiming t;
+    t.prompt_tokens = static_cast<int64_t>(prompt.size());
+    const json body = {{"model", model}, {"prompt", prompt},   {"max_tokens", output_len},
+                       {"stream", true}, {"ignore_eos", true}, {"temperature", kSamplingTemperature},
+                       {"seed", seed}};
+    int status = -1;
+    std::string buffer, error_body, finish_reason;
+    bool done = false, malformed = false;
+    int64_t tokens = 0, usage_tokens = -1;
+    httplib::Request req;
+    req.method = "POST";
+    req.path = "/v1/completions";
+    req.body = body.dump();
+    req.set_header("Content-Type", "application/json");
+    req.response_handler = [&](const httplib::Response& res) {
+        status = res.status;
+        return true;
+    };
+    req.content_receiver = [&](const char* data, size_t n, uint64_t, uint64_t) {
+        if (status != 200) {
+            error_body.append(data, std::min<size_t>(n, 4096));
+            return true;
+        }
+        buffer.append(data, n);
+        for (size_t end; (end = buffer.find("\n\n")) != std::string::npos;) {
+            const std::string event = buffer.substr(0, end);
+            buffer.erase(0, end + 2);
+            if (event.rfind("data: ", 0) != 0) continue;  // a comment
+            const std::string payload = event.substr(6);
+            if (payload == "[DONE]") {
+                done = true;
+                continue;
+            }
+            const json chunk = json::parse(payload, nullptr, false);
+            if (chunk.is_discarded() || !chunk.contains("choices") || !chunk["choices"].is_array()) {
+                malformed = true;
+                continue;
+            }
+            for (const json& choice : chunk["choices"]) {
+                int64_t got = 0;
+                if (choice.contains("token_ids") && choice["token_ids"].is_array()) {
+                    got = static_cast<int64_t>(choice["token_ids"].size());
+                } else if (choice.contains("text") && choice["text"].is_string() &&
+                           !choice["text"].get<std::string>().empty()) {
+                    got = 1;  // a server without token ids: one chunk per token
+                }
+                if (got > 0 && t.first_token_s < 0.0) t.first_token_s = now_s();
+                tokens += got;
+                if (choice.contains("finish_reason") && choice["finish_reason"].is_string())
+                    finish_reason = choice["finish_reason"].get<std::string>();
+            }
+            if (chunk.contains("usage") && chunk["usage"].is_object() &&
+                chunk["usage"].contains("completion_tokens") &&
+                chunk["usage"]["completion_tokens"].is_number_integer()) {
+                usage_tokens = chunk["usage"]["completion_tokens"].get<int64_t>();
+            }
+        }
+        return true;
+    };
+    t.submit_s = now_s();
+    const httplib::Result r = client.send(req);
+    t.finish_s = now_s();
+    t.output_tokens = usage_tokens >= 0 ? usage_tokens : tokens;
+    if (!r) {
+        t.error = "HTTP request failed: " + httplib::to_string(r.error());
+    } else if (status != 200) {
+        const json j = json::parse(error_body, nullptr, false);
+        const std::string message = !j.is_discarded() && j.contains("error") && j["error"].is_object() &&
+                                            j["error"].contains("message") &&
+                                            j["error"]["message"].is_string()
+                                        ? j["error"]["message"].get<std::string>()
+                                        : error_body.substr(0, 200);
+        t.error = fmt::format("HTTP {}: {}", status, message);
+    } else if (malformed || !done) {
+        t.error = malformed ? "malformed stream chunk" : "the stream ended without data: [DONE]";
+    } else if (finish_reason != "length" || t.output_tokens != output_len) {
+        t.error =
+            fmt::format("finished '{}' after {} of {} tokens", finish_reason, t.output_tokens, output_len);
+    } else {
+        t.ok = true;
+    }
+    return t;
+}
+
+// One level: `concurrency` threads, each with its own connection, take the next prompt until none is
+// left or the level's deadline passed.
+BenchLevelRun run_http_level(const std::string& url, const std::string& model, int64_t concurrency,
+                             const std::vector<std::vector<int32_t>>& prompts, int64_t output_len,
+                             uint64_t seed, double timeout_s) {
+    BenchLevelRun run;
+    run.requests.resize(prompts.size());
+    std::atomic<size_t> next{0};
+    const Clock::time_point start = Clock::now();
+    const Clock::time_point deadline =
+        start + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(timeout_s));
+    const int64_t num_threads = std::min<int64_t>(concurrency, static_cast<int64_t>(prompts.size()));
+    std::vector<std::thread> threads;
+    for (int64_t w = 0; w < num_threads; ++w) {
+        threads.emplace_back([&] {
+            auto client = make_client(url, timeout_s);
+            for (size_t i; (i = next.fetch_add(1)) < prompts.size();) {
+                if (Clock::now() >= deadline) {
+                    run.requests[i].error =
+                        fmt::format("not sent: the level passed --timeout-s {}", timeout_s);
+                    continue;
+                }
+                run.requests[i] = run_http_request(*client, model, prompts[i], output_len, seed + i, start);
+            }
+        });
+    }
+    for (std::thread& t : threads) t.join();
+    double first = -1.0, last = 0.0;
+    for (const BenchRequestTiming& r : run.requests) {
+        if (r.finish_s < 0.0) continue;
+        first = first < 0.0 ? r.submit_s : std::min(first, r.submit_s);
+        last = std::max(last, r.finish_s);
+    }
+    run.duration_s = first < 0.0 ? 0.0 : last - first;
+    return run;
+}
+
+Status run_client(const BenchServingFlags& flags, BenchServingValues v) {
+    EPI_ASSIGN_OR_RETURN(const ServedModel served, get_served_model(flags.url, v.timeout_s));
+    if (served.vocab_size > 0) {
+        v.vocab_size = served.vocab_size;
+    } else if (v.vocab_size == 0) {
+        return invalid_argument(
+            fmt::format("--url {}: /v1/models does not report vocab_size; pass --vocab-size", flags.url));
+    }
+    if (served.max_model_len > 0 && v.input_len + v.output_len > served.max_model_len) {
+        return invalid_argument(
+            fmt::format("--input-len {} + --output-len {} exceeds the server's max_model_len {}", v.input_len,
+                        v.output_len, served.max_model_len));
+    }
+    BenchRunInfo info;
+    info.command_line = command_line();
+    info.date_utc = bench_utc_now();
+    info.mode = "client";
+    info.model = served.id;
+    info.url = flags.url;
+    info.input_len = v.input_len;
+    info.output_len = v.output_len;
+    info.seed = v.seed;
+    print_preamble(info, v);
+    if (v.warmup > 0) {
+        const auto prompts =
+            bench_random_prompts(v.seed ^ 0x5bd1e995ull, v.warmup, v.input_len, v.vocab_size);
+        const BenchLevelRun warm =
+            run_http_level(flags.url, served.id, std::min<int64_t>(v.warmup, v.levels.front()), prompts,
+                           v.output_len, v.seed, v.timeout_s);
+        for (const BenchRequestTiming& r : warm.requests)
+            if (!r.ok) return Status(StatusCode::kUnavailable, "warm-up: " + r.error);
+    }
+    std::vector<BenchLevelStats> levels;
+    for (size_t i = 0; i < v.levels.size(); ++i) {
+        const int64_t c = v.levels[i];
+        const auto prompts = level_prompts(v, i, level_num_prompts(v, c));
+        const BenchLevelRun run = run_http_level(flags.url, served.id, c, prompts, v.output_len,
+                                                 v.seed + 1000003ull * (i + 1), v.timeout_s);
+        levels.push_back(summarize_bench_level(c, run.requests, run.duration_s));
+        std::printf("%s\n", bench_table_row(levels.back()).c_str());
+        std::fflush(stdout);
+    }
+    return finish_run(info, levels, flags.json_path);
+}
+
+Status run_bench_serving(const BenchServingFlags& flags) {
+    EPI_ASSIGN_OR_RETURN(BenchServingValues values, parse_values(flags));
+    return flags.url.empty() ? run_offline(flags, values) : run_client(flags, values);
+}
+
+}  // namespace
+
+void add_bench_serving(CLI::App& bench) {
+    auto flags = std::make_shared<BenchServingFlags>();
+    add_model_setup_flags(bench, flags->setup, /*allow_random_weights=*/true);
+    bench.add_option("--concurrency", flags->concurrency,
+                     "Requests in flight, one level per comma-separated value (default 1,8,32,64,256,1024)");
+    bench.add_option("--input-len", flags->input_len, "Prompt tokens per request (default 128)");
+    bench.add_option("--output-len", flags->output_len,
+                     "Tokens produced per request (ignore_eos; default 128)");
+    bench.add_option(
+        "--num-prompts", flags->num_prompts,
+        "Requests per level; 0 = max(4 x concurrency, 32), at most max(concurrency, 4096) (default 0)");
+    bench.add_option("--seed", flags->seed, "Seed of the random prompts and the sampling (default 0)");
+    bench.add_option("--json", flags->json_path, "Also write the results to this JSON file");
+    bench.add_option("--url", flags->url,
+                     "Drive a running `epinfer serve` at http://HOST:PORT instead (no model flags)");
+    bench.add_option(
+        "--vocab-size", flags->vocab_size,
+        "With --url: token ids of the random prompts are below this, when /v1/models does not say");
+    bench.add_option("--timeout-s", flags->timeout_s, "Each level must finish within this (default 3600)");
+    bench.add_option("--warmup", flags->warmup,
+                     "Requests run (not measured) before the first level (default 1)");
+    CLI::App* app = &bench;
+    bench.callback([flags, app] {
+        if (!app->get_subcommands().empty()) return;  // `bench comm`, `bench moe` ran instead
+        exit_on_error(run_bench_serving(*flags));
+    });
+}
+
+}  // namespace epinfer::cli
