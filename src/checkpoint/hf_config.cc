@@ -31,6 +31,7 @@ constexpr Family kFamilies[] = {
     {"mixtral", Architecture::kMixtral},
     {"olmoe", Architecture::kOlmoe},
     {"glm4_moe", Architecture::kGlm4Moe},
+    {"gpt_oss", Architecture::kGptOss},
 };
 
 // Defaults of the transformers 5.17 configuration class of each family, for keys that are absent.
@@ -59,6 +60,8 @@ FamilyDefaults family_defaults(Architecture arch) {
             return {1e-5, 4096, 10000.0, 1.0, 0, 0};
         case Architecture::kGlm4Moe:
             return {1e-5, 131072, 10000.0, 0.5, 8, 1};
+        case Architecture::kGptOss:
+            return {1e-5, 131072, 150000.0, 1.0, 8, 0};
     }
     return {1e-6, 0, 10000.0, 1.0, 0, 0};
 }
@@ -267,8 +270,10 @@ void parse_attention(KeyReader& r, const FamilyDefaults& d, ModelConfig& c) {
     c.attention = AttentionKind::kGqa;
     c.num_key_value_heads = r.count_or(
         "num_key_value_heads", d.num_key_value_heads > 0 ? d.num_key_value_heads : c.num_attention_heads);
-    // head_dim: getattr(config, "head_dim", hidden_size // num_attention_heads).
-    const int64_t default_head_dim = c.num_attention_heads > 0 ? c.hidden_size / c.num_attention_heads : 0;
+    // head_dim: getattr(config, "head_dim", hidden_size // num_attention_heads); GptOssConfig defaults to 64.
+    const int64_t default_head_dim = c.architecture == Architecture::kGptOss ? 64
+                                     : c.num_attention_heads > 0        ? c.hidden_size / c.num_attention_heads
+                                                                        : 0;
     c.head_dim = r.count_or("head_dim", default_head_dim);
     switch (c.architecture) {
         case Architecture::kQwen3Moe:  // q/k/v/o bias = attention_bias; RMSNorm per head on q and k
@@ -288,6 +293,9 @@ void parse_attention(KeyReader& r, const FamilyDefaults& d, ModelConfig& c) {
             c.attention_bias = r.bool_or("attention_bias", false);
             if (r.bool_or("use_qk_norm", false)) c.qk_norm = QkNormKind::kPerHead;
             break;
+        case Architecture::kGptOss:  // q/k/v/o bias = attention_bias (default true); windows: parse_gpt_oss
+            c.attention_bias = c.attention_out_bias = r.bool_or("attention_bias", true);
+            return;
         default:
             break;  // Mixtral: no biases, no q/k norm
     }
@@ -321,6 +329,10 @@ void parse_rope(const Json& root, KeyReader& top, const FamilyDefaults& d, Model
         dict_key = key;
         break;
     }
+    // GptOssConfig.__post_init__: without rope parameters, YaRN factor 32 over 4096 positions.
+    static const Json kGptOssRope = {{"rope_type", "yarn"}, {"factor", 32.0},   {"beta_fast", 32.0},
+                                     {"beta_slow", 1.0},    {"truncate", false}, {"original_max_position_embeddings", 4096}};
+    if (c.architecture == Architecture::kGptOss && dict == &kEmpty) dict = &kGptOssRope;
     KeyReader r(*dict, top.source(), dict_key + ".");
     RopeConfig& rope = c.rope;
     const std::string type = r.string_or("rope_type", r.string_or("type", "default"));
@@ -401,6 +413,7 @@ bool is_noaux(Architecture arch) {
 const char* expert_count_key(const KeyReader& r, Architecture arch) {
     switch (arch) {
         case Architecture::kMixtral:
+        case Architecture::kGptOss:
             return first_present(r, {"num_local_experts", "num_experts", "n_routed_experts"});
         case Architecture::kQwen3Moe:
         case Architecture::kQwen2Moe:
@@ -415,10 +428,13 @@ const char* expert_count_key(const KeyReader& r, Architecture arch) {
 void parse_moe(KeyReader& r, ModelConfig& c) {
     const Architecture arch = c.architecture;
     c.n_routed_experts = r.required_count(expert_count_key(r, arch));
-    c.router.num_experts_per_tok = r.required_count("num_experts_per_tok");
+    // gpt-oss: OpenAI's own config.json spells K experts_per_token.
+    c.router.num_experts_per_tok = r.required_count(
+        arch == Architecture::kGptOss ? first_present(r, {"num_experts_per_tok", "experts_per_token"})
+                                      : "num_experts_per_tok");
     RouterConfig& router = c.router;
-    if (arch == Architecture::kMixtral || arch == Architecture::kOlmoe) {
-        // MixtralExperts/OlmoeExperts are intermediate_size wide; neither family has a dense layer.
+    if (arch == Architecture::kMixtral || arch == Architecture::kOlmoe || arch == Architecture::kGptOss) {
+        // MixtralExperts/OlmoeExperts/GptOssExperts are intermediate_size wide; none has a dense layer.
         c.moe_intermediate_size = c.intermediate_size = r.required_count("intermediate_size");
     } else {
         c.moe_intermediate_size = r.required_count("moe_intermediate_size");
@@ -473,6 +489,14 @@ void parse_moe(KeyReader& r, ModelConfig& c) {
         router.scoring_func = ScoringFunc::kSoftmax;
         router.topk_method = TopkMethod::kGreedy;
         router.norm_topk_prob = arch == Architecture::kMixtral ? true : r.bool_or("norm_topk_prob", false);
+        if (arch == Architecture::kGptOss) {
+            // GptOssTopKRouter: logits = x·Wᵀ + b, top-K of the raw logits, softmax over those K — the
+            // same weights as a softmax over all E renormalised over the K picked.
+            router.norm_topk_prob = true;
+            c.router_bias = c.expert_bias = true;
+            c.swiglu_limit = r.number_or("swiglu_limit", 7.0);
+            c.swiglu_alpha = r.number_or("swiglu_alpha", 1.702);
+        }
         if (arch == Architecture::kQwen2Moe)
             c.shared_expert_intermediate_size = r.count_or("shared_expert_intermediate_size", 5632);
     }
@@ -518,8 +542,40 @@ void parse_layer_kinds(KeyReader& r, const FamilyDefaults& d, ModelConfig& c) {
         }
         case Architecture::kMixtral:
         case Architecture::kOlmoe:
+        case Architecture::kGptOss:
             break;  // every layer is MoE
     }
+}
+
+// gpt-oss (GptOssConfig, GptOssAttention): layer_types alternates "sliding_attention" (a window of
+// sliding_window positions, default 128; null = none) and "full_attention", default sliding on even layers;
+// every layer adds learned attention sinks.
+void parse_gpt_oss_attention(const Json& root, KeyReader& r, ModelConfig& c) {
+    const int64_t num_layers = c.num_hidden_layers;
+    c.attention_sinks = true;
+    c.sliding_window = r.is_null("sliding_window") ? 0 : r.count_or("sliding_window", 128);
+    std::vector<bool> sliding(static_cast<size_t>(num_layers));
+    for (int64_t l = 0; l < num_layers; ++l) sliding[l] = (l + 1) % 2 != 0;
+    if (auto it = root.find("layer_types"); it != root.end() && !it->is_null()) {
+        if (!it->is_array() || static_cast<int64_t>(it->size()) != num_layers) {
+            r.fail(invalid_argument(r.source() + ": key 'layer_types' must be a list of num_hidden_layers " +
+                                    std::to_string(num_layers) + " strings, got " + brief(*it)));
+            return;
+        }
+        for (int64_t l = 0; l < num_layers; ++l) {
+            const Json& t = (*it)[static_cast<size_t>(l)];
+            if (t == "sliding_attention") {
+                sliding[l] = true;
+            } else if (t == "full_attention") {
+                sliding[l] = false;
+            } else {
+                r.fail(invalid_argument(r.source() + ": layer_types[" + std::to_string(l) + "] is " + brief(t) +
+                                        ", not \"sliding_attention\" or \"full_attention\""));
+                return;
+            }
+        }
+    }
+    if (c.sliding_window > 0) c.layer_is_sliding = std::move(sliding);
 }
 
 // Upper bounds far above every published model, so that a corrupt config fails in one line instead of
@@ -656,8 +712,10 @@ Result<ModelConfig> parse_hf_config(const std::string& json_text, const std::str
     parse_rope(root, r, d, c);
     parse_moe(r, c);
     parse_layer_kinds(r, d, c);
+    if (c.architecture == Architecture::kGptOss) parse_gpt_oss_attention(root, r, c);
     // intermediate_size: the dense MLP width, required only when a layer is dense.
-    if (c.architecture != Architecture::kMixtral && c.architecture != Architecture::kOlmoe) {
+    if (c.architecture != Architecture::kMixtral && c.architecture != Architecture::kOlmoe &&
+        c.architecture != Architecture::kGptOss) {
         const bool any_dense = c.num_moe_layers() < c.num_hidden_layers;
         c.intermediate_size =
             any_dense ? r.required_count("intermediate_size") : r.count_or("intermediate_size", 0);

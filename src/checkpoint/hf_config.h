@@ -7,6 +7,8 @@
 // Both spellings of RoPE are read: rope_theta + rope_scaling ("type" or "rope_type") of published
 // checkpoints, and the rope_parameters dict that transformers 5 writes; rope_scaling wins when both are
 // set, as in transformers.
+// gpt_oss is parsed (sliding/full layer_types, attention sinks, router and expert biases, mxfp4 experts by
+// quantization_config) so that `epinfer plan` can size it; the runtime refuses it (models/model_registry.h).
 #pragma once
 
 #include <string>
@@ -23,7 +25,7 @@ const std::vector<std::string>& supported_model_types();
 // Parses the JSON text of a config.json. `source` names the file in error messages.
 // Errors (one line naming `source` and the key): kInvalidArgument for malformed JSON, a missing required
 // key, a key of the wrong type, an unknown model_type/architecture (the message lists the supported
-// model_types; gpt_oss is not supported) and inconsistent values (heads not divisible by KV heads,
+// model_types) and inconsistent values (heads not divisible by KV heads,
 // K > E, E not divisible by n_group, ...); kNotSupported for valid settings this build does not run
 // (sliding-window attention, clip_qkv, a RoPE type other than default/linear/yarn/llama3, ...).
 Result<ModelConfig> parse_hf_config(const std::string& json_text, const std::string& source);

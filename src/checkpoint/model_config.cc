@@ -20,6 +20,8 @@ const char* architecture_name(Architecture arch) {
             return "OlmoeForCausalLM";
         case Architecture::kGlm4Moe:
             return "Glm4MoeForCausalLM";
+        case Architecture::kGptOss:
+            return "GptOssForCausalLM";
     }
     return "unknown";
 }

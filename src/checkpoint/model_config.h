@@ -20,6 +20,7 @@ enum class Architecture {
     kMixtral,     // MixtralForCausalLM
     kOlmoe,       // OlmoeForCausalLM
     kGlm4Moe,     // Glm4MoeForCausalLM
+    kGptOss,      // GptOssForCausalLM: parsed for planning; the runtime does not run it (model_registry.h)
 };
 
 // HF class name of an architecture, e.g. "DeepseekV3ForCausalLM".
@@ -93,6 +94,12 @@ struct ModelConfig {
     int64_t qk_rope_head_dim = 0;           // MLA
     int64_t v_head_dim = 0;                 // MLA
     RopeConfig rope;
+    // Sliding-window attention (gpt-oss layer_types): a layer with layer_is_sliding[l] attends over the last
+    // sliding_window positions only. Empty layer_is_sliding: every layer attends over the whole context.
+    int64_t sliding_window = 0;
+    std::vector<bool> layer_is_sliding;     // [num_hidden_layers] or empty
+    bool attention_sinks = false;           // gpt-oss: one learned logit per head joins each softmax
+                                            // (self_attn.sinks [Nh])
 
     // Dense MLP (dense layers) and MoE.
     int64_t intermediate_size = 0;          // dense MLP width (as read; Mixtral/OLMoE have no dense layer)
@@ -101,9 +108,15 @@ struct ModelConfig {
     int64_t n_shared_experts = 0;           // DeepSeek/GLM: one shared MLP of width n_shared_experts·I
     int64_t shared_expert_intermediate_size = 0;  // Qwen2-MoE: sigmoid-gated shared_expert width; 0 = none
     RouterConfig router;
+    bool router_bias = false;               // gpt-oss: the router linear has a bias [E] (mlp.router.bias)
+    bool expert_bias = false;               // gpt-oss: each expert's gate_up [2I] and down [H] projections
+                                            // have biases
+    double swiglu_limit = 0.0;              // gpt-oss swiglu_limit: gate clamped above, up on both sides; 0 = none
+    double swiglu_alpha = 0.0;              // gpt-oss swiglu_alpha: glu = gate·sigmoid(alpha·gate); 0 = plain silu
     std::vector<bool> layer_is_moe;         // [num_hidden_layers]: first_k_dense_replace, mlp_only_layers, ...
 
-    // quantization_config.quant_method, e.g. "fp8" (DeepSeek-V3 block-scaled weights); empty = none.
+    // quantization_config.quant_method, e.g. "fp8" (DeepSeek-V3 block-scaled weights), "mxfp4" (gpt-oss
+    // experts); empty = none.
     std::string quant_method;
 
     // Generation: eos_token_id of config.json and generation_config.json (merged, deduplicated).

@@ -73,6 +73,7 @@ void add_gqa(TableBuilder& t, const ModelConfig& c, int64_t l) {
     if (c.attention_bias) t.add(p + ".v_proj.bias", {kv_dim}, g, l);
     t.add(p + ".o_proj.weight", {h, q_dim}, g, l);
     if (c.attention_out_bias) t.add(p + ".o_proj.bias", {h}, g, l);
+    if (c.attention_sinks) t.add(p + ".sinks", {c.num_attention_heads}, g, l);  // gpt-oss
     if (c.qk_norm == QkNormKind::kPerHead) {
         t.add(p + ".q_norm.weight", {c.head_dim}, g, l);
         t.add(p + ".k_norm.weight", {c.head_dim}, g, l);
@@ -82,7 +83,22 @@ void add_gqa(TableBuilder& t, const ModelConfig& c, int64_t l) {
     }
 }
 
+// GptOssMLP: router with bias, every expert fused along dim 0 with biases, as transformers holds them
+// (the dequantized BF16 checkpoints; the published MXFP4 one stores *_blocks/*_scales instead).
+void add_gpt_oss_moe(TableBuilder& t, const ModelConfig& c, int64_t l) {
+    const std::string p = moe_block_prefix(c, l);
+    const int64_t h = c.hidden_size, e_count = c.n_routed_experts, inter = c.moe_intermediate_size;
+    const auto g = ParamGroup::kRoutedExpert;
+    t.add(p + ".router.weight", {e_count, h}, ParamGroup::kRouter, l);
+    t.add(p + ".router.bias", {e_count}, ParamGroup::kRouter, l);
+    t.add(p + ".experts.gate_up_proj", {e_count, h, 2 * inter}, g, l);
+    t.add(p + ".experts.gate_up_proj_bias", {e_count, 2 * inter}, g, l);
+    t.add(p + ".experts.down_proj", {e_count, inter, h}, g, l);
+    t.add(p + ".experts.down_proj_bias", {e_count, h}, g, l);
+}
+
 void add_moe(TableBuilder& t, const ModelConfig& c, int64_t l) {
+    if (c.architecture == Architecture::kGptOss) return add_gpt_oss_moe(t, c, l);
     const std::string p = moe_block_prefix(c, l);
     const int64_t h = c.hidden_size, e_count = c.n_routed_experts, inter = c.moe_intermediate_size;
     t.add(p + ".gate.weight", {e_count, h}, ParamGroup::kRouter, l);
@@ -184,9 +200,13 @@ ParameterCounts count_parameters(const ModelConfig& config) {
     for (const ExpectedTensor& t : expected_tensors(config)) {
         const int64_t count = numel(t.shape);
         n.total += count;
-        // A token runs K experts per MoE layer; all experts of a layer have the same size.
-        const bool runs = t.expert < config.router.num_experts_per_tok;
-        if (runs) n.active += count;
+        // A token runs K experts per MoE layer; all experts of a layer have the same size. A fused tensor
+        // of all E experts (expert −1, gpt-oss) counts K/E of itself.
+        if (t.group == ParamGroup::kRoutedExpert && t.expert < 0) {
+            n.active += count / config.n_routed_experts * config.router.num_experts_per_tok;
+        } else if (t.expert < config.router.num_experts_per_tok) {
+            n.active += count;
+        }
         switch (t.group) {
             case ParamGroup::kEmbedding:
                 n.embedding += count;

@@ -4,7 +4,9 @@
 // Names are those of the safetensors files on the Hub (as transformers 5.17 saves them): per-expert
 // tensors model.layers.{l}.mlp.experts.{e}.{gate,up,down}_proj.weight (Mixtral:
 // model.layers.{l}.block_sparse_moe.experts.{e}.w1/w3/w2.weight), never the fused 3-D gate_up_proj that
-// transformers builds in memory. Shapes are PyTorch's, outermost first: a Linear weight is [out, in].
+// transformers builds in memory; gpt-oss: the fused model.layers.{l}.mlp.experts.{gate_up_proj,down_proj}
+// (+ _bias) of its BF16 checkpoints, router mlp.router.{weight,bias}, attention sinks self_attn.sinks.
+// Shapes are PyTorch's, outermost first: a Linear weight is [out, in].
 #pragma once
 
 #include <cstdint>
@@ -34,7 +36,7 @@ struct ExpectedTensor {
     std::vector<int64_t> shape;  // outermost first, e.g. [I, H]
     ParamGroup group = ParamGroup::kEmbedding;
     int64_t layer = -1;   // decoder layer; -1 for embedding, final norm, lm_head
-    int64_t expert = -1;  // routed expert; -1 otherwise
+    int64_t expert = -1;  // routed expert; -1 otherwise (and for gpt-oss's fused tensors of all E experts)
 };
 
 // Every tensor a checkpoint of `config` holds, MTP layers (model.layers.{L+i}) excluded: embedding, then
@@ -45,7 +47,7 @@ enum class ExpertProj { kGate, kUp, kDown };
 
 // Name of routed expert `expert`'s projection in layer `layer`, e.g.
 // "model.layers.1.mlp.experts.5.down_proj.weight" (Mixtral: "...block_sparse_moe.experts.5.w2.weight";
-// gate = w1, up = w3, down = w2). Shapes: gate/up [I, H], down [H, I].
+// gate = w1, up = w3, down = w2). Shapes: gate/up [I, H], down [H, I]. Not gpt-oss (fused experts).
 std::string expert_tensor_name(const ModelConfig& config, int64_t layer, int64_t expert, ExpertProj proj);
 
 // Prefix of the MoE block of a layer: "model.layers.{l}.mlp" (Mixtral: "model.layers.{l}.block_sparse_moe").

@@ -11,7 +11,6 @@ namespace epinfer::planner {
 namespace {
 
 constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
-constexpr int64_t kBf16Bytes = 2;
 constexpr int64_t kHiddenBuffers = 8;  // residual, normed input, attention/MoE in and out, q/k/v temporaries
 
 int64_t bytes_of(int64_t elems, WeightFormat format) {
@@ -36,19 +35,21 @@ MemoryPlan plan_memory(const ModelCosts& m, const ParallelLayout& l, const GpuSp
     const RankShare share = rank_share(m, l);
     const int64_t H = m.hidden;
     const WeightFormat dense = o.weights.dense, experts = o.weights.routed_experts;
+    const WeightFormat other = o.weights.other;
+    const int64_t act_bytes = o.activation_bytes_per_element;
 
     // Activations and buffers are the same on every stage.
     const int64_t T = o.max_prefill_tokens;
     double moe_rows = m.n_experts > 0 ? static_cast<double>(T) * l.attn_dp * m.top_k * share.local_experts /
                                             static_cast<double>(m.n_experts)
                                       : 0.0;
-    int64_t moe_act = static_cast<int64_t>(moe_rows) * (3 * m.expert_width / l.moe_tp + 2 * H) * kBf16Bytes;
+    int64_t moe_act = static_cast<int64_t>(moe_rows) * (3 * m.expert_width / l.moe_tp + 2 * H) * act_bytes;
     int64_t mlp_width = std::max(m.dense_width, m.shared_width) / l.attn_tp;
-    int64_t mlp_act = T * 3 * mlp_width * kBf16Bytes;
-    int64_t activation = T * kHiddenBuffers * H * kBf16Bytes + std::max(moe_act, mlp_act) +
+    int64_t mlp_act = T * 3 * mlp_width * act_bytes;
+    int64_t activation = T * kHiddenBuffers * H * act_bytes + std::max(moe_act, mlp_act) +
                          o.max_batch_requests_per_rank * share.vocab_slice * 4;
     int64_t ep_buffers = (l.attn_dp > 1 && m.n_experts > 0)
-                             ? 2 * o.max_dispatch_tokens_per_rank * m.top_k * H * kBf16Bytes
+                             ? 2 * o.max_dispatch_tokens_per_rank * m.top_k * H * act_bytes
                              : 0;
 
     int64_t worst_margin = INT64_MAX;
@@ -62,17 +63,17 @@ MemoryPlan plan_memory(const ModelCosts& m, const ParallelLayout& l, const GpuSp
         }
         const int64_t dense_layers = s.num_layers - s.num_moe_layers;
         WeightBytes& w = s.weights;
-        if (ps.has_embedding) w.embedding = share.vocab_slice * H * kBf16Bytes;
+        if (ps.has_embedding) w.embedding = bytes_of(share.vocab_slice * H, other);
         if (ps.has_lm_head && !(m.tied_embeddings && ps.has_embedding))
-            w.lm_head = share.vocab_slice * H * kBf16Bytes;
+            w.lm_head = bytes_of(share.vocab_slice * H, other);
         w.attention = s.num_layers * bytes_of(share.attn_params, dense);
         w.dense_mlp = dense_layers * bytes_of(share.dense_mlp_params, dense);
         w.shared_experts = s.num_moe_layers * bytes_of(share.shared_params, dense);
         w.routed_experts =
             s.num_moe_layers * share.local_experts * bytes_of(share.expert_slice_params, experts);
-        w.router_and_norms = (s.num_moe_layers * m.router_params + s.num_layers * m.layer_norm_params +
-                              (ps.has_lm_head ? H : 0)) *
-                             kBf16Bytes;
+        w.router_and_norms = bytes_of(s.num_moe_layers * m.router_params + s.num_layers * m.layer_norm_params +
+                                          (ps.has_lm_head ? H : 0),
+                                      other);
         s.ep_buffer_bytes = ep_buffers;
         s.activation_bytes = activation;
         s.cuda_graph_bytes = o.cuda_graph_bytes;
@@ -124,6 +125,19 @@ MemoryPlan plan_memory(const ModelConfig& config, const ParallelLayout& layout, 
 
 std::string format_gib(int64_t bytes) {
     return fmt::format("{:.1f} GiB", static_cast<double>(bytes) / kGiB);
+}
+
+std::string format_bytes(int64_t bytes) {
+    static constexpr const char* kUnits[] = {"KiB", "MiB", "GiB", "TiB"};
+    double value = std::fabs(static_cast<double>(bytes));
+    if (value < 1024.0) return fmt::format("{} B", bytes);
+    const char* unit = kUnits[0];
+    for (const char* u : kUnits) {
+        if (value < 1024.0) break;
+        value /= 1024.0;
+        unit = u;
+    }
+    return fmt::format("{}{:.1f} {}", bytes < 0 ? "-" : "", value, unit);
 }
 
 }  // namespace epinfer::planner

@@ -2,19 +2,21 @@
 //
 // Per GPU, for each pipeline stage (parallel/pipeline_stages.h), in bytes:
 //   weights       by part (weight_format.h bytes/element; RankShare for the split); the embedding on the
-//                 first stage and the LM head on the last, both vocab-parallel across attention TP, bf16
+//                 first stage and the LM head on the last, both vocab-parallel across attention TP, in
+//                 WeightFormats::other (bf16) as the routers and norms
 //   EP buffers    when tokens move by all-to-all (attn_dp > 1): a dispatch and a combine buffer of
-//                 max_dispatch_tokens_per_rank · K · H bf16 each
-//   activations   max_prefill_tokens · 8 · H bf16 hidden-state buffers
-//                 + max(MoE rows · (3·I/moe_tp + 2·H), max_prefill_tokens · 3 · width/attn_tp) bf16,
+//                 max_dispatch_tokens_per_rank · K · H activations each
+//   activations   max_prefill_tokens · 8 · H hidden-state buffers
+//                 + max(MoE rows · (3·I/moe_tp + 2·H), max_prefill_tokens · 3 · width/attn_tp),
 //                   MoE rows = max_prefill_tokens · attn_dp · K · local_experts / E, width the larger of
-//                   the dense MLP and the shared experts
+//                   the dense MLP and the shared experts, all at activation_bytes_per_element (bf16)
 //                 + max_batch_requests_per_rank · V/attn_tp fp32 logits
 //   CUDA graphs   a fixed reserve (cuda_graph_bytes)
 //   KV cache      the rest of usable = memory · usable fraction; per token: layers of the stage ·
 //                 RankShare::kv_elems_per_token · kv_bytes_per_element
 // A layout fits when every stage holds its non-KV terms plus the KV of one request of context_tokens.
-// Only the planner calls plan_memory today; the GPU engine is to call it before allocating anything.
+// `epinfer plan` calls plan_memory; the runtime's start-up (tools/epinfer/model_setup.h) calls it through
+// check_fits (planner/fit_check.h) before allocating anything.
 #pragma once
 
 #include <cstdint>
@@ -32,7 +34,8 @@ namespace epinfer::planner {
 struct MemoryOptions {
     WeightFormats weights;
     int64_t context_tokens = 4096;                // KV tokens one request holds (prompt + output)
-    int kv_bytes_per_element = 2;                 // 2 = bf16, 1 = fp8
+    int kv_bytes_per_element = 2;                 // 2 = bf16, 1 = fp8, 4 = the engine's fp32 cache
+    int activation_bytes_per_element = 2;         // 2 = bf16 (GPU plans), 4 = the engine's fp32 activations
     int64_t max_prefill_tokens = 8192;            // tokens per attention-DP rank per forward
     int64_t max_dispatch_tokens_per_rank = 4096;  // EP dispatch/combine buffer rows (× K)
     int64_t max_batch_requests_per_rank = 1024;   // decode rows per rank (logits buffer)
@@ -90,5 +93,8 @@ MemoryPlan plan_memory(const ModelConfig& config, const ParallelLayout& layout, 
 
 // "1.5 GiB" style, one decimal; negative values keep their sign.
 std::string format_gib(int64_t bytes);
+// The largest binary unit that keeps the value ≥ 1, one decimal: "512 B", "2.1 MiB", "1.5 GiB", "1.2 TiB";
+// negative values keep their sign.
+std::string format_bytes(int64_t bytes);
 
 }  // namespace epinfer::planner

@@ -77,7 +77,8 @@ ModelCosts model_costs(const ModelConfig& c) {
         m.shared_width = c.shared_expert_intermediate_size;
         m.shared_expert_params = 3 * H * m.shared_width + H;  // + shared_expert_gate
     }
-    m.router_params = c.n_routed_experts * H + (c.router.has_correction_bias ? c.n_routed_experts : 0);
+    m.router_params =
+        c.n_routed_experts * H + (c.router.has_correction_bias || c.router_bias ? c.n_routed_experts : 0);
     m.expert_params = 3 * H * c.moe_intermediate_size;
     return m;
 }

@@ -48,7 +48,7 @@ struct ModelCosts {
     int64_t attn_replicated_params = 0;  // per layer, on every attention-TP rank (MLA q_a/kv_a, norms)
     int64_t dense_mlp_params = 0;        // per dense layer, 3·H·dense_width
     int64_t shared_expert_params = 0;    // per MoE layer, 3·H·shared_width (+ H for a sigmoid gate)
-    int64_t router_params = 0;           // per MoE layer, E·H (+ E bias)
+    int64_t router_params = 0;           // per MoE layer, E·H (+ E correction bias or gpt-oss router bias)
     int64_t expert_params = 0;           // one routed expert, 3·H·I
     int64_t layer_norm_params = 0;       // per layer, the two RMSNorm weights
 

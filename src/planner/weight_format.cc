@@ -31,6 +31,8 @@ const char* weight_format_name(WeightFormat format) {
             return "nvfp4";
         case WeightFormat::kMxfp4:
             return "mxfp4";
+        case WeightFormat::kFp32:
+            return "fp32";
     }
     return "?";
 }
@@ -54,6 +56,8 @@ double weight_bytes_per_element(WeightFormat format) {
             return 0.5 + 1.0 / 16.0;
         case WeightFormat::kMxfp4:
             return 0.5 + 1.0 / 32.0;
+        case WeightFormat::kFp32:
+            return 4.0;
     }
     return 2.0;
 }
@@ -67,6 +71,7 @@ MathRate weight_math_rate(WeightFormat format) {
             return MathRate::kFp4;
         case WeightFormat::kBf16:
         case WeightFormat::kInt4Group32:
+        case WeightFormat::kFp32:
             return MathRate::kBf16;
     }
     return MathRate::kBf16;

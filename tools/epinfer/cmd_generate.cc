@@ -1,15 +1,16 @@
-// epinfer generate: load a Hugging Face checkpoint and generate from prompt token ids on the CPU backend.
+// epinfer generate: load a Hugging Face checkpoint and generate from prompt token ids.
 //
 //   epinfer generate --model DIR --prompt-ids 12,7,99 --max-new-tokens N
-//                    [--temperature T --top-p P --top-k K --seed S] [--ignore-eos] [--json] [--threads N]
-//                    [--tp A --ep B --pp C --dp D]
+//                    [--temperature T --top-p P --top-k K --seed S] [--ignore-eos] [--json]
+//                    [the model set-up flags of model_setup.h: --threads N, --tp A --ep B --pp C --dp D,
+//                     --device, --memory-fraction, ...]
 //
 // stdout: the new token ids, comma-separated; with --json one JSON object {"prompt_ids", "output_ids",
 // "prefill_tokens", "prefill_tokens_per_s", "decode_tokens", "decode_tokens_per_s"}. stderr: prefill and
 // decode throughput. Bad input: one line "epinfer: error: ..." naming the value, exit status 1.
-// Layout flags (parallel/layout.h): the layout is checked against config.json before any weight is read;
-// outside MPI the command re-runs itself under mpirun on pp × per-stage ranks (tools/epinfer/mpi_launch.h).
-// Rank 0 prints the output and the throughput; every rank prints one stderr line with its weight bytes.
+// Start-up (config, layout, mpirun relaunch, memory check, weights, summary line) is start_model
+// (tools/epinfer/model_setup.h). Rank 0 prints the output and the throughput; under a layout every rank
+// prints one stderr line with its weight bytes.
 #include <charconv>
 #include <cmath>
 #include <cstdio>
@@ -18,33 +19,25 @@
 #include <string>
 #include <vector>
 
-#include "backend/cpu/cpu_backend.h"
 #include "checkpoint/hf_config.h"
-#include "comm/communicator.h"
 #include "commands.h"
 #include "engine/generate.h"
-#include "layers/parallel_context.h"
-#include "models/model.h"
-#include "mpi_launch.h"
+#include "model_setup.h"
 
 namespace epinfer::cli {
 
 namespace {
 
-constexpr int kMaxThreads = 256;
-
 struct GenerateOptions {
-    std::string model_dir;
+    ModelSetupFlags setup;
     std::string prompt_ids;
     std::string max_new_tokens = "16";
     std::string temperature = "0";
     std::string top_p = "1";
     std::string top_k = "0";
     std::string seed = "0";
-    std::string threads = "0";
     bool ignore_eos = false;
     bool json = false;
-    LayoutFlags layout;
 };
 
 // Whole-string integer parse; errors name the option and the text.
@@ -108,42 +101,22 @@ std::string join_ids(const std::vector<int32_t>& ids) {
     return out;
 }
 
-// The world and the groups of the layout the flags ask for, or null for one rank without flags. The layout
-// is validated against config.json before mpirun starts the ranks, and again against the real world.
-Result<std::unique_ptr<ParallelContext>> start_ranks(const GenerateOptions& o,
-                                                     std::unique_ptr<Communicator>& world) {
-    const LayoutFlags& f = o.layout;
-    const bool flags_given = f.tp > 0 || f.ep > 0 || f.dp > 0 || f.pp > 0;
-    if (!flags_given && !launched_by_mpi()) return std::unique_ptr<ParallelContext>();
-    EPI_ASSIGN_OR_RETURN(const ParallelLayout layout, layout_from_flags(f));
-    EPI_ASSIGN_OR_RETURN(const ModelConfig config, load_hf_config(o.model_dir));
-    const LayoutModelDims dims = layout_model_dims(config);
-    if (!launched_by_mpi()) {
-        EPI_RETURN_IF_ERROR(validate_layout(layout, dims, layout.world_size()));
-        EPI_RETURN_IF_ERROR(relaunch_under_mpirun_if_needed(layout.world_size()));
-    }
-    EPI_ASSIGN_OR_RETURN(world, create_world_communicator());
-    return create_parallel_context(*world, layout, dims);
-}
-
 Status run_generate(const GenerateOptions& o) {
     EPI_ASSIGN_OR_RETURN(const GenerateRequest request, build_request(o));
-    EPI_ASSIGN_OR_RETURN(const int threads, parse_int<int>(o.threads, "--threads"));
-    if (threads < 0 || threads > kMaxThreads)
-        return invalid_argument("--threads must be in [0, " + std::to_string(kMaxThreads) + "], got " +
-                                std::to_string(threads));
-    std::unique_ptr<Communicator> world;
-    EPI_ASSIGN_OR_RETURN(const std::unique_ptr<ParallelContext> parallel, start_ranks(o, world));
-    std::unique_ptr<Backend> backend = make_cpu_backend(threads);
-    EPI_ASSIGN_OR_RETURN(std::unique_ptr<Model> model, Model::load(o.model_dir, *backend, parallel.get()));
-    if (parallel != nullptr) {
-        const RankCoords& rc = parallel->coords;
+    {  // the request against config.json first: a bad request is one line, before anything starts
+        EPI_ASSIGN_OR_RETURN(const ModelConfig config, load_hf_config(o.setup.model_dir));
+        EPI_RETURN_IF_ERROR(generate_request_check(config, request));
+    }
+    EPI_ASSIGN_OR_RETURN(ModelSetup setup, start_model(o.setup));
+    const std::unique_ptr<Communicator>& world = setup.world;
+    const std::unique_ptr<Model>& model = setup.model;
+    if (setup.parallel != nullptr) {
+        const RankCoords& rc = setup.parallel->coords;
         std::fprintf(stderr,
                      "rank %d/%d (pp %d, attn_tp %d, attn_dp %d, moe_tp %d, moe_ep %d): weight bytes %lld\n",
                      world->rank(), world->size(), rc.pp_rank, rc.attn_tp_rank, rc.attn_dp_rank,
                      rc.moe_tp_rank, rc.moe_ep_rank, static_cast<long long>(model->weight_bytes()));
     }
-    EPI_RETURN_IF_ERROR(generate_request_check(model->config(), request));
     EPI_ASSIGN_OR_RETURN(const GenerateOutput result, generate(*model, std::span(&request, 1)));
     if (world != nullptr && world->rank() != 0) return Status::ok();
 
@@ -172,8 +145,8 @@ Status run_generate(const GenerateOptions& o) {
 
 void add_generate_command(CLI::App& app) {
     auto opts = std::make_shared<GenerateOptions>();
-    CLI::App* cmd = app.add_subcommand("generate", "Generate tokens from prompt token ids (CPU backend)");
-    cmd->add_option("--model", opts->model_dir, "Checkpoint folder (config.json + safetensors)")->required();
+    CLI::App* cmd = app.add_subcommand("generate", "Generate tokens from prompt token ids");
+    add_model_setup_flags(*cmd, opts->setup, /*allow_random_weights=*/false);
     cmd->add_option("--prompt-ids", opts->prompt_ids, "Prompt token ids, comma-separated, e.g. 12,7,99")
         ->required();
     cmd->add_option("--max-new-tokens", opts->max_new_tokens, "Tokens to generate (≥ 1; default 16)");
@@ -181,13 +154,8 @@ void add_generate_command(CLI::App& app) {
     cmd->add_option("--top-p", opts->top_p, "Nucleus mass in (0, 1] (default 1)");
     cmd->add_option("--top-k", opts->top_k, "Keep the K best tokens; 0 = all (default 0)");
     cmd->add_option("--seed", opts->seed, "Sampling seed (default 0)");
-    cmd->add_option("--threads", opts->threads, "CPU threads; 0 = up to 8 (default 0)");
     cmd->add_flag("--ignore-eos", opts->ignore_eos, "Do not stop at an EOS token of the config");
     cmd->add_flag("--json", opts->json, "Print one JSON object on stdout");
-    cmd->add_option("--tp", opts->layout.tp, "Ranks per pipeline stage (attention TP × DP = MoE TP × EP)");
-    cmd->add_option("--ep", opts->layout.ep, "Expert-parallel ranks per stage (moe_ep)");
-    cmd->add_option("--dp", opts->layout.dp, "Data-parallel attention ranks per stage (attn_dp)");
-    cmd->add_option("--pp", opts->layout.pp, "Pipeline stages");
     cmd->callback([opts] { exit_on_error(run_generate(*opts)); });
 }
 

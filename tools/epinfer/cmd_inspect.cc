@@ -5,6 +5,7 @@
 //   epinfer inspect --model tests/data/fixtures/deepseek_v3_tiny
 //   epinfer inspect --model tests/data/configs/deepseek_v3.json --json
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -192,10 +193,17 @@ void print_text(const Report& r) {
             static_cast<long long>(c.kv_lora_rank), static_cast<long long>(c.qk_nope_head_dim),
             static_cast<long long>(c.qk_rope_head_dim), static_cast<long long>(c.v_head_dim));
     } else {
+        std::string extras = c.attention_bias ? ", qkv bias" : "";
+        if (!c.layer_is_sliding.empty()) {
+            const auto sliding = std::count(c.layer_is_sliding.begin(), c.layer_is_sliding.end(), true);
+            extras += ", sliding window " + std::to_string(c.sliding_window) + " on " + std::to_string(sliding) +
+                      " of " + std::to_string(c.num_hidden_layers) + " layers";
+        }
+        if (c.attention_sinks) extras += ", attention sinks";
         std::printf("attention     GQA, %lld heads, %lld KV heads, head_dim %lld, qk_norm %s%s\n",
                     static_cast<long long>(c.num_attention_heads),
                     static_cast<long long>(c.num_key_value_heads), static_cast<long long>(c.head_dim),
-                    qk_norm_name(c.qk_norm), c.attention_bias ? ", qkv bias" : "");
+                    qk_norm_name(c.qk_norm), extras.c_str());
     }
     std::printf("rope          %s, theta %s, rotary_dim %lld%s\n", rope_type_name(c.rope.type),
                 number(c.rope.theta).c_str(), static_cast<long long>(c.rope.rotary_dim),
@@ -249,6 +257,11 @@ nlohmann::json to_json(const Report& r) {
                       {"num_kv_heads", c.num_key_value_heads},
                       {"head_dim", c.head_dim},
                       {"qk_norm", qk_norm_name(c.qk_norm)}};
+    if (!c.layer_is_sliding.empty()) {
+        j["attention"]["sliding_window"] = c.sliding_window;
+        j["attention"]["layer_is_sliding"] = c.layer_is_sliding;
+    }
+    if (c.attention_sinks) j["attention"]["sinks"] = true;
     if (c.attention == AttentionKind::kMla) {
         j["attention"].update({{"q_lora_rank", c.q_lora_rank},
                                {"kv_lora_rank", c.kv_lora_rank},

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -134,8 +135,15 @@ TEST(CliGenerate, NonFiniteLogitsAreAnError) {
     const uint16_t nan_bf16 = 0x7fc0;
     for (int i = 0; i < 64; ++i) f.write(reinterpret_cast<const char*>(&nan_bf16), 2);  // H = 64
     f.close();
-    expect_one_line_error(run_cli("generate --model " + dir.string() + " --prompt-ids 12,7,99 --max-new-tokens 4"),
-                          "non-finite");
+    // It fails after start-up: the start-up summary line, then the one error line.
+    const CliResult r = run_cli("generate --model " + dir.string() + " --prompt-ids 12,7,99 --max-new-tokens 4");
+    EXPECT_EQ(r.exit_code, 1) << r.err;
+    EXPECT_TRUE(r.out.empty()) << r.out;
+    EXPECT_EQ(r.err.rfind("epinfer: ready in ", 0), 0u) << r.err;
+    EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 2) << r.err;
+    const size_t error_line = r.err.find("\nepinfer: error: ");
+    ASSERT_NE(error_line, std::string::npos) << r.err;
+    EXPECT_NE(r.err.find("non-finite", error_line), std::string::npos) << r.err;
     std::filesystem::remove_all(dir);
 }
 

@@ -44,28 +44,59 @@ std::vector<bool> dense_first(int64_t num_dense, int64_t num_layers) {
     return out;
 }
 
-TEST(HfConfig, EveryRealConfigParsesExceptGptOss) {
+TEST(HfConfig, EveryRealConfigParses) {
     int parsed = 0;
     for (const auto& entry : std::filesystem::directory_iterator(kData + "/configs")) {
         const std::string path = entry.path().string();
         Result<ModelConfig> r = parse_hf_config(read_file(path), path);
-        if (entry.path().filename() == "gpt_oss_120b.json") {
-            ASSERT_FALSE(r.is_ok());
-            EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
-            const std::string& msg = r.status().message();
-            EXPECT_NE(msg.find("gpt_oss_120b.json"), std::string::npos) << msg;
-            EXPECT_NE(msg.find("'gpt_oss'"), std::string::npos) << msg;
-            for (const std::string& type : supported_model_types())
-                EXPECT_NE(msg.find(type), std::string::npos) << type << " not listed in: " << msg;
-            continue;
-        }
         EXPECT_TRUE(r.is_ok()) << path << ": " << r.status().message();
         if (r.is_ok()) {
             EXPECT_EQ(static_cast<int64_t>(r->layer_is_moe.size()), r->num_hidden_layers) << path;
         }
         ++parsed;
     }
-    EXPECT_EQ(parsed, 9);
+    EXPECT_EQ(parsed, 10);
+}
+
+// gpt-oss-120b as GptOssConfig/GptOssAttention/GptOssTopKRouter read it (transformers 5.17): every layer
+// MoE (128 experts 2880 wide, top-4, softmax over the 4 picked logits = renormalised), sliding-window
+// layers of 128 positions alternating with full ones (sliding first), sinks and biases, mxfp4 experts.
+TEST(HfConfig, GptOss120b) {
+    const ModelConfig c = real("gpt_oss_120b");
+    EXPECT_EQ(c.architecture, Architecture::kGptOss);
+    EXPECT_STREQ(architecture_name(c.architecture), "GptOssForCausalLM");
+    EXPECT_EQ(c.model_type, "gpt_oss");
+    EXPECT_EQ(c.attention, AttentionKind::kGqa);
+    EXPECT_EQ(c.num_attention_heads, 64);
+    EXPECT_EQ(c.num_key_value_heads, 8);
+    EXPECT_EQ(c.head_dim, 64);
+    EXPECT_TRUE(c.attention_bias);
+    EXPECT_TRUE(c.attention_out_bias);
+    EXPECT_TRUE(c.attention_sinks);
+    EXPECT_EQ(c.qk_norm, QkNormKind::kNone);
+    EXPECT_EQ(c.sliding_window, 128);
+    ASSERT_EQ(c.layer_is_sliding.size(), 36u);
+    for (size_t l = 0; l < 36; ++l) EXPECT_EQ(c.layer_is_sliding[l], l % 2 == 0) << l;
+    EXPECT_EQ(c.n_routed_experts, 128);
+    EXPECT_EQ(c.moe_intermediate_size, 2880);
+    EXPECT_EQ(c.num_moe_layers(), 36);
+    EXPECT_EQ(c.n_shared_experts, 0);
+    EXPECT_EQ(c.router.num_experts_per_tok, 4);
+    EXPECT_EQ(c.router.scoring_func, ScoringFunc::kSoftmax);
+    EXPECT_EQ(c.router.topk_method, TopkMethod::kGreedy);
+    EXPECT_TRUE(c.router.norm_topk_prob);
+    EXPECT_TRUE(c.router_bias);
+    EXPECT_TRUE(c.expert_bias);
+    EXPECT_DOUBLE_EQ(c.swiglu_limit, 7.0);
+    EXPECT_DOUBLE_EQ(c.swiglu_alpha, 1.702);
+    EXPECT_EQ(c.quant_method, "mxfp4");
+    EXPECT_EQ(c.rope.type, RopeType::kYarn);
+    EXPECT_DOUBLE_EQ(c.rope.theta, 150000.0);
+    EXPECT_DOUBLE_EQ(c.rope.factor, 32.0);
+    EXPECT_EQ(c.rope.original_max_position_embeddings, 4096);
+    EXPECT_EQ(c.rope.rotary_dim, 64);
+    EXPECT_EQ(c.max_position_embeddings, 131072);
+    EXPECT_FALSE(c.tie_word_embeddings);
 }
 
 TEST(HfConfig, EveryFixtureLoads) {
@@ -611,6 +642,34 @@ TEST(HfConfig, DeepseekV2IgnoresNormTopkProbAsTransformersDoes) {
     Result<ModelConfig> r = parse(with(minimal("deepseek_v2"), "norm_topk_prob", true));
     ASSERT_TRUE(r.is_ok()) << r.status().message();
     EXPECT_FALSE(r->router.norm_topk_prob);
+}
+
+// GptOssConfig defaults (head_dim 64, 8 KV heads, alternating layer_types, window 128, YaRN 32 over 4096
+// with truncate false), OpenAI's experts_per_token spelling, and bad layer_types.
+TEST(HfConfig, GptOssDefaultsAndErrors) {
+    const nlohmann::json base = {{"model_type", "gpt_oss"}, {"vocab_size", 320},      {"hidden_size", 64},
+                                 {"num_hidden_layers", 3},  {"num_attention_heads", 16}, {"num_local_experts", 8},
+                                 {"experts_per_token", 2},  {"intermediate_size", 32}};
+    Result<ModelConfig> r = parse(base);
+    ASSERT_TRUE(r.is_ok()) << r.status().message();
+    EXPECT_EQ(r->head_dim, 64);
+    EXPECT_EQ(r->num_key_value_heads, 8);
+    EXPECT_EQ(r->router.num_experts_per_tok, 2);
+    EXPECT_EQ(r->layer_is_sliding, (std::vector<bool>{true, false, true}));
+    EXPECT_EQ(r->sliding_window, 128);
+    EXPECT_EQ(r->rope.type, RopeType::kYarn);
+    EXPECT_FALSE(r->rope.truncate);
+    EXPECT_DOUBLE_EQ(r->rope.theta, 150000.0);
+    EXPECT_TRUE(r->quant_method.empty());
+
+    Result<ModelConfig> full = parse(with(with(base, "sliding_window", nullptr), "layer_types",
+                                          {"full_attention", "full_attention", "full_attention"}));
+    ASSERT_TRUE(full.is_ok()) << full.status().message();
+    EXPECT_TRUE(full->layer_is_sliding.empty());
+    expect_error(with(base, "layer_types", {"full_attention"}), StatusCode::kInvalidArgument,
+                 {"'layer_types'", "3"});
+    expect_error(with(base, "layer_types", {"full_attention", "local", "full_attention"}),
+                 StatusCode::kInvalidArgument, {"layer_types[1]", "local"});
 }
 
 }  // namespace

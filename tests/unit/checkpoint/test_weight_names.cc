@@ -2,6 +2,8 @@
 // and against published totals, and the checkpoint check.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -202,6 +204,27 @@ TEST(WeightNames, ParameterCountsMatchPublishedTotals) {
         EXPECT_NEAR(billions(n.total), c.total_b, 0.02 * c.total_b) << c.config;
         EXPECT_NEAR(billions(n.active), c.active_b, 0.02 * c.active_b) << c.config;
     }
+}
+
+// gpt-oss-120b: 117B total, 5.1B active (FACTS.md A.4 [S21]); OpenAI counts the active parameters without
+// the embedding (the count here includes it: 5.71B − 0.58B = 5.13B). Fused experts count K/E of themselves.
+TEST(WeightNames, GptOss120bMatchesPublishedTotals) {
+    const ModelConfig c = real("gpt_oss_120b");
+    const ParameterCounts n = count_parameters(c);
+    EXPECT_NEAR(billions(n.total), 117.0, 0.01 * 117.0);
+    EXPECT_NEAR(billions(n.active - n.embedding), 5.1, 0.02 * 5.1);
+    // 36 layers × 128 experts × (3·2880·2880 weights + 2·2880 + 2880 biases).
+    EXPECT_EQ(n.routed_experts, 36LL * 128 * (3LL * 2880 * 2880 + 3 * 2880));
+    EXPECT_EQ(n.router, 36LL * (128 * 2880 + 128));
+    const std::vector<ExpectedTensor> table = expected_tensors(c);
+    const auto has = [&](const std::string& name) {
+        return std::any_of(table.begin(), table.end(), [&](const ExpectedTensor& t) { return t.name == name; });
+    };
+    EXPECT_TRUE(has("model.layers.0.self_attn.sinks"));
+    EXPECT_TRUE(has("model.layers.0.self_attn.o_proj.bias"));
+    EXPECT_TRUE(has("model.layers.35.mlp.router.bias"));
+    EXPECT_TRUE(has("model.layers.35.mlp.experts.gate_up_proj_bias"));
+    EXPECT_FALSE(has("model.layers.0.mlp.gate.weight"));
 }
 
 TEST(WeightNames, MixtralCountByFormula) {

@@ -150,9 +150,22 @@ TEST_F(InspectCli, Errors) {
     CliRun r = run("--model '" + (tmp_ / "nowhere").string() + "'");
     EXPECT_EQ(r.exit_code, 1);
     EXPECT_EQ(r.err, "epinfer: error: " + (tmp_ / "nowhere" / "config.json").string() + ": not found\n");
-    r = run("--model '" + std::string(EPINFER_TEST_DATA_DIR) + "/configs/gpt_oss_120b.json'");
-    EXPECT_EQ(r.exit_code, 1);
-    EXPECT_NE(r.err.find("unsupported model_type 'gpt_oss'"), std::string::npos) << r.err;
+}
+
+// gpt-oss parses (for the planner): its config alone is inspected like any other.
+TEST_F(InspectCli, GptOssConfigAlone) {
+    const CliRun r =
+        run("--model '" + std::string(EPINFER_TEST_DATA_DIR) + "/configs/gpt_oss_120b.json' --json");
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    const nlohmann::json j = nlohmann::json::parse(r.out);
+    EXPECT_EQ(j["architecture"], "GptOssForCausalLM");
+    EXPECT_NEAR(j["parameters"]["total"].get<double>(), 117e9, 0.01 * 117e9);  // FACTS.md A.4 [S21]
+    EXPECT_EQ(j["attention"]["sliding_window"], 128);
+    EXPECT_EQ(j["attention"]["sinks"], true);
+    const CliRun text = run("--model '" + std::string(EPINFER_TEST_DATA_DIR) + "/configs/gpt_oss_120b.json'");
+    ASSERT_EQ(text.exit_code, 0) << text.err;
+    EXPECT_NE(text.out.find("sliding window 128 on 18 of 36 layers, attention sinks"), std::string::npos)
+        << text.out;
 }
 
 }  // namespace

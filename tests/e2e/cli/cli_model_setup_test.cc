@@ -1,0 +1,125 @@
+// The model start-up shared by the commands (tools/epinfer/model_setup.h), through `epinfer generate`: the
+// memory check refuses a layout that does not fit with one line of breakdown before any weight is read,
+// --device cuda in a build without CUDA is one line, the KV pool is sized from the flags, and rank 0
+// prints one summary line.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "common/cli_runner.h"
+
+namespace epinfer {
+namespace {
+
+namespace fs = std::filesystem;
+
+const std::string kModel = std::string(EPINFER_TEST_DATA_DIR) + "/fixtures/deepseek_v3_tiny";
+
+using epinfer::testing::CliResult;
+using epinfer::testing::expect_one_line_error;
+
+CliResult run_cli(const std::string& args) { return epinfer::testing::run_epinfer(args); }
+
+std::string generate(const std::string& model, const std::string& flags) {
+    return "generate --model '" + model + "' --prompt-ids 12,7,99 --max-new-tokens 2 " + flags;
+}
+
+// A scratch checkpoint folder, removed with the object.
+struct ScratchModel {
+    fs::path dir;
+    explicit ScratchModel(const std::string& name)
+        : dir(epinfer::testing::cli_scratch_dir("epinfer_setup") / name) {
+        fs::create_directories(dir);
+    }
+    ~ScratchModel() { fs::remove_all(dir.parent_path()); }
+    ScratchModel(const ScratchModel&) = delete;
+    ScratchModel& operator=(const ScratchModel&) = delete;
+    std::string path() const { return dir.string(); }
+};
+
+// deepseek_v3_tiny's config.json next to a safetensors file that lacks every model tensor (its golden
+// inputs): loading it fails with a missing tensor, so an error about memory proves the check ran first.
+struct WeightlessCheckpoint : ScratchModel {
+    WeightlessCheckpoint() : ScratchModel("no_weights") {
+        fs::copy_file(kModel + "/config.json", dir / "config.json", fs::copy_options::overwrite_existing);
+        fs::copy_file(kModel + "/golden.safetensors", dir / "model.safetensors",
+                      fs::copy_options::overwrite_existing);
+    }
+};
+
+TEST(CliModelSetup, LoadingTheWeightlessCheckpointFails) {
+    const WeightlessCheckpoint m;
+    const CliResult r = run_cli(generate(m.path(), ""));
+    expect_one_line_error(r, "missing");
+}
+
+TEST(CliModelSetup, TooLittleMemoryIsOneLineBreakdownBeforeLoading) {
+    const WeightlessCheckpoint m;
+    const CliResult r = run_cli(generate(m.path(), "--memory-fraction 0.000001"));
+    expect_one_line_error(r, "tp1 does not fit: per rank, weights ");
+    for (const char* part : {"+ buffers ", "+ activations ", "+ KV of 512 tokens (one request of max_position_embeddings)",
+                             "> usable ", "= 1e-06 × ", "cpu: MemAvailable / 1 rank of this host",
+                             "largest term: ", "--memory-fraction"})
+        EXPECT_NE(r.err.find(part), std::string::npos) << "'" << part << "' not in: " << r.err;
+    EXPECT_EQ(r.err.find("missing"), std::string::npos) << r.err;
+}
+
+TEST(CliModelSetup, TooManyKvTokensIsOneLineBreakdownBeforeLoading) {
+    // 10^11 tokens · 3 layers · (32 + 8) latent elements · 4 B = 43.7 TiB.
+    const WeightlessCheckpoint m;
+    const CliResult r = run_cli(generate(m.path(), "--kv-cache-tokens 100000000000"));
+    expect_one_line_error(r, "KV of 100000000000 tokens (--kv-cache-tokens) 43.7 TiB");
+    EXPECT_NE(r.err.find("largest term: KV 43.7 TiB"), std::string::npos) << r.err;
+}
+
+TEST(CliModelSetup, CudaWithoutCudaBuildIsOneLine) {
+#if EPINFER_WITH_CUDA
+    GTEST_SKIP() << "this build has the CUDA backend";
+#else
+    expect_one_line_error(run_cli(generate(kModel, "--device cuda")),
+                          "--device cuda: this build has no CUDA (configure with -DEPINFER_CUDA=ON)");
+#endif
+}
+
+TEST(CliModelSetup, SummaryLineAndKvPoolFromFlags) {
+    // --device cpu with --kv-cache-tokens 0: what fits, at most --max-running × max_position_embeddings
+    // (4 × 512 = 2048 tokens = 128 blocks of 16).
+    CliResult r = run_cli(generate(kModel, "--max-running 4"));
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    EXPECT_NE(r.err.find("epinfer: ready in "), std::string::npos) << r.err;
+    EXPECT_NE(r.err.find(": deepseek_v3 (3 layers), layout tp1 ep1 pp1 dp1 on cpu, per rank: weights "),
+              std::string::npos)
+        << r.err;
+    EXPECT_NE(r.err.find(", KV cache 2048 tokens (128 blocks of 16)\n"), std::string::npos) << r.err;
+    // An explicit size rounds down to whole blocks: 1000 tokens = 31 blocks of 32.
+    r = run_cli(generate(kModel, "--kv-cache-tokens 1000 --block-size 32"));
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    EXPECT_NE(r.err.find(", KV cache 992 tokens (31 blocks of 32)\n"), std::string::npos) << r.err;
+}
+
+TEST(CliModelSetup, BadFlagsAreOneLineNamingTheFlag) {
+    expect_one_line_error(run_cli(generate(kModel, "--device tpu")), "--device 'tpu' is not one of cpu, cuda");
+    expect_one_line_error(run_cli(generate(kModel, "--block-size 0")), "--block-size must be in [1, 4096], got 0");
+    expect_one_line_error(run_cli(generate(kModel, "--max-running abc")), "--max-running 'abc' is not an integer");
+    expect_one_line_error(run_cli(generate(kModel, "--memory-fraction 1.5")),
+                          "--memory-fraction must be in (0, 1], got 1.5");
+    expect_one_line_error(run_cli(generate(kModel, "--kv-cache-tokens -1")), "--kv-cache-tokens");
+    expect_one_line_error(run_cli(generate(kModel, "--kv-cache-tokens 8 --block-size 16")),
+                          "a KV cache of 8 tokens per rank holds no block of --block-size 16");
+}
+
+// gpt-oss is planned, not run: one line naming the architecture, before any weight is read.
+TEST(CliModelSetup, GptOssIsNotRun) {
+    const ScratchModel m("gpt_oss");
+    fs::copy_file(std::string(EPINFER_TEST_DATA_DIR) + "/configs/gpt_oss_120b.json", m.dir / "config.json",
+                  fs::copy_options::overwrite_existing);
+    expect_one_line_error(run_cli(generate(m.path(), "")),
+                          "GptOssForCausalLM (model_type gpt_oss) is not supported by the runtime");
+}
+
+}  // namespace
+}  // namespace epinfer

@@ -1,0 +1,351 @@
+#include "model_setup.h"
+
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <charconv>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <functional>
+#include <sstream>
+
+#include "backend/cpu/cpu_backend.h"
+#include "checkpoint/hf_config.h"
+#include "checkpoint/safetensors.h"
+#include "checkpoint/weight_names.h"
+#include "models/model_registry.h"
+#include "planner/fit_check.h"
+#include "planner/layouts.h"
+#include "planner/weight_format.h"
+#if EPINFER_WITH_CUDA
+#include "backend/cuda/cuda_backend.h"
+#endif
+
+namespace epinfer::cli {
+
+namespace {
+
+constexpr int kMaxThreads = 256;
+constexpr int kFp32Bytes = 4;  // the engine's KV cache and activations are fp32
+
+using Clock = std::chrono::steady_clock;
+
+// Whole-string integer in [lo, hi]; errors name the flag and the text.
+Result<int64_t> parse_flag_int(const std::string& text, const char* flag, int64_t lo, int64_t hi) {
+    int64_t value = 0;
+    const char* end = text.data() + text.size();
+    const auto [ptr, ec] = std::from_chars(text.data(), end, value);
+    if (text.empty() || ec != std::errc() || ptr != end)
+        return invalid_argument(fmt::format("{} '{}' is not an integer", flag, text));
+    if (value < lo || value > hi) return invalid_argument(fmt::format("{} must be in [{}, {}], got {}", flag, lo, hi, value));
+    return value;
+}
+
+// The flags as numbers, each checked.
+struct SetupValues {
+    int64_t num_layers = 0;
+    uint64_t seed = 0;
+    DType random_dtype = DType::kBF16;
+    bool cuda = false;
+    int threads = 0;
+    int64_t kv_cache_tokens = 0;
+    double memory_fraction = 0.9;
+    EngineOptions engine;
+};
+
+Result<SetupValues> parse_values(const ModelSetupFlags& f) {
+    SetupValues v;
+    if (f.random_weights) {
+        if (f.model_dir.empty() == f.config_file.empty())
+            return invalid_argument("--random-weights needs exactly one of --config FILE.json and --model DIR");
+    } else {
+        if (!f.config_file.empty()) return invalid_argument("--config needs --random-weights (else use --model DIR)");
+        if (f.model_dir.empty()) return invalid_argument("--model DIR is required");
+        if (f.num_layers != "0") return invalid_argument("--num-layers needs --random-weights");
+    }
+    EPI_ASSIGN_OR_RETURN(v.num_layers, parse_flag_int(f.num_layers, "--num-layers", 0, 1 << 20));
+    {
+        const char* end = f.seed.data() + f.seed.size();
+        const auto [ptr, ec] = std::from_chars(f.seed.data(), end, v.seed);
+        if (f.seed.empty() || ec != std::errc() || ptr != end)
+            return invalid_argument(fmt::format("--weights-seed '{}' is not an unsigned integer", f.seed));
+    }
+    if (f.random_dtype == "bf16") {
+        v.random_dtype = DType::kBF16;
+    } else if (f.random_dtype == "f16") {
+        v.random_dtype = DType::kF16;
+    } else if (f.random_dtype == "f32") {
+        v.random_dtype = DType::kF32;
+    } else {
+        return invalid_argument(fmt::format("--random-dtype '{}' is not one of bf16, f16, f32", f.random_dtype));
+    }
+    if (f.device != "cpu" && f.device != "cuda")
+        return invalid_argument(fmt::format("--device '{}' is not one of cpu, cuda", f.device));
+    v.cuda = f.device == "cuda";
+    EPI_ASSIGN_OR_RETURN(const int64_t threads, parse_flag_int(f.threads, "--threads", 0, kMaxThreads));
+    v.threads = static_cast<int>(threads);
+    EPI_ASSIGN_OR_RETURN(v.kv_cache_tokens, parse_flag_int(f.kv_cache_tokens, "--kv-cache-tokens", 0, int64_t{1} << 40));
+    EPI_ASSIGN_OR_RETURN(v.engine.block_size, parse_flag_int(f.block_size, "--block-size", 1, 4096));
+    EPI_ASSIGN_OR_RETURN(v.engine.max_running, parse_flag_int(f.max_running, "--max-running", 1, 1 << 20));
+    EPI_ASSIGN_OR_RETURN(v.engine.max_step_tokens,
+                         parse_flag_int(f.max_step_tokens, "--max-step-tokens", 1, int64_t{1} << 24));
+    EPI_ASSIGN_OR_RETURN(v.engine.max_waiting, parse_flag_int(f.max_waiting, "--max-waiting", 1, int64_t{1} << 24));
+    {
+        const std::string& t = f.memory_fraction;
+        const char* end = t.data() + t.size();
+        const auto [ptr, ec] = std::from_chars(t.data(), end, v.memory_fraction);
+        if (t.empty() || ec != std::errc() || ptr != end || !std::isfinite(v.memory_fraction))
+            return invalid_argument(fmt::format("--memory-fraction '{}' is not a number", t));
+        if (!(v.memory_fraction > 0.0 && v.memory_fraction <= 1.0))
+            return invalid_argument(fmt::format("--memory-fraction must be in (0, 1], got {}", t));
+    }
+    return v;
+}
+
+Result<ModelConfig> read_config_file(const std::string& path) {
+    std::ifstream in(path, std::ios::binary);
+    if (!in) return not_found(path + ": cannot open");
+    std::ostringstream text;
+    text << in.rdbuf();
+    return parse_hf_config(text.str(), path);
+}
+
+// Ranks of this host (a split of the world by host name) and this rank's place among them.
+struct HostRanks {
+    int count = 1;
+    int index = 0;
+};
+
+Result<HostRanks> host_ranks(Communicator* world) {
+    if (world == nullptr || world->size() == 1) return HostRanks{};
+    char host[256] = {};
+    gethostname(host, sizeof(host) - 1);
+    const int color = static_cast<int>(std::hash<std::string>{}(host) & 0x7fffffff);
+    EPI_ASSIGN_OR_RETURN(std::unique_ptr<Communicator> same_host, world->split(color, world->rank(), "host"));
+    return HostRanks{same_host->size(), same_host->rank()};
+}
+
+Result<std::unique_ptr<Backend>> make_backend(const SetupValues& v, int device_index) {
+    if (!v.cuda) return make_cpu_backend(v.threads);
+#if EPINFER_WITH_CUDA
+    return make_cuda_backend(device_index);
+#else
+    (void)device_index;
+    return not_supported("--device cuda: this build has no CUDA (configure with -DEPINFER_CUDA=ON)");
+#endif
+}
+
+// The memory one rank may plan with: the device's free memory (cpu: MemAvailable shared by this host's
+// ranks), the least over the world so that every rank reaches the same verdict.
+Result<int64_t> rank_memory_bytes(const Backend& backend, const HostRanks& host, Communicator* world) {
+    Result<DeviceMemory> info = backend.memory_info();
+    int64_t bytes = info.is_ok() ? info->free_bytes : -1;
+    if (info.is_ok() && backend.host_accessible()) bytes /= host.count;
+    if (world != nullptr && world->size() > 1) {
+        EPI_RETURN_IF_ERROR(world->all_reduce(&bytes, &bytes, 1, DType::kI64, ReduceOp::kMin));
+    }
+    if (!info.is_ok()) return info.status().with_context("memory check");
+    if (bytes < 0) return internal_error("memory check: another rank could not read its device memory");
+    return bytes;
+}
+
+planner::WeightFormat format_of_dtype(DType dtype, planner::WeightFormat fallback) {
+    switch (dtype) {
+        case DType::kF32:
+            return planner::WeightFormat::kFp32;
+        case DType::kF16:
+        case DType::kBF16:
+            return planner::WeightFormat::kBf16;
+        case DType::kF8E4M3:
+        case DType::kF8E5M2:
+            return planner::WeightFormat::kFp8Block128;
+        default:
+            return fallback;
+    }
+}
+
+// The formats of the checkpoint's own tensors (one routed expert, o_proj of layer 0, the embedding);
+// the config's quantization where a tensor is absent (Model::load then reports it).
+Result<planner::WeightFormats> checkpoint_formats(const ModelConfig& config, const std::string& model_dir) {
+    planner::WeightFormats formats = planner::checkpoint_weight_formats(config);
+    EPI_ASSIGN_OR_RETURN(std::unique_ptr<Checkpoint> ckpt, Checkpoint::open(model_dir));
+    const auto dtype_of = [&](const std::string& name, planner::WeightFormat& out) {
+        if (const TensorInfo* info = ckpt->find(name).info) out = format_of_dtype(info->dtype, out);
+    };
+    const auto first_moe = std::find(config.layer_is_moe.begin(), config.layer_is_moe.end(), true);
+    if (first_moe != config.layer_is_moe.end())
+        dtype_of(expert_tensor_name(config, first_moe - config.layer_is_moe.begin(), 0, ExpertProj::kGate),
+                 formats.routed_experts);
+    dtype_of("model.layers.0.self_attn.o_proj.weight", formats.dense);
+    dtype_of("model.embed_tokens.weight", formats.other);
+    return formats;
+}
+
+// "\repinfer: loading weights  42% (1.1 GiB of 2.6 GiB)" on stderr, redrawn when the percentage changes.
+class ProgressBar {
+public:
+    void update(int64_t done, int64_t total) {
+        const int percent = total > 0 ? static_cast<int>(done * 100 / total) : 100;
+        if (percent == last_percent_) return;
+        last_percent_ = percent;
+        std::fprintf(stderr, "\repinfer: loading weights %3d%% (%s of %s)\033[K", percent,
+                     planner::format_bytes(done).c_str(), planner::format_bytes(total).c_str());
+        if (done >= total) std::fprintf(stderr, "\n");
+        std::fflush(stderr);
+    }
+
+private:
+    int last_percent_ = -1;
+};
+
+std::string layout_words(const ParallelLayout& l) {
+    return fmt::format("tp{} ep{} pp{} dp{}", l.stage_size(), l.moe_ep, l.pp, l.attn_dp);
+}
+
+}  // namespace
+
+void add_model_setup_flags(CLI::App& cmd, ModelSetupFlags& f, bool allow_random_weights) {
+    CLI::Option* model = cmd.add_option("--model", f.model_dir, "Checkpoint folder (config.json + safetensors)");
+    if (allow_random_weights) {
+        cmd.add_option("--config", f.config_file, "config.json of the model (with --random-weights)");
+        cmd.add_flag("--random-weights", f.random_weights,
+                     "Random weights at the config's shapes instead of a checkpoint (benchmarks)");
+        cmd.add_option("--num-layers", f.num_layers, "Random weights: the first N decoder layers; 0 = all (default 0)");
+        cmd.add_option("--weights-seed", f.seed, "Random weights: seed (default 0)");
+        cmd.add_option("--random-dtype", f.random_dtype, "Random weights: bf16, f16 or f32 (default bf16)");
+    } else {
+        model->required();
+    }
+    cmd.add_option("--device", f.device, "cpu or cuda (default cpu)");
+    cmd.add_option("--threads", f.threads, "CPU threads; 0 = up to 8 (default 0)");
+    cmd.add_option("--tp", f.layout.tp, "Ranks per pipeline stage (attention TP × DP = MoE TP × EP)");
+    cmd.add_option("--ep", f.layout.ep, "Expert-parallel ranks per stage (moe_ep)");
+    cmd.add_option("--dp", f.layout.dp, "Data-parallel attention ranks per stage (attn_dp)");
+    cmd.add_option("--pp", f.layout.pp, "Pipeline stages");
+    cmd.add_option("--kv-cache-tokens", f.kv_cache_tokens,
+                   "KV cache tokens per rank; 0 = what the memory check leaves (default 0)");
+    cmd.add_option("--block-size", f.block_size, "Tokens per KV block (default 16)");
+    cmd.add_option("--max-running", f.max_running, "Sequences in one step at most (default 256)");
+    cmd.add_option("--max-step-tokens", f.max_step_tokens, "Tokens in one step at most (default 2048)");
+    cmd.add_option("--max-waiting", f.max_waiting, "Queued requests at most (default 4096)");
+    cmd.add_option("--memory-fraction", f.memory_fraction,
+                   "Share of the device's free memory epinfer may use, in (0, 1] (default 0.9)");
+}
+
+Result<ModelSetup> start_model(const ModelSetupFlags& flags) {
+    const Clock::time_point start = Clock::now();
+    EPI_ASSIGN_OR_RETURN(const SetupValues v, parse_values(flags));
+
+    // 1. Config and layout; outside MPI, re-run under mpirun when the layout has several ranks.
+    ModelConfig config;
+    if (flags.random_weights && !flags.config_file.empty()) {
+        EPI_ASSIGN_OR_RETURN(config, read_config_file(flags.config_file));
+    } else {
+        EPI_ASSIGN_OR_RETURN(config, load_hf_config(flags.model_dir));
+    }
+    EPI_RETURN_IF_ERROR(check_runtime_support(config));
+    if (flags.random_weights) {
+        EPI_ASSIGN_OR_RETURN(config, config_first_layers(config, v.num_layers));
+    }
+    const LayoutModelDims dims = layout_model_dims(config);
+    const LayoutFlags& lf = flags.layout;
+    const bool layout_given = lf.tp > 0 || lf.ep > 0 || lf.dp > 0 || lf.pp > 0;
+    ModelSetup setup;
+    EPI_ASSIGN_OR_RETURN(setup.layout, layout_from_flags(lf));
+    if (layout_given || launched_by_mpi()) {
+        if (!launched_by_mpi()) {
+            EPI_RETURN_IF_ERROR(validate_layout(setup.layout, dims, setup.layout.world_size()));
+            EPI_RETURN_IF_ERROR(relaunch_under_mpirun_if_needed(setup.layout.world_size()));
+        }
+        EPI_ASSIGN_OR_RETURN(setup.world, create_world_communicator());
+        EPI_ASSIGN_OR_RETURN(setup.parallel, create_parallel_context(*setup.world, setup.layout, dims));
+    } else {
+        EPI_RETURN_IF_ERROR(validate_layout(setup.layout, dims, 1));
+    }
+    EPI_ASSIGN_OR_RETURN(const HostRanks host, host_ranks(setup.world.get()));
+    const bool driver = setup.is_driver();
+
+    // 2. Backend.
+    EPI_ASSIGN_OR_RETURN(setup.backend, make_backend(v, host.index));
+
+    // 3. Memory check, before any weight is read.
+    EPI_ASSIGN_OR_RETURN(const int64_t device_bytes, rank_memory_bytes(*setup.backend, host, setup.world.get()));
+    planner::FitOptions fit;
+    fit.device_bytes = device_bytes;
+    fit.usable_fraction = v.memory_fraction;
+    fit.device = v.cuda ? fmt::format("cuda:{}: free memory", host.index)
+                        : fmt::format("cpu: MemAvailable / {} rank{} of this host", host.count,
+                                      host.count == 1 ? "" : "s");
+    if (flags.random_weights) {
+        const planner::WeightFormat f = format_of_dtype(v.random_dtype, planner::WeightFormat::kBf16);
+        fit.memory.weights = planner::WeightFormats{f, f, f};
+    } else {
+        EPI_ASSIGN_OR_RETURN(fit.memory.weights, checkpoint_formats(config, flags.model_dir));
+    }
+    fit.memory.context_tokens = v.kv_cache_tokens > 0 ? v.kv_cache_tokens : config.max_position_embeddings;
+    fit.kv_tokens_source =
+        v.kv_cache_tokens > 0 ? "--kv-cache-tokens" : "one request of max_position_embeddings";
+    fit.memory.kv_bytes_per_element = kFp32Bytes;
+    fit.memory.activation_bytes_per_element = kFp32Bytes;
+    fit.memory.max_prefill_tokens = v.engine.max_step_tokens;
+    fit.memory.max_dispatch_tokens_per_rank = v.engine.max_step_tokens;
+    fit.memory.max_batch_requests_per_rank = v.engine.max_running;
+    fit.memory.cuda_graph_bytes = 0;  // the engine captures no CUDA graph yet
+    Result<planner::MemoryPlan> plan = planner::check_fits(config, setup.layout, fit);
+    if (!plan.is_ok()) {
+        const Status& s = plan.status();
+        if (s.code() != StatusCode::kOutOfMemory) return s;
+        return Status(s.code(), s.message() + " (lower --kv-cache-tokens, --max-step-tokens or --max-running, "
+                                              "raise --memory-fraction, or use more ranks)");
+    }
+
+    // 4. Weights.
+    ProgressBar bar;
+    const LoadProgress progress = [&bar](int64_t done, int64_t total) { bar.update(done, total); };
+    const LoadProgress* progress_ptr = driver && isatty(STDERR_FILENO) ? &progress : nullptr;
+    if (flags.random_weights) {
+        RandomWeightsOptions random;
+        random.seed = v.seed;
+        random.num_layers = 0;  // config is already cut to --num-layers
+        random.dtype = v.random_dtype;
+        EPI_ASSIGN_OR_RETURN(setup.model, Model::create_random(config, *setup.backend, random,
+                                                                setup.parallel.get(), progress_ptr));
+    } else {
+        EPI_ASSIGN_OR_RETURN(setup.model,
+                             Model::load(flags.model_dir, *setup.backend, setup.parallel.get(), progress_ptr));
+    }
+
+    // 5. KV pool.
+    int64_t kv_tokens = v.kv_cache_tokens;
+    if (kv_tokens == 0) {
+        // What fits, but never more than max_running full-context requests can use at once.
+        kv_tokens = std::min(plan->kv_tokens_per_rank, v.engine.max_running * config.max_position_embeddings);
+    }
+    setup.engine_options = v.engine;
+    setup.engine_options.num_kv_blocks = kv_tokens / v.engine.block_size;
+    if (setup.engine_options.num_kv_blocks < 1)
+        return invalid_argument(fmt::format("a KV cache of {} tokens per rank holds no block of --block-size {}",
+                                            kv_tokens, v.engine.block_size));
+    setup.kv_cache_tokens = setup.engine_options.num_kv_blocks * v.engine.block_size;
+
+    // 6. Summary.
+    setup.ready_seconds = std::chrono::duration<double>(Clock::now() - start).count();
+    if (driver) {
+        std::fprintf(stderr,
+                     "epinfer: ready in %.1f s: %s (%lld layers%s), layout %s on %s, per rank: weights %s, KV cache "
+                     "%lld tokens (%lld blocks of %lld)\n",
+                     setup.ready_seconds, config.model_type.c_str(), static_cast<long long>(config.num_hidden_layers),
+                     flags.random_weights ? ", random weights" : "", layout_words(setup.layout).c_str(),
+                     flags.device.c_str(), planner::format_bytes(setup.model->weight_bytes()).c_str(),
+                     static_cast<long long>(setup.kv_cache_tokens),
+                     static_cast<long long>(setup.engine_options.num_kv_blocks),
+                     static_cast<long long>(v.engine.block_size));
+        std::fflush(stderr);
+    }
+    return setup;
+}
+
+}  // namespace epinfer::cli

@@ -1,0 +1,81 @@
+// Start-up shared by `generate`, `serve` and `bench`: the flags that choose the model, the layout, the
+// device and the KV cache, and what they drive, in order:
+//   1. config.json (or --config FILE with --random-weights) → ModelConfig (a family the runtime does not
+//      run, e.g. gpt_oss, stops here with kNotSupported); the layout flags → ParallelLayout, validated
+//      against it; outside MPI, re-run under mpirun on the layout's ranks (mpi_launch.h);
+//   2. the backend (--device cpu: make_cpu_backend(--threads); cuda: make_cuda_backend(this host's rank),
+//      in CUDA builds only);
+//   3. the memory check (planner/fit_check.h, the planner's own memory model): this rank's weights (in the
+//      checkpoint's dtypes), buffers, activations (fp32, --max-step-tokens rows) and the KV (fp32) of
+//      --kv-cache-tokens tokens, or of one request of max_position_embeddings tokens when that flag is 0,
+//      must fit the device (cpu: MemAvailable of the host divided among this host's ranks; cuda: the GPU's
+//      free memory; the least over all ranks) times --memory-fraction; otherwise one-line kOutOfMemory
+//      with the breakdown, before the weights are read;
+//   4. the weights (a progress bar on rank 0's stderr when it is a terminal), or random weights at the
+//      config's shapes (--random-weights, optionally --num-layers N, --weights-seed, --random-dtype);
+//   5. the KV pool: --kv-cache-tokens, or (0) what the memory check leaves (at most
+//      --max-running × max_position_embeddings), in blocks of --block-size → EngineOptions;
+//   6. one summary line on rank 0's stderr, e.g.
+//      "epinfer: ready in 1.2 s: deepseek_v3 (3 layers), layout tp1 ep1 pp1 dp1 on cpu, per rank: weights
+//       2.1 MiB, KV cache 16384 tokens (1024 blocks of 16)".
+#pragma once
+
+#include <CLI/CLI.hpp>
+#include <memory>
+#include <string>
+
+#include "backend/backend.h"
+#include "comm/communicator.h"
+#include "core/status.h"
+#include "engine/engine.h"
+#include "layers/parallel_context.h"
+#include "models/model.h"
+#include "mpi_launch.h"
+#include "parallel/layout.h"
+
+namespace epinfer::cli {
+
+// Numbers are kept as text and parsed by start_model, so that a bad value is one line naming the flag.
+struct ModelSetupFlags {
+    std::string model_dir;          // --model DIR
+    std::string config_file;        // --config FILE.json (with --random-weights instead of --model)
+    bool random_weights = false;    // --random-weights
+    std::string num_layers = "0";   // --num-layers N (random weights: the first N layers; 0 = all)
+    std::string seed = "0";         // --weights-seed (random weights)
+    std::string random_dtype = "bf16";  // --random-dtype bf16|f16|f32 (random weights)
+    std::string device = "cpu";     // --device cpu|cuda
+    std::string threads = "0";      // --threads (CPU backend; 0 = up to 8)
+    LayoutFlags layout;             // --tp --ep --pp --dp
+    std::string kv_cache_tokens = "0";     // --kv-cache-tokens per rank (0 = what fits)
+    std::string block_size = "16";         // --block-size
+    std::string max_running = "256";       // --max-running
+    std::string max_step_tokens = "2048";  // --max-step-tokens
+    std::string max_waiting = "4096";      // --max-waiting
+    std::string memory_fraction = "0.9";   // --memory-fraction of the device's memory epinfer may use
+};
+
+// Registers the flags above on `cmd`. allow_random_weights: also --config, --random-weights, --num-layers,
+// --weights-seed and --random-dtype (then --model is optional); otherwise --model is required.
+void add_model_setup_flags(CLI::App& cmd, ModelSetupFlags& flags, bool allow_random_weights);
+
+// Everything a command needs to run requests. Members are destroyed in reverse order (model before
+// backend before the layout's groups before world).
+struct ModelSetup {
+    std::unique_ptr<Communicator> world;        // null for one rank without flags
+    std::unique_ptr<ParallelContext> parallel;  // null for one rank without flags
+    std::unique_ptr<Backend> backend;
+    std::unique_ptr<Model> model;
+    EngineOptions engine_options;  // every field from the flags; num_kv_blocks sized by step 5
+    ParallelLayout layout;         // the layout run (tp1 for one rank)
+    int64_t kv_cache_tokens = 0;   // per rank: engine_options.num_kv_blocks × block_size
+    double ready_seconds = 0.0;    // from start_model's call to the summary line
+    bool is_driver() const { return world == nullptr || world->rank() == 0; }
+};
+
+// Steps 1–6. Errors: one line naming the flag, file, tensor or limit (kInvalidArgument, kNotFound,
+// kOutOfMemory with the breakdown, kNotSupported for --device cuda in a build without CUDA or a family
+// the runtime does not run). Under mpirun every rank returns the same error for the flags, the config,
+// the layout and the memory check (the check uses the least memory over the ranks).
+Result<ModelSetup> start_model(const ModelSetupFlags& flags);
+
+}  // namespace epinfer::cli
