@@ -1,8 +1,9 @@
 // Backend: the one op interface every compute backend implements (ARCHITECTURE.md §2, STYLE.md R1-R3).
 //
 // A backend owns its memory (alloc/free/copies) and runs ops described by the POD argument structs of
-// backend/op_args.h and backend/moe_router_args.h. The CPU backend (backend/cpu/) is the naive reference
-// every other backend is tested against. No CUDA, NCCL or MPI type appears here.
+// backend/op_args.h, backend/moe_router_args.h and backend/moe_experts_args.h. The CPU backend
+// (backend/cpu/) is the naive reference every other backend is tested against. No CUDA, NCCL or MPI type
+// appears here.
 //
 // Ops run in issue order; on an asynchronous backend a pointer handed to an op must stay valid until
 // synchronize(). Every op validates its arguments (<op>_check) and returns kInvalidArgument or
@@ -10,13 +11,22 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
+#include <string>
 #include <utility>
 
+#include "backend/moe_experts_args.h"
 #include "backend/moe_router_args.h"
 #include "backend/op_args.h"
 #include "core/status.h"
 
 namespace epinfer {
+
+// Memory of the device a backend allocates from, in bytes (Backend::memory_info).
+struct DeviceMemory {
+    int64_t free_bytes = 0;   // what may still be allocated now
+    int64_t total_bytes = 0;  // the device's whole memory
+};
 
 class Backend {
 public:
@@ -39,8 +49,14 @@ public:
                                        size_t src_pitch_bytes, size_t row_bytes, size_t num_rows) = 0;
     // Waits for every op issued so far (a no-op on synchronous backends).
     virtual Status synchronize() = 0;
+    // The device's free and total memory: CPU the host's MemAvailable and MemTotal (/proc/meminfo), CUDA
+    // cudaMemGetInfo of the backend's GPU. Errors: kNotSupported for a backend that cannot tell (the
+    // default), kInternal when the figures cannot be read.
+    virtual Result<DeviceMemory> memory_info() const {
+        return not_supported(std::string("backend ") + name() + " cannot report its memory");
+    }
 
-    // Ops (semantics and shapes: op_args.h, moe_router_args.h).
+    // Ops (semantics and shapes: op_args.h, moe_router_args.h, moe_experts_args.h).
     virtual Status embedding(const EmbeddingArgs& args) = 0;
     virtual Status rms_norm(const RmsNormArgs& args) = 0;
     virtual Status matmul(const MatmulArgs& args) = 0;
@@ -50,6 +66,8 @@ public:
     virtual Status add(const AddArgs& args) = 0;
     virtual Status add_sigmoid_gated(const AddSigmoidGatedArgs& args) = 0;
     virtual Status moe_router_topk(const MoeRouterTopkArgs& args) = 0;
+    // Routed experts: permute, per-expert SwiGLU, weighted combine (moe_experts_args.h).
+    virtual Status moe_experts(const MoeExpertsArgs& args) = 0;
 };
 
 // Device memory owned by one backend, freed on destruction. Move-only.

@@ -65,7 +65,7 @@ inline constexpr ToleranceEntry kTolerances[] = {
     // CUDA backend ops (tests/unit/cuda/test_cuda_backend_ops.cc) against the CPU backend on the same inputs:
     // fp32 summation order (block trees, cuBLAS SGEMM without TF32) and CUDA's expf/sincosf vs glibc.
     // Measured on the H200 (max over every case of the test): rms_norm nmse 5.0e-15, max_rel 2.0e-7;
-    // matmul (K ≤ 1001) 7.2e-14, 4.7e-7; rope 2.5e-15, 1.4e-7; attention (S ≤ 517) 6.4e-13, 1.3e-6;
+    // matmul (K ≤ 1001; T ≤ 16: kernels/matmul_small_t.cuh, F16/F32 with T > 16: SGEMM) 8.0e-14, 3.9e-7; rope 2.5e-15, 1.4e-7; attention (S ≤ 517) 6.4e-13, 1.3e-6;
     // silu_mul 8.8e-17, 5.6e-8; add_sigmoid_gated 1.6e-15, 1.1e-7; embedding and add bit-exact.
     // Bounds: about 10× the measurement.
     {"embedding_cuda", DType::kBF16, {0.0, 0.0}},  // a copy: exact
@@ -82,6 +82,28 @@ inline constexpr ToleranceEntry kTolerances[] = {
     {"silu_mul_cuda", DType::kF32, {1e-15, 6e-7}},
     {"add_cuda", DType::kF32, {0.0, 0.0}},  // one fp32 add: exact
     {"add_sigmoid_gated_cuda", DType::kF32, {2e-14, 1.2e-6}},
+    // CUDA matmul with T > 16 rows and BF16 weights (cuda_backend.h): x is rounded to bf16 before the tensor-
+    // core GEMM (relative error ≤ 2^-9 per element), accumulation in fp32. Measured on the H200 (T 17…100,
+    // K ≤ 1001): nmse 2.6e-6, max_rel 2.0e-3.
+    {"matmul_bf16_activations_cuda", DType::kBF16, {1e-5, 5e-3}},
+    // The routed-experts op (tests/unit/cuda/test_moe_experts_cuda.cc) against the CPU backend. BF16: the
+    // grouped path rounds x, h and y to bf16 (three roundings of ≤ 2^-9 relative), fp32 accumulation;
+    // measured nmse 1.1e-5, max_rel 5.8e-3. F16/F32: the general path in fp32 activations (the matmul op's
+    // summation order); measured nmse 4.9e-14, max_rel 3.2e-7.
+    {"moe_experts_cuda", DType::kBF16, {5e-5, 1.5e-2}},
+    {"moe_experts_cuda", DType::kF16, {5e-13, 3e-6}},
+    {"moe_experts_cuda", DType::kF32, {5e-13, 3e-6}},
+    // Every golden fixture end to end on the CUDA backend (tests/unit/cuda/test_golden_cuda.cc), every
+    // decode step's logits against the CPU backend, up to the first routing flip (a near-tied router
+    // choice that bf16 rounding upstream changes; the test probes for it): the MoE experts and the matmuls
+    // of more than 16 rows round activations to bf16. Measured on the H200 over the 14 fixtures: one
+    // sequence per forward nmse 1.2e-5, max_rel 4.5e-3; both prompts per forward (2·11-row prefill: bf16
+    // GEMMs throughout) nmse 5.0e-5, max_rel 8.6e-3. Greedy tokens must equal the goldens wherever the
+    // top-1 margin exceeds 2 · max_rel · max |logit| (no error within the bound can flip the top-1 there).
+    {"logits_cuda", DType::kBF16, {2e-4, 2e-2}},
+    // The same with CudaBackendOptions::fp32_activations: fp32 summation order only (greedy tokens equal
+    // the goldens exactly). Measured: nmse 6.8e-13, max_rel 1.1e-6.
+    {"logits_cuda_fp32", DType::kBF16, {1e-11, 1e-5}},
 };
 
 // The entry of (op, dtype); a missing entry is a bug in the test: abort with its name.

@@ -1,4 +1,4 @@
-// epinfer: the command-line tool. Usage: epinfer <generate|inspect|plan|bench> --help
+// epinfer: the command-line tool. Usage: epinfer <generate|inspect|plan|bench|serve> --help
 #include <cstdio>
 #include <cstdlib>
 #include <string>
@@ -55,13 +55,10 @@ int main(int argc, char** argv) {
     epinfer::cli::add_inspect_command(app);
     epinfer::cli::add_plan_command(app);
     epinfer::cli::add_bench_command(app);
+    epinfer::cli::add_serve_command(app);
     try {
         app.parse(argc, argv);
-    } catch (const CLI::Success& e) {  // --help and the like
-        return app.exit(e);
-    } catch (const CLI::CallForHelp& e) {
-        return app.exit(e);
-    } catch (const CLI::CallForAllHelp& e) {
+    } catch (const CLI::Success& e) {  // --help and the like (CallForHelp and CallForAllHelp derive from it)
         return app.exit(e);
     } catch (const CLI::ParseError& e) {
         return report_usage_error(app, e, argc, argv);

@@ -3,11 +3,13 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <new>
 #include <string>
 #include <thread>
 
 #include "backend/cpu/cpu_kernels.h"
+#include "backend/cpu/cpu_moe_experts.h"
 #include "backend/cpu/moe_router.h"
 #include "backend/cpu/thread_pool.h"
 
@@ -18,12 +20,37 @@ namespace {
 constexpr size_t kAlignBytes = 64;
 constexpr int kMaxDefaultThreads = 8;
 
+// MemAvailable and MemTotal of /proc/meminfo ("MemTotal:       16318436 kB").
+Result<DeviceMemory> host_memory_info() {
+    const char* path = "/proc/meminfo";
+    std::ifstream in(path);
+    if (!in) return internal_error(std::string(path) + ": cannot open");
+    DeviceMemory memory;
+    bool have_free = false, have_total = false;
+    std::string key;
+    int64_t kib = 0;
+    std::string unit;
+    while (in >> key >> kib) {
+        std::getline(in, unit);
+        if (key == "MemAvailable:") {
+            memory.free_bytes = kib * 1024;
+            have_free = true;
+        } else if (key == "MemTotal:") {
+            memory.total_bytes = kib * 1024;
+            have_total = true;
+        }
+        if (have_free && have_total) return memory;
+    }
+    return internal_error(std::string(path) + ": no MemAvailable/MemTotal line");
+}
+
 class CpuBackend final : public Backend {
 public:
     explicit CpuBackend(int num_threads) : pool_(num_threads) {}
 
     const char* name() const override { return "cpu"; }
     bool host_accessible() const override { return true; }
+    Result<DeviceMemory> memory_info() const override { return host_memory_info(); }
 
     Result<void*> alloc(size_t num_bytes) override {
         const size_t rounded = (std::max<size_t>(num_bytes, 1) + kAlignBytes - 1) / kAlignBytes * kAlignBytes;
@@ -101,6 +128,11 @@ public:
         return Status::ok();
     }
     Status moe_router_topk(const MoeRouterTopkArgs& args) override { return cpu_moe_router_topk(args); }
+    Status moe_experts(const MoeExpertsArgs& args) override {
+        EPI_RETURN_IF_ERROR(moe_experts_check(args));
+        cpu_moe_experts(args, pool_);
+        return Status::ok();
+    }
 
 private:
     static void copy(void* dst, const void* src, size_t num_bytes) {

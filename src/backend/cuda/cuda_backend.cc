@@ -4,11 +4,15 @@
 #include <cuda_runtime.h>
 
 #include <climits>
+#include <cstdint>
+#include <memory>
 #include <string>
 
+#include "backend/cuda/cuda_moe_experts.h"
 #include "backend/cuda/cuda_util.h"
 #include "backend/cuda/kernels/attention.cuh"
 #include "backend/cuda/kernels/dense_ops.cuh"
+#include "backend/cuda/kernels/matmul_small_t.cuh"
 #include "backend/cuda/kernels/moe_router.cuh"
 
 namespace epinfer {
@@ -36,7 +40,10 @@ public:
     CudaBackend() = default;
     ~CudaBackend() override {
         if (stream_ != nullptr) cudaStreamSynchronize(stream_);
-        if (w_f32_ != nullptr) cudaFree(w_f32_);
+        moe_experts_.reset();
+        // Buffers still allocated from the pool (a DeviceBuffer outliving its backend) keep it alive until
+        // they are freed (cudaMemPoolDestroy's contract).
+        if (pool_ != nullptr) cudaMemPoolDestroy(pool_);
         if (flags_ != nullptr) cudaFree(flags_);
         if (cublas_ != nullptr) cublasDestroy(cublas_);
         if (stream_ != nullptr) cudaStreamDestroy(stream_);
@@ -44,25 +51,61 @@ public:
     CudaBackend(const CudaBackend&) = delete;
     CudaBackend& operator=(const CudaBackend&) = delete;
 
-    Status init(int device) {
+    Status init(const CudaBackendOptions& options) {
+        const int device = options.device;
+        device_ = device;
+        fp32_activations_ = options.fp32_activations;
         EPI_CUDA_CHECK(cudaSetDevice(device));
         EPI_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
         EPI_CUBLAS_CHECK(cublasCreate(&cublas_));
         EPI_CUBLAS_CHECK(cublasSetStream(cublas_, stream_));
-        EPI_CUBLAS_CHECK(cublasSetMathMode(cublas_, CUBLAS_PEDANTIC_MATH));  // fp32 throughout, no TF32
         EPI_CUDA_CHECK(cudaMalloc(&flags_, kNumFlags * sizeof(int32_t)));
         EPI_CUDA_CHECK(cudaMemset(flags_, 0, kNumFlags * sizeof(int32_t)));
+        // The stream-ordered pool of alloc/free: memory freed by one layer's temporaries is reused by the
+        // next without a device synchronisation; nothing is released to the driver at synchronisation
+        // points (threshold UINT64_MAX) until an allocation fails (alloc trims the pool and retries once).
+        cudaMemPoolProps props = {};
+        props.allocType = cudaMemAllocationTypePinned;
+        props.location.type = cudaMemLocationTypeDevice;
+        props.location.id = device;
+        EPI_CUDA_CHECK(cudaMemPoolCreate(&pool_, &props));
+        uint64_t threshold = UINT64_MAX;
+        EPI_CUDA_CHECK(cudaMemPoolSetAttribute(pool_, cudaMemPoolAttrReleaseThreshold, &threshold));
+        int num_sms = 0;
+        EPI_CUDA_CHECK(cudaDeviceGetAttribute(&num_sms, cudaDevAttrMultiProcessorCount, device));
+        moe_experts_ = std::make_unique<cuda::CudaMoeExperts>(num_sms);
         return Status::ok();
     }
 
     const char* name() const override { return "cuda"; }
     bool host_accessible() const override { return false; }
+    Result<DeviceMemory> memory_info() const override {
+        EPI_CUDA_CHECK(cudaSetDevice(device_));
+        size_t free_bytes = 0, total_bytes = 0;
+        EPI_CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));
+        // Memory the allocation pool holds but no buffer uses is free to alloc too.
+        uint64_t reserved = 0, used = 0;
+        EPI_CUDA_CHECK(cudaMemPoolGetAttribute(pool_, cudaMemPoolAttrReservedMemCurrent, &reserved));
+        EPI_CUDA_CHECK(cudaMemPoolGetAttribute(pool_, cudaMemPoolAttrUsedMemCurrent, &used));
+        const size_t idle = reserved > used ? static_cast<size_t>(reserved - used) : 0;
+        return DeviceMemory{static_cast<int64_t>(free_bytes + idle), static_cast<int64_t>(total_bytes)};
+    }
 
+    // Stream-ordered: the memory may be used by ops issued after alloc; free returns it to the pool once
+    // the ops issued before it have run (no synchronisation).
     Result<void*> alloc(size_t num_bytes) override {
+        const size_t bytes = num_bytes == 0 ? 1 : num_bytes;
         void* ptr = nullptr;
-        const cudaError_t err = cudaMalloc(&ptr, num_bytes == 0 ? 1 : num_bytes);  // 256-byte aligned
+        cudaError_t err = cudaMallocFromPoolAsync(&ptr, bytes, pool_, stream_);  // ≥ 256-byte aligned
         if (err != cudaSuccess) {
-            cudaGetLastError();  // a failed cudaMalloc is not sticky: clear it so later checks do not see it
+            cudaGetLastError();  // a failed allocation is not sticky: clear it so later checks do not see it
+            // Memory freed to the pool but not yet reusable, or held for other sizes: return it and retry.
+            cudaStreamSynchronize(stream_);
+            cudaMemPoolTrimTo(pool_, 0);
+            err = cudaMallocFromPoolAsync(&ptr, bytes, pool_, stream_);
+        }
+        if (err != cudaSuccess) {
+            cudaGetLastError();
             return Status(StatusCode::kOutOfMemory, "cuda: cannot allocate " + std::to_string(num_bytes) +
                                                         " bytes: " + cudaGetErrorString(err));
         }
@@ -70,8 +113,7 @@ public:
     }
     void free(void* ptr) override {
         if (ptr == nullptr) return;
-        cudaStreamSynchronize(stream_);  // ops issued before may still read it
-        cudaFree(ptr);
+        cudaFreeAsync(ptr, stream_);  // after the ops issued before, which may still read it
     }
 
     Status copy_to_device(void* dst, const void* host_src, size_t num_bytes) override {
@@ -104,8 +146,8 @@ public:
         EPI_CUDA_CHECK(cudaMemset(flags_, 0, sizeof(flags)));
         return invalid_argument(flags[kEmbeddingFlag] != 0
                                     ? "embedding: a token id was outside [0, vocab_size) (rows written as zeros)"
-                                    : "attention: a query position was outside the cached tokens "
-                                      "(rows written as zeros)");
+                                    : "attention: a query position was outside the cached tokens (rows "
+                                      "written as zeros) or a kv_block_table entry was negative");
     }
 
     Status embedding(const EmbeddingArgs& args) override {
@@ -148,6 +190,10 @@ public:
         EPI_CUDA_CHECK(cuda::launch_add_sigmoid_gated(args, stream_));
         return Status::ok();
     }
+    Status moe_experts(const MoeExpertsArgs& args) override {
+        EPI_RETURN_IF_ERROR(moe_experts_check(args));
+        return moe_experts_->run(*this, args, stream_, fp32_activations_);
+    }
     Status moe_router_topk(const MoeRouterTopkArgs& args) override {
         EPI_RETURN_IF_ERROR(moe_router_topk_check(args));
         if (args.num_experts > cuda::kRouterMaxExperts) {
@@ -166,52 +212,52 @@ private:
         return Status::ok();
     }
 
-    // An fp32 scratch of at least num_floats elements (grown after the stream drains).
-    Result<float*> weight_scratch(int64_t num_floats) {
-        const size_t need = static_cast<size_t>(num_floats) * sizeof(float);
-        if (need > w_f32_bytes_) {
-            EPI_CUDA_CHECK(cudaStreamSynchronize(stream_));
-            if (w_f32_ != nullptr) EPI_CUDA_CHECK(cudaFree(w_f32_));
-            w_f32_ = nullptr;
-            w_f32_bytes_ = 0;
-            const cudaError_t err = cudaMalloc(&w_f32_, need);
-            if (err != cudaSuccess) {
-                cudaGetLastError();
-                return Status(StatusCode::kOutOfMemory, "cuda matmul: cannot allocate the " +
-                                                            std::to_string(need) + "-byte fp32 weight scratch");
-            }
-            w_f32_bytes_ = need;
-        }
-        return w_f32_;
-    }
-
+    int device_ = 0;
+    bool fp32_activations_ = false;  // CudaBackendOptions::fp32_activations
     cudaStream_t stream_ = nullptr;
     cublasHandle_t cublas_ = nullptr;
     int32_t* flags_ = nullptr;  // [kNumFlags] int32, device
-    float* w_f32_ = nullptr;    // [w_f32_bytes_ / 4] fp32, device: upcast F16/BF16 weights
-    size_t w_f32_bytes_ = 0;
+    cudaMemPool_t pool_ = nullptr;
+    std::unique_ptr<cuda::CudaMoeExperts> moe_experts_;
 };
 
 Status CudaBackend::matmul(const MatmulArgs& args) {
     EPI_RETURN_IF_ERROR(matmul_check(args));
     const int64_t T = args.num_rows, N = args.out_features, K = args.in_features;
     if (T == 0 || N == 0) return Status::ok();
+    if (T <= cuda::kMatmulSmallTMaxRows) {  // decode sizes: read W once, fp32 activations
+        EPI_CUDA_CHECK(cuda::launch_matmul_small_t(args, stream_));
+        return Status::ok();
+    }
     for (const int64_t v : {T, N, K, args.x_row_stride, args.y_row_stride}) {
         if (v > INT_MAX) return not_supported("matmul: size " + std::to_string(v) + " exceeds cuBLAS's int range");
     }
-    const float* w = static_cast<const float*>(args.w);  // [N, K] fp32, device
-    if (args.w_dtype != DType::kF32) {
-        auto scratch = weight_scratch(N * K);
-        EPI_RETURN_IF_ERROR(scratch.status());
-        EPI_CUDA_CHECK(cuda::launch_to_f32(args.w, args.w_dtype, *scratch, N * K, stream_));
-        w = *scratch;
-    }
     // Row-major y[T, N] = x[T, K] · W[N, K]ᵀ is column-major yᵀ[N, T] = op_T(W as [K, N]) · xᵀ[K, T].
+    const int n = static_cast<int>(N), t = static_cast<int>(T), k = static_cast<int>(K);
     const float alpha = 1.0f, beta = 0.0f;
-    EPI_CUBLAS_CHECK(cublasSgemm(cublas_, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(N), static_cast<int>(T),
-                                 static_cast<int>(K), &alpha, w, static_cast<int>(K), args.x,
-                                 static_cast<int>(args.x_row_stride), &beta, args.y,
-                                 static_cast<int>(args.y_row_stride)));
+    if (args.w_dtype == DType::kBF16 && !fp32_activations_) {
+        // x rounded to bf16 once ([T, K] packed, from the pool), tensor cores, fp32 accumulation and output.
+        EPI_ASSIGN_OR_RETURN(DeviceBuffer x_bf16, DeviceBuffer::alloc(*this, static_cast<size_t>(T * K) * 2));
+        EPI_CUDA_CHECK(cuda::launch_f32_rows_to_bf16(args.x, args.x_row_stride, T, K, x_bf16.data(), stream_));
+        EPI_CUBLAS_CHECK(cublasSetMathMode(cublas_, CUBLAS_DEFAULT_MATH));
+        EPI_CUBLAS_CHECK(cublasGemmEx(cublas_, CUBLAS_OP_T, CUBLAS_OP_N, n, t, k, &alpha, args.w, CUDA_R_16BF, k,
+                                      x_bf16.data(), CUDA_R_16BF, k, &beta, args.y, CUDA_R_32F,
+                                      static_cast<int>(args.y_row_stride), CUBLAS_COMPUTE_32F,
+                                      CUBLAS_GEMM_DEFAULT));
+    } else {
+        // fp32 SGEMM without TF32; F16 weights are first upcast to an fp32 scratch from the pool.
+        const float* w = static_cast<const float*>(args.w);  // [N, K] fp32, device
+        DeviceBuffer w_f32;
+        if (args.w_dtype != DType::kF32) {
+            EPI_ASSIGN_OR_RETURN(w_f32, DeviceBuffer::alloc_f32(*this, N * K));
+            EPI_CUDA_CHECK(cuda::launch_to_f32(args.w, args.w_dtype, w_f32.f32(), N * K, stream_));
+            w = w_f32.f32();
+        }
+        EPI_CUBLAS_CHECK(cublasSetMathMode(cublas_, CUBLAS_PEDANTIC_MATH));
+        EPI_CUBLAS_CHECK(cublasSgemm(cublas_, CUBLAS_OP_T, CUBLAS_OP_N, n, t, k, &alpha, w, k, args.x,
+                                     static_cast<int>(args.x_row_stride), &beta, args.y,
+                                     static_cast<int>(args.y_row_stride)));
+    }
     if (args.bias != nullptr) {
         EPI_CUDA_CHECK(cuda::launch_add_bias(args.y, args.y_row_stride, args.bias, args.bias_dtype, T, N, stream_));
     }
@@ -221,6 +267,13 @@ Status CudaBackend::matmul(const MatmulArgs& args) {
 }  // namespace
 
 Result<std::unique_ptr<Backend>> make_cuda_backend(int device) {
+    CudaBackendOptions options;
+    options.device = device;
+    return make_cuda_backend(options);
+}
+
+Result<std::unique_ptr<Backend>> make_cuda_backend(const CudaBackendOptions& options) {
+    const int device = options.device;
     EPI_RETURN_IF_ERROR(cuda::cuda_require_device());
     int count = 0;
     EPI_CUDA_CHECK(cudaGetDeviceCount(&count));
@@ -229,7 +282,7 @@ Result<std::unique_ptr<Backend>> make_cuda_backend(int device) {
                              " visible)");
     }
     auto backend = std::make_unique<CudaBackend>();
-    EPI_RETURN_IF_ERROR(backend->init(device));
+    EPI_RETURN_IF_ERROR(backend->init(options));
     return std::unique_ptr<Backend>(std::move(backend));
 }
 

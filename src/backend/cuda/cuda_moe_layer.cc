@@ -91,21 +91,28 @@ Result<std::unique_ptr<CudaMoeLayer>> CudaMoeLayer::create(const CudaMoeLayerCon
     return layer;
 }
 
-CudaMoeTiling CudaMoeLayer::tiling(int64_t num_tokens) const {
-    const CudaMoeLayerConfig& c = config_;
+CudaMoeTiling moe_step_tiling(int64_t num_tokens, int64_t top_k, int64_t num_experts, int64_t num_extra_groups,
+                              int64_t hidden, int64_t intermediate, int64_t narrow_max_rows_per_expert,
+                              int num_sms) {
     CudaMoeTiling tiling;
-    if (num_tokens * c.top_k > c.narrow_max_rows_per_expert * c.num_experts) {
+    if (num_tokens * top_k > narrow_max_rows_per_expert * num_experts) {
         tiling.tile = MoeGemmTile::kWide;
         return tiling;
     }
-    // Touched groups: at most min(E, T·K), plus the shared expert.
-    const int64_t groups = std::min(c.num_experts, num_tokens * c.top_k) + (c.shared_intermediate > 0 ? 1 : 0);
+    // Touched groups: at most min(E, T·K), plus the extra groups.
+    const int64_t groups = std::min(num_experts, num_tokens * top_k) + num_extra_groups;
     const int64_t features = moe_gemm_tile_features(MoeGemmTile::kNarrow);
-    const int64_t gate_up_tiles = groups * ((c.intermediate + features / 2 - 1) / (features / 2));
-    const int64_t down_tiles = groups * ((c.hidden + features - 1) / features);
-    tiling.split_k_gate_up = moe_gemm_pick_split_k(gate_up_tiles, c.hidden, num_sms_);
-    tiling.split_k_down = moe_gemm_pick_split_k(down_tiles, c.intermediate, num_sms_);
+    const int64_t gate_up_tiles = groups * ((intermediate + features / 2 - 1) / (features / 2));
+    const int64_t down_tiles = groups * ((hidden + features - 1) / features);
+    tiling.split_k_gate_up = moe_gemm_pick_split_k(gate_up_tiles, hidden, num_sms);
+    tiling.split_k_down = moe_gemm_pick_split_k(down_tiles, intermediate, num_sms);
     return tiling;
+}
+
+CudaMoeTiling CudaMoeLayer::tiling(int64_t num_tokens) const {
+    const CudaMoeLayerConfig& c = config_;
+    return moe_step_tiling(num_tokens, c.top_k, c.num_experts, c.shared_intermediate > 0 ? 1 : 0, c.hidden,
+                           c.intermediate, c.narrow_max_rows_per_expert, num_sms_);
 }
 
 size_t CudaMoeLayer::partial_floats(int64_t num_tokens) const {

@@ -9,20 +9,21 @@
 
 namespace epinfer {
 
-Result<MoeRouting> moe_route(Backend& backend, const MoeBlockWeights& w, const MoeRouterParams& p,
-                             const float* x, int64_t num_rows) {
+Result<MoeDeviceRouting> moe_route_on_device(Backend& backend, const MoeBlockWeights& w,
+                                             const MoeRouterParams& p, const float* x, int64_t num_rows) {
     const int64_t T = num_rows, E = w.router.out_features, K = p.top_k;
+    MoeDeviceRouting routing;
     EPI_ASSIGN_OR_RETURN(DeviceBuffer logits, DeviceBuffer::alloc_f32(backend, T * E));  // [T, E]
-    EPI_ASSIGN_OR_RETURN(DeviceBuffer ids,
-                         DeviceBuffer::alloc(backend, static_cast<size_t>(T * K) * 4));   // [T, K]
-    EPI_ASSIGN_OR_RETURN(DeviceBuffer weights, DeviceBuffer::alloc_f32(backend, T * K));  // [T, K]
+    EPI_ASSIGN_OR_RETURN(routing.topk_ids,
+                         DeviceBuffer::alloc(backend, static_cast<size_t>(T * K) * 4));           // [T, K]
+    EPI_ASSIGN_OR_RETURN(routing.topk_weights, DeviceBuffer::alloc_f32(backend, T * K));  // [T, K]
     EPI_RETURN_IF_ERROR_CTX(linear_forward(backend, w.router, x, T, logits.f32()), "router");
 
     MoeRouterTopkArgs args;
     args.router_logits = logits.f32();
     args.e_score_correction_bias = w.e_score_correction_bias;
-    args.topk_ids = static_cast<int32_t*>(ids.data());
-    args.topk_weights = weights.f32();
+    args.topk_ids = routing.ids();
+    args.topk_weights = routing.topk_weights.f32();
     args.num_tokens = T;
     args.num_experts = E;
     args.top_k = K;
@@ -33,15 +34,58 @@ Result<MoeRouting> moe_route(Backend& backend, const MoeBlockWeights& w, const M
     args.norm_topk_prob = p.norm_topk_prob;
     args.routed_scaling_factor = p.routed_scaling_factor;
     EPI_RETURN_IF_ERROR(backend.moe_router_topk(args));
+    return routing;
+}
 
+Result<MoeRouting> moe_route(Backend& backend, const MoeBlockWeights& w, const MoeRouterParams& p,
+                             const float* x, int64_t num_rows) {
+    const int64_t T = num_rows, E = w.router.out_features, K = p.top_k;
+    EPI_ASSIGN_OR_RETURN(MoeDeviceRouting device, moe_route_on_device(backend, w, p, x, T));
     MoeRouting routing;
     routing.topk_ids.resize(static_cast<size_t>(T * K));
     routing.topk_weights.resize(static_cast<size_t>(T * K));
-    EPI_RETURN_IF_ERROR(backend.copy_to_host(routing.topk_ids.data(), ids.data(), ids.num_bytes()));
     EPI_RETURN_IF_ERROR(
-        backend.copy_to_host(routing.topk_weights.data(), weights.data(), weights.num_bytes()));
+        backend.copy_to_host(routing.topk_ids.data(), device.topk_ids.data(), device.topk_ids.num_bytes()));
+    EPI_RETURN_IF_ERROR(backend.copy_to_host(routing.topk_weights.data(), device.topk_weights.data(),
+                                             device.topk_weights.num_bytes()));
     routing.plan = moe_permute_plan(routing.topk_ids.data(), T, K, E);
     return routing;
+}
+
+Status moe_experts_forward(Backend& backend, const std::vector<DenseFfnWeights>& experts, const int32_t* topk_ids,
+                           const float* topk_weights, const float* x, int64_t num_rows, int64_t hidden,
+                           int64_t top_k, float* out) {
+    if (num_rows == 0) return Status::ok();
+    if (experts.empty()) return invalid_argument("moe: no local expert to run");
+    const Linear& first = experts.front().gate_proj;
+    std::vector<MoeExpertWeights> table(experts.size());  // [E_loc]
+    for (size_t e = 0; e < experts.size(); ++e) {
+        const DenseFfnWeights& f = experts[e];
+        const bool same_shape = f.gate_proj.out_features == first.out_features &&
+                                f.up_proj.out_features == first.out_features &&
+                                f.down_proj.in_features == first.out_features && f.gate_proj.in_features == hidden &&
+                                f.up_proj.in_features == hidden && f.down_proj.out_features == hidden;
+        const bool same_dtype = f.gate_proj.dtype == first.dtype && f.up_proj.dtype == first.dtype &&
+                                f.down_proj.dtype == first.dtype;
+        if (!same_shape || !same_dtype) {
+            return invalid_argument("moe: expert " + std::to_string(e) +
+                                    " differs from expert 0 in shape or dtype (the experts op takes one of each)");
+        }
+        table[e] = {f.gate_proj.weight, f.up_proj.weight, f.down_proj.weight};
+    }
+    MoeExpertsArgs args;
+    args.x = x;
+    args.topk_ids = topk_ids;
+    args.topk_weights = topk_weights;
+    args.experts = table.data();
+    args.weight_dtype = first.dtype;
+    args.out = out;
+    args.num_tokens = num_rows;
+    args.top_k = top_k;
+    args.num_experts = static_cast<int64_t>(experts.size());
+    args.hidden = hidden;
+    args.intermediate = first.out_features;
+    return backend.moe_experts(args);
 }
 
 Status moe_grouped_ffn(Backend& backend, const std::vector<DenseFfnWeights>& experts,
@@ -212,24 +256,37 @@ MoeParallel moe_parallel_of(const ParallelContext& par) {
 
 Status moe_block_forward(Backend& backend, const MoeBlockWeights& w, const MoeRouterParams& p, const float* x,
                          int64_t num_rows, int64_t hidden, float* out, const MoeParallel* parallel) {
-    if (!backend.host_accessible()) {
-        return not_supported(std::string("moe: permute and combine run on host memory; backend ") +
-                             backend.name() + " is not host-accessible");
-    }
     const int64_t T = num_rows, H = hidden;
     if (parallel != nullptr && parallel->dp_attention) {
+        if (!backend.host_accessible()) {
+            return not_supported(std::string("moe: DP attention's dispatch and combine run on host memory; backend ") +
+                                 backend.name() + " is not host-accessible");
+        }
         if (parallel->attn_tp_size % parallel->moe_tp_size == 0) {
             return moe_dp_forward(backend, w, p, *parallel, x, T, H, out);
         }
         return moe_gathered_forward(backend, w, p, *parallel, x, T, H, out);
     }
     if (T == 0) return Status::ok();
-    EPI_ASSIGN_OR_RETURN(MoeRouting routing, moe_route(backend, w, p, x, T));
+    EPI_ASSIGN_OR_RETURN(MoeDeviceRouting routing, moe_route_on_device(backend, w, p, x, T));
     if (!w.local_slot_of_expert.empty()) {
-        const std::vector<int32_t> slots = local_slots_of(w, routing.topk_ids);
-        routing.plan = moe_permute_plan(slots.data(), T, p.top_k, static_cast<int64_t>(w.experts.size()));
+        // Global ids → local slots (−1: another EP rank's expert), in place.
+        if (!backend.host_accessible()) {
+            return not_supported(std::string("moe: expert placement maps ids on host memory; backend ") +
+                                 backend.name() + " is not host-accessible");
+        }
+        int32_t* ids = routing.ids();  // [T, K] int32
+        for (int64_t i = 0; i < T * p.top_k; ++i) {
+            ids[i] = ids[i] < 0 ? -1 : w.local_slot_of_expert[static_cast<size_t>(ids[i])];
+        }
+        if (w.experts.empty()) {  // no expert here: the routed part is zero on this rank
+            std::fill(out, out + T * H, 0.0f);
+            EPI_RETURN_IF_ERROR(add_shared_experts(backend, w, x, T, H, out));
+            return all_reduce_sum_f32(parallel != nullptr ? parallel->stage : nullptr, out, T * H);
+        }
     }
-    EPI_RETURN_IF_ERROR(run_local_experts(backend, w, routing.plan, routing.topk_weights.data(), x, H, out));
+    EPI_RETURN_IF_ERROR(moe_experts_forward(backend, w.experts, routing.ids(), routing.topk_weights.f32(), x, T, H,
+                                            p.top_k, out));
     EPI_RETURN_IF_ERROR(add_shared_experts(backend, w, x, T, H, out));
     return all_reduce_sum_f32(parallel != nullptr ? parallel->stage : nullptr, out, T * H);
 }

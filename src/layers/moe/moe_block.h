@@ -16,7 +16,8 @@
 //     attn_tp. When moe_tp does not divide attn_tp (a moe_tp group spans DP groups) every rank gathers the
 //     stage's tokens instead, runs its local experts on all of them and all-reduces over the stage. A rank
 //     with zero tokens still joins every collective.
-// Permute and combine run on host memory (the CPU backend).
+// The one-rank / attn_dp 1 path runs on any backend (the moe_experts op); the DP-attention paths permute and
+// combine on host memory.
 // Source: transformers 5.17 DeepseekV3MoE, Qwen2MoeSparseMoeBlock, Qwen3MoeSparseMoeBlock,
 // MixtralSparseMoeBlock (the routing weight scales each expert's output; shared experts are added after).
 #pragma once
@@ -67,9 +68,28 @@ struct MoeRouting {
     MoeRoutePlan plan;
 };
 
-// Router logits, top-k and plan. x: [T, H] fp32 device.
+// The router's choice for T tokens, left on the device.
+struct MoeDeviceRouting {
+    DeviceBuffer topk_ids;      // [T, K] int32, device; −1 = no expert
+    DeviceBuffer topk_weights;  // [T, K] fp32, device
+    int32_t* ids() const { return static_cast<int32_t*>(topk_ids.data()); }
+};
+
+// Router logits and top-k, on the device. x: [T, H] fp32 device.
+Result<MoeDeviceRouting> moe_route_on_device(Backend& backend, const MoeBlockWeights& weights,
+                                             const MoeRouterParams& params, const float* x, int64_t num_rows);
+
+// Router logits, top-k and plan, copied to the host. x: [T, H] fp32 device.
 Result<MoeRouting> moe_route(Backend& backend, const MoeBlockWeights& weights, const MoeRouterParams& params,
                              const float* x, int64_t num_rows);
+
+// The routed experts through the backend's moe_experts op (backend/moe_experts_args.h): out = Σ_k w ·
+// expert(x) in k order. experts: [E_loc], all of one shape and dtype; topk_ids: [T, K] int32 device, ids in
+// [0, E_loc) (others dropped); topk_weights: [T, K] fp32 device; x, out: [T, H] fp32 device.
+// Errors: kInvalidArgument when there is no expert or the experts differ in shape or dtype; op errors.
+Status moe_experts_forward(Backend& backend, const std::vector<DenseFfnWeights>& experts, const int32_t* topk_ids,
+                           const float* topk_weights, const float* x, int64_t num_rows, int64_t hidden,
+                           int64_t top_k, float* out);
 
 // y_perm = SwiGLU_e(x_perm) over the slots of every expert e with at least one slot.
 // x_perm, y_perm: [S, H] fp32 device, in plan slot order.
@@ -97,7 +117,11 @@ MoeParallel moe_parallel_of(const ParallelContext& context);
 
 // The whole block. x: [T, H] fp32 device; out: [T, H] fp32 device (must not overlap x). T may be 0 under
 // DP attention (the rank still joins every collective). `parallel` null = one rank.
-// Errors: kNotSupported on a backend whose memory is not host memory; op and communicator errors.
+// Without DP attention (one rank, or attn_dp 1) the routed experts run through the backend's moe_experts
+// op, so the block runs on any backend; DP attention's dispatch/combine and the id → local-slot map of an
+// expert placement run on host memory.
+// Errors: kNotSupported for DP attention or an expert placement on a backend whose memory is not host
+// memory; op and communicator errors.
 Status moe_block_forward(Backend& backend, const MoeBlockWeights& weights, const MoeRouterParams& params,
                          const float* x, int64_t num_rows, int64_t hidden, float* out,
                          const MoeParallel* parallel = nullptr);

@@ -1,15 +1,19 @@
 // The CUDA backend (backend/cuda/cuda_backend.h) against the CPU reference backend, op by op, on fresh random
-// inputs with odd sizes (T = 1, 7, 33; widths 64, 72, 136; GQA 3:1 and 4:2; strided rows), every weight
-// dtype, in-place variants, and the data-dependent errors reported by synchronize(). Bounds: tolerances.h
+// inputs with odd sizes (T = 1, 7, 33; widths 64, 72, 136; GQA 3:1 and 4:2; strided rows; paged K/V through
+// a block table), every weight dtype, in-place variants, and the data-dependent errors reported by synchronize(). Bounds: tolerances.h
 // rows "<op>_cuda". Each case prints "measured <op> <dtype> <case>: nmse .. max_rel .." for the record.
 #include <gtest/gtest.h>
 
 #if EPINFER_WITH_CUDA
+#include <fmt/format.h>
+
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <limits>
 #include <memory>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -123,8 +127,7 @@ TEST_F(CudaBackendTest, Embedding) {
                 args.table = d_table.data();
                 args.out = d_out.f32();
                 ASSERT_TRUE(gpu_->embedding(args).is_ok());
-                expect_close("embedding", dtype, "T" + std::to_string(T) + " H" + std::to_string(H),
-                             from_gpu(d_out, T * H), want);
+                expect_close("embedding", dtype, fmt::format("T{} H{}", T, H), from_gpu(d_out, T * H), want);
             }
         }
     }
@@ -157,8 +160,7 @@ TEST_F(CudaBackendTest, RmsNorm) {
                     args.weight = d_w.data();
                     args.out = in_place ? d_x.f32() : d_out.f32();
                     ASSERT_TRUE(gpu_->rms_norm(args).is_ok());
-                    expect_close("rms_norm", dtype,
-                                 "R" + std::to_string(R) + " W" + std::to_string(W) + (in_place ? " in_place" : ""),
+                    expect_close("rms_norm", dtype, fmt::format("R{} W{}{}", R, W, in_place ? " in_place" : ""),
                                  from_gpu(in_place ? d_x : d_out, R * out_stride), want);
                 }
             }
@@ -166,16 +168,22 @@ TEST_F(CudaBackendTest, RmsNorm) {
     }
 }
 
+// T ≤ 16 runs kernels/matmul_small_t.cuh (16-byte loads when W, x and the strides allow, else 4-byte
+// loads); T > 16 runs cuBLAS (BF16 weights with bf16-rounded activations: tolerance
+// "matmul_cuda_bf16_activations"; F16/F32 weights in fp32).
 TEST_F(CudaBackendTest, Matmul) {
     struct Shape {
         int64_t n, k;
     };
     for (DType dtype : kWeightDtypes) {
-        for (int64_t T : {1, 7, 33}) {
-            for (Shape s : {Shape{64, 72}, Shape{136, 64}, Shape{72, 136}, Shape{257, 1001}}) {
-                for (bool bias : {false, true}) {
-                    const int64_t x_stride = s.k + 5, y_stride = s.n + 3;
-                    const std::vector<float> x = random_floats(T * x_stride, 400 + T * s.n + s.k);
+        for (int64_t T : {1, 2, 3, 5, 8, 13, 16, 17, 33, 100}) {
+            for (Shape s : {Shape{64, 72}, Shape{136, 64}, Shape{72, 136}, Shape{257, 1001}, Shape{1031, 512}}) {
+                for (int variant = 0; variant < 3; ++variant) {
+                    const bool bias = variant == 1;
+                    // 0: packed rows (the 16-byte path where K allows); 1, 2: strided rows (+5: 4-byte loads).
+                    const int64_t x_stride = variant == 0 ? s.k : s.k + (variant == 1 ? 5 : 4);
+                    const int64_t y_stride = variant == 0 ? s.n : s.n + 3;
+                    const std::vector<float> x = random_floats(T * x_stride, 400 + T * s.n + s.k + variant);
                     const std::vector<uint8_t> w = random_weights(s.n * s.k, 500 + s.n, 0.1f, dtype);
                     const std::vector<uint8_t> b = random_weights(s.n, 600 + s.n, 0.5f, DType::kBF16);
                     std::vector<float> want(T * y_stride, 0.0f);
@@ -189,13 +197,44 @@ TEST_F(CudaBackendTest, Matmul) {
                     args.bias = bias ? d_b.data() : nullptr;
                     args.y = d_y.f32();
                     ASSERT_TRUE(gpu_->matmul(args).is_ok());
-                    expect_close("matmul", dtype,
-                                 "T" + std::to_string(T) + " N" + std::to_string(s.n) + " K" + std::to_string(s.k) +
-                                     (bias ? " bias" : ""),
+                    const bool bf16_activations = T > 16 && dtype == DType::kBF16;
+                    char what[96];
+                    std::snprintf(what, sizeof(what), "T%lld N%lld K%lld x_stride%lld%s", static_cast<long long>(T),
+                                  static_cast<long long>(s.n), static_cast<long long>(s.k),
+                                  static_cast<long long>(x_stride), bias ? " bias" : "");
+                    expect_close(bf16_activations ? "matmul_bf16_activations" : "matmul", dtype, what,
                                  from_gpu(d_y, T * y_stride), want);
                 }
             }
         }
+    }
+}
+
+// The stream-ordered pool: a buffer freed while an op that reads it may still run is not handed out
+// (and overwritten) before that op has run, and memory comes back 64-byte aligned.
+TEST_F(CudaBackendTest, FreedBuffersAreReusedInStreamOrder) {
+    const int64_t T = 64, N = 512, K = 2048;
+    const std::vector<float> x = random_floats(T * K, 71);
+    const std::vector<uint8_t> w = random_weights(N * K, 72, 0.05f, DType::kBF16);
+    std::vector<float> want(T * N);
+    MatmulArgs args{x.data(), w.data(), DType::kBF16, nullptr, DType::kBF16, want.data(), T, N, K, K, N};
+    ASSERT_TRUE(cpu_->matmul(args).is_ok());
+    DeviceBuffer d_w = to_gpu(w), d_y = to_gpu(std::vector<float>(T * N, 0.0f));
+    for (int round = 0; round < 20; ++round) {
+        DeviceBuffer d_x = to_gpu(x);
+        args.x = d_x.f32();
+        args.w = d_w.data();
+        args.y = d_y.f32();
+        ASSERT_TRUE(gpu_->matmul(args).is_ok());
+        d_x.reset();  // freed right after the launch, before the matmul has run
+        auto other = DeviceBuffer::alloc(*gpu_, x.size() * sizeof(float));
+        ASSERT_TRUE(other.is_ok());
+        EXPECT_EQ(reinterpret_cast<uintptr_t>(other->data()) % 64, 0u);
+        // Ordered after the matmul on the backend's stream, even if it reuses d_x's memory.
+        ASSERT_TRUE(gpu_->copy_to_device(other->data(), std::vector<float>(x.size(), 1e30f).data(),
+                                         x.size() * sizeof(float)).is_ok());
+        expect_close("matmul_bf16_activations", DType::kBF16, "pool round " + std::to_string(round),
+                     from_gpu(d_y, T * N), want);
     }
 }
 
@@ -219,7 +258,7 @@ TEST_F(CudaBackendTest, Rope) {
             args.positions = static_cast<const int32_t*>(d_pos.data());
             args.inv_freq = d_freq.f32();
             ASSERT_TRUE(gpu_->rope(args).is_ok());
-            expect_close("rope", DType::kF32, "T" + std::to_string(T) + (interleaved ? " interleaved" : " half"),
+            expect_close("rope", DType::kF32, fmt::format("T{} {}", T, interleaved ? "interleaved" : "half"),
                          from_gpu(d_x, T * token_stride), want);
         }
     }
@@ -274,11 +313,97 @@ TEST_F(CudaBackendTest, Attention) {
         args.out = d_out.f32();
         ASSERT_TRUE(gpu_->attention(args).is_ok());
         expect_close("attention", DType::kF32,
-                     "T" + std::to_string(c.tokens) + " S" + std::to_string(c.kv_tokens) + " heads" +
-                         std::to_string(c.heads) + "/" + std::to_string(c.kv_heads) + " D" + std::to_string(c.dqk) +
-                         "/" + std::to_string(c.dv),
+                     fmt::format("T{} S{} heads{}/{} D{}/{}", c.tokens, c.kv_tokens, c.heads, c.kv_heads, c.dqk, c.dv),
                      from_gpu(d_out, c.tokens * out_tok), want);
     }
+}
+
+// Paged K/V: the cache rows of each case scattered over a pool of blocks (shuffled ids, block sizes 1, 16
+// and more than S, unused pool rows NaN), read through a device block table, against the CPU backend on the
+// same pool.
+TEST_F(CudaBackendTest, AttentionPaged) {
+    const AttentionCase cases[] = {{1, 1, 3, 1, 64, 64}, {7, 19, 4, 2, 72, 64}, {1, 517, 3, 1, 72, 72},
+                                   {33, 40, 6, 3, 136, 128}, {5, 9, 2, 2, 576, 512}};
+    for (const AttentionCase& c : cases) {
+        for (const int64_t bs : {int64_t{1}, int64_t{16}, c.kv_tokens + 3}) {
+            const int64_t kv_tok = c.kv_heads * (c.dqk + c.dv), out_tok = c.heads * c.dv;
+            const int64_t used = (c.kv_tokens + bs - 1) / bs, num_blocks = 2 * used + 1;
+            std::vector<int32_t> ids(num_blocks);
+            for (int64_t b = 0; b < num_blocks; ++b) ids[b] = static_cast<int32_t>(b);
+            std::shuffle(ids.begin(), ids.end(), std::mt19937(static_cast<uint32_t>(c.kv_tokens * 31 + bs)));
+            const std::vector<int32_t> table(ids.begin(), ids.begin() + used);
+            const std::vector<float> rows = random_floats(c.kv_tokens * kv_tok, 950 + c.kv_tokens, -2.0f, 2.0f);
+            std::vector<float> pool(num_blocks * bs * kv_tok, std::numeric_limits<float>::quiet_NaN());
+            for (int64_t s = 0; s < c.kv_tokens; ++s)
+                std::copy_n(rows.begin() + s * kv_tok, kv_tok, pool.begin() + (table[s / bs] * bs + s % bs) * kv_tok);
+            const std::vector<float> q = random_floats(c.tokens * c.heads * c.dqk, 850 + c.tokens, -2.0f, 2.0f);
+            std::vector<int32_t> positions(c.tokens);
+            for (int64_t t = 0; t < c.tokens; ++t) positions[t] = static_cast<int32_t>(c.kv_tokens - c.tokens + t);
+            std::vector<float> want(c.tokens * out_tok, 0.0f);
+            AttentionArgs args;
+            args.q = q.data();
+            args.k = pool.data();
+            args.v = pool.data() + c.kv_heads * c.dqk;
+            args.kv_block_table = table.data();
+            args.kv_block_size = bs;
+            args.positions = positions.data();
+            args.out = want.data();
+            args.num_tokens = c.tokens;
+            args.num_kv_tokens = c.kv_tokens;
+            args.num_heads = c.heads;
+            args.num_kv_heads = c.kv_heads;
+            args.head_dim_qk = c.dqk;
+            args.head_dim_v = c.dv;
+            args.q_token_stride = c.heads * c.dqk;
+            args.q_head_stride = c.dqk;
+            args.k_token_stride = args.v_token_stride = kv_tok;
+            args.k_head_stride = c.dqk;
+            args.v_head_stride = c.dv;
+            args.out_token_stride = out_tok;
+            args.out_head_stride = c.dv;
+            args.scale = 1.0f / std::sqrt(static_cast<float>(c.dqk));
+            ASSERT_TRUE(cpu_->attention(args).is_ok());
+            DeviceBuffer d_q = to_gpu(q), d_pool = to_gpu(pool), d_pos = to_gpu(positions), d_table = to_gpu(table);
+            DeviceBuffer d_out = nan_gpu(c.tokens * out_tok);
+            args.q = d_q.f32();
+            args.k = d_pool.f32();
+            args.v = d_pool.f32() + c.kv_heads * c.dqk;
+            args.kv_block_table = static_cast<const int32_t*>(d_table.data());
+            args.positions = static_cast<const int32_t*>(d_pos.data());
+            args.out = d_out.f32();
+            ASSERT_TRUE(gpu_->attention(args).is_ok());
+            expect_close("attention", DType::kF32,
+                         "paged bs" + std::to_string(bs) + " T" + std::to_string(c.tokens) + " S" +
+                             std::to_string(c.kv_tokens) + " D" + std::to_string(c.dqk) + "/" + std::to_string(c.dv),
+                         from_gpu(d_out, c.tokens * out_tok), want);
+        }
+    }
+}
+
+TEST_F(CudaBackendTest, AttentionPagedNegativeBlockIdFailsAtSynchronize) {
+    const std::vector<float> q = random_floats(64, 1), pool = random_floats(8 * 128, 2);
+    DeviceBuffer d_q = to_gpu(q), d_pool = to_gpu(pool), d_pos = to_gpu(std::vector<int32_t>{5});
+    DeviceBuffer d_table = to_gpu(std::vector<int32_t>{1, -1}), d_out = nan_gpu(64);
+    AttentionArgs args;
+    args.q = d_q.f32();
+    args.k = d_pool.f32();
+    args.v = d_pool.f32() + 64;
+    args.kv_block_table = static_cast<const int32_t*>(d_table.data());
+    args.kv_block_size = 4;
+    args.positions = static_cast<const int32_t*>(d_pos.data());
+    args.out = d_out.f32();
+    args.num_tokens = 1;
+    args.num_kv_tokens = 6;
+    args.num_heads = args.num_kv_heads = 1;
+    args.head_dim_qk = args.head_dim_v = 64;
+    args.q_token_stride = args.q_head_stride = 64;
+    args.k_token_stride = args.v_token_stride = 128;
+    args.k_head_stride = args.v_head_stride = 64;
+    args.out_token_stride = args.out_head_stride = 64;
+    ASSERT_TRUE(gpu_->attention(args).is_ok());
+    const Status st = gpu_->synchronize();
+    EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(st.message().find("kv_block_table"), std::string::npos) << st.message();
 }
 
 TEST_F(CudaBackendTest, AttentionBadPositionFailsAtSynchronize) {
@@ -306,7 +431,7 @@ TEST_F(CudaBackendTest, ElementwiseOps) {
     for (int64_t T : {1, 7, 33}) {
         for (int64_t H : {64, 72, 136}) {
             const int64_t n = T * H;
-            const std::string what = "T" + std::to_string(T) + " H" + std::to_string(H);
+            const std::string what = fmt::format("T{} H{}", T, H);
             const std::vector<float> a = random_floats(n, 1000 + n, -6.0f, 6.0f);
             const std::vector<float> b = random_floats(n, 2000 + n, -3.0f, 3.0f);
             const std::vector<float> g = random_floats(T, 3000 + n, -4.0f, 4.0f);

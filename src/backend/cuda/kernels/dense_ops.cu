@@ -121,6 +121,15 @@ __global__ void to_f32_kernel(const void* src, DType dtype, float* dst, int64_t 
         dst[i] = load_f32(src, dtype, i);
 }
 
+__global__ void f32_rows_to_bf16_kernel(const float* x, int64_t stride, int64_t rows, int64_t cols,
+                                        __nv_bfloat16* dst) {
+    const int64_t n = rows * cols;
+    for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x) {
+        const int64_t r = i / cols, c = i % cols;
+        dst[i] = __float2bfloat16_rn(x[r * stride + c]);
+    }
+}
+
 __global__ void add_bias_kernel(float* y, int64_t stride, const void* bias, DType dtype, int64_t rows, int64_t cols) {
     const int64_t n = rows * cols;
     for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x) {
@@ -175,6 +184,14 @@ cudaError_t launch_add_sigmoid_gated(const AddSigmoidGatedArgs& args, cudaStream
 cudaError_t launch_to_f32(const void* src, DType src_dtype, float* dst, int64_t num_elements, cudaStream_t stream) {
     if (num_elements == 0) return cudaSuccess;
     to_f32_kernel<<<grid_for(num_elements), kThreads, 0, stream>>>(src, src_dtype, dst, num_elements);
+    return cudaGetLastError();
+}
+
+cudaError_t launch_f32_rows_to_bf16(const float* x, int64_t x_row_stride, int64_t num_rows, int64_t num_cols,
+                                    void* dst, cudaStream_t stream) {
+    if (num_rows == 0 || num_cols == 0) return cudaSuccess;
+    f32_rows_to_bf16_kernel<<<grid_for(num_rows * num_cols), kThreads, 0, stream>>>(
+        x, x_row_stride, num_rows, num_cols, static_cast<__nv_bfloat16*>(dst));
     return cudaGetLastError();
 }
 

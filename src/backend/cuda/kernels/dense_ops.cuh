@@ -1,6 +1,7 @@
 // Element-wise and row-wise ops of the CUDA backend (op_args.h): embedding, RMSNorm, RoPE, silu·mul, add,
-// sigmoid-gated add, and the two helpers of the dense matmul (weights → fp32, bias add). fp32 activations,
-// F32/F16/BF16 weights read in place, fp32 accumulation. Framework-free launches on a caller's stream.
+// sigmoid-gated add, and the helpers of the dense matmul (weights → fp32, activations → bf16, bias add).
+// fp32 activations, F32/F16/BF16 weights read in place, fp32 accumulation. Framework-free launches on a
+// caller's stream.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -29,6 +30,11 @@ cudaError_t launch_add_sigmoid_gated(const AddSigmoidGatedArgs& args, cudaStream
 // dst[i] = float(src[i]) for num_elements values of F32/F16/BF16 (a weight upcast before an fp32 GEMM).
 cudaError_t launch_to_f32(const void* src, DType src_dtype, float* dst, int64_t num_elements,
                           cudaStream_t stream);  // src, dst: [n], device
+
+// dst[r, c] = bf16(x[r, c]) (round to nearest even) for R rows of C columns: the activation rows of a bf16
+// GEMM. x: [R, C] fp32, device, row stride x_row_stride; dst: [R, C] bf16, device, packed.
+cudaError_t launch_f32_rows_to_bf16(const float* x, int64_t x_row_stride, int64_t num_rows, int64_t num_cols,
+                                    void* dst, cudaStream_t stream);
 
 // y[t, n] += float(bias[n]) for T rows of N columns (row stride y_row_stride).
 cudaError_t launch_add_bias(float* y, int64_t y_row_stride, const void* bias, DType bias_dtype, int64_t num_rows,

@@ -97,11 +97,25 @@ __device__ __forceinline__ int swizzle(int row, int chunk) {
     return row * kBK + ((chunk ^ (row & 7)) * 8);
 }
 
-template <class Cfg, bool kSwiGlu>
-__device__ __forceinline__ const bf16* group_weights(const MoeGroupedGemmArgs& args, int64_t g) {
-    const bf16* w = static_cast<const bf16*>(args.weights);
-    return g < args.num_weight_groups ? w + g * args.weight_group_stride
-                                      : static_cast<const bf16*>(args.extra_weights);
+// The weights of group g: rows [0, N) from `first`, and (kSwiGlu) the up rows [N, 2N) from `second`.
+struct GroupWeights {
+    const bf16* first;   // [N, Kd]
+    const bf16* second;  // [N, Kd] (kSwiGlu), else unused
+};
+
+template <bool kSwiGlu>
+__device__ __forceinline__ GroupWeights group_weights(const MoeGroupedGemmArgs& args, int64_t g) {
+    const int64_t rows_kd = args.out_features * args.in_features;
+    const bf16* w;
+    if (g >= args.num_weight_groups) {
+        w = static_cast<const bf16*>(args.extra_weights);
+    } else if (args.weight_ptrs != nullptr) {
+        const void* const* ptrs = args.weight_ptrs + g * args.weight_ptr_stride;
+        return {static_cast<const bf16*>(ptrs[0]), kSwiGlu ? static_cast<const bf16*>(ptrs[1]) : nullptr};
+    } else {
+        w = static_cast<const bf16*>(args.weights) + g * args.weight_group_stride;
+    }
+    return {w, w + rows_kd};
 }
 
 template <class Cfg, bool kSwiGlu, bool kSplit>
@@ -133,12 +147,13 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks) moe_grouped_ge
     const int64_t kt_end = min(k_tiles, kt_begin + k_per_split);
 
     // Source rows of this thread's chunks (nullptr: past the weights' or the group's end).
-    const bf16* w = group_weights<Cfg, kSwiGlu>(args, tc.group);    // [N_w, Kd]
+    const GroupWeights gw = group_weights<kSwiGlu>(args, tc.group);
+    const bf16* w = gw.first;  // a valid address for the zero-filling copies below
     const bf16* a_src[Cfg::kALoads];
     #pragma unroll
     for (int i = 0; i < Cfg::kALoads; ++i) {
         const int64_t wr = weight_row<Cfg::kBM, kSwiGlu>(row_first + i * Cfg::kRowStep, tc.n_tile, n);
-        a_src[i] = wr >= 0 ? w + wr * kd + chunk * 8 : nullptr;
+        a_src[i] = wr < 0 ? nullptr : (wr < n ? gw.first + wr * kd : gw.second + (wr - n) * kd) + chunk * 8;
     }
     const bf16* x = static_cast<const bf16*>(args.x);              // [rows_x, Kd]
     const bf16* b_src[Cfg::kBLoads];

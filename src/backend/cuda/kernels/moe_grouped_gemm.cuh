@@ -38,6 +38,12 @@ struct MoeGroupedGemmArgs {
     int64_t weight_group_stride = 0;      // elements between consecutive groups' weights
     int64_t num_weight_groups = 0;        // G_w
     const void* extra_weights = nullptr;  // [N_w, Kd] bf16, device: group G_w (the shared expert), or nullptr
+    // Per-group weight pointers instead of weights + g·weight_group_stride (groups g < G_w), for experts
+    // stored as separate tensors: weight_ptrs[g·weight_ptr_stride] holds rows [0, N) ([N, Kd] bf16, device),
+    // and for kSwiGlu weight_ptrs[g·weight_ptr_stride + 1] the up rows [N, 2N) ([N, Kd] bf16, device).
+    // Every pointer 16-byte aligned. nullptr: the stacked layout above.
+    const void* const* weight_ptrs = nullptr;  // [G_w · weight_ptr_stride] device pointers, device
+    int64_t weight_ptr_stride = 1;
     const void* x = nullptr;              // [rows_x, Kd] bf16, device
     const int32_t* x_row_of_row = nullptr;  // [rows] row of x that GEMM row r reads; nullptr: row r itself
     const int32_t* group_row_begin = nullptr;     // [G] int32, device

@@ -1,0 +1,198 @@
+// Few-row dense matmul kernels (see matmul_small_t.cuh).
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <cstdint>
+
+#include "backend/cuda/kernels/matmul_small_t.cuh"
+
+namespace epinfer::cuda {
+namespace {
+
+constexpr int kWarps = 4;  // per block
+constexpr int kRows = kMatmulSmallTRowsPerWarp;
+
+__device__ __forceinline__ float to_f32(float v) {
+    return v;
+}
+__device__ __forceinline__ float to_f32(__nv_bfloat16 v) {
+    return __bfloat162float(v);
+}
+__device__ __forceinline__ float to_f32(__half v) {
+    return __half2float(v);
+}
+
+__device__ __forceinline__ float load_bias(const void* bias, DType dtype, int64_t i) {
+    switch (dtype) {
+        case DType::kBF16:
+            return __bfloat162float(static_cast<const __nv_bfloat16*>(bias)[i]);
+        case DType::kF16:
+            return __half2float(static_cast<const __half*>(bias)[i]);
+        default:
+            return static_cast<const float*>(bias)[i];
+    }
+}
+
+// The kElems weights of one 16-byte chunk, as fp32.
+template <typename W>
+__device__ __forceinline__ void load_chunk(const W* src, float (&v)[16 / sizeof(W)]) {
+    const uint4 raw = __ldg(reinterpret_cast<const uint4*>(src));
+    const W* e = reinterpret_cast<const W*>(&raw);
+#pragma unroll
+    for (int i = 0; i < static_cast<int>(16 / sizeof(W)); ++i) v[i] = to_f32(e[i]);
+}
+
+// Sums acc over the warp and writes y[t, n] (+ bias) from lane 0 for the valid rows and outputs.
+template <int kT>
+__device__ __forceinline__ void reduce_and_store(const MatmulArgs& a, float (&acc)[kRows][kT], int64_t n0,
+                                                 int lane) {
+#pragma unroll
+    for (int r = 0; r < kRows; ++r) {
+#pragma unroll
+        for (int t = 0; t < kT; ++t) {
+            float v = acc[r][t];
+#pragma unroll
+            for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+            acc[r][t] = v;
+        }
+    }
+    if (lane != 0) return;
+#pragma unroll
+    for (int r = 0; r < kRows; ++r) {
+        const int64_t n = n0 + r;
+        if (n >= a.out_features) continue;
+        const float b = a.bias != nullptr ? load_bias(a.bias, a.bias_dtype, n) : 0.0f;
+#pragma unroll
+        for (int t = 0; t < kT; ++t) {
+            if (t < a.num_rows) a.y[t * a.y_row_stride + n] = acc[r][t] + b;
+        }
+    }
+}
+
+// 16-byte loads: W rows and x rows 16-byte aligned, K a multiple of the chunk. kT ≥ T (rows past T read
+// row T − 1 again and are not stored).
+template <typename W, int kT>
+__global__ void __launch_bounds__(kWarps * 32) matmul_small_t_vec_kernel(MatmulArgs a) {
+    constexpr int kElems = 16 / sizeof(W);
+    const int lane = threadIdx.x % 32;
+    const int64_t n0 = (static_cast<int64_t>(blockIdx.x) * kWarps + threadIdx.x / 32) * kRows;
+    if (n0 >= a.out_features) return;
+    const int64_t K = a.in_features;
+    const int64_t chunks = K / kElems;
+    const W* w = static_cast<const W*>(a.w);  // [N, K]
+    float acc[kRows][kT];
+#pragma unroll
+    for (int r = 0; r < kRows; ++r)
+#pragma unroll
+        for (int t = 0; t < kT; ++t) acc[r][t] = 0.0f;
+    const W* w_row[kRows];
+#pragma unroll
+    for (int r = 0; r < kRows; ++r) {
+        const int64_t n =
+            n0 + r < a.out_features ? n0 + r : a.out_features - 1;  // past N: reread, not stored
+        w_row[r] = w + n * K;
+    }
+    const float* x_row[kT];
+#pragma unroll
+    for (int t = 0; t < kT; ++t) x_row[t] = a.x + (t < a.num_rows ? t : a.num_rows - 1) * a.x_row_stride;
+
+#pragma unroll 2
+    for (int64_t c = lane; c < chunks; c += 32) {
+        float wv[kRows][kElems];
+#pragma unroll
+        for (int r = 0; r < kRows; ++r) load_chunk(w_row[r] + c * kElems, wv[r]);
+#pragma unroll
+        for (int t = 0; t < kT; ++t) {
+            float xv[kElems];
+            const float4* xp = reinterpret_cast<const float4*>(x_row[t] + c * kElems);
+#pragma unroll
+            for (int q = 0; q < kElems / 4; ++q) {
+                const float4 f = xp[q];
+                xv[4 * q] = f.x;
+                xv[4 * q + 1] = f.y;
+                xv[4 * q + 2] = f.z;
+                xv[4 * q + 3] = f.w;
+            }
+#pragma unroll
+            for (int r = 0; r < kRows; ++r)
+#pragma unroll
+                for (int e = 0; e < kElems; ++e) acc[r][t] = fmaf(wv[r][e], xv[e], acc[r][t]);
+        }
+    }
+    reduce_and_store<kT>(a, acc, n0, lane);
+}
+
+// Any alignment: one element per lane per step.
+template <typename W>
+__global__ void __launch_bounds__(kWarps * 32) matmul_small_t_scalar_kernel(MatmulArgs a) {
+    constexpr int kT = static_cast<int>(kMatmulSmallTMaxRows);
+    const int lane = threadIdx.x % 32;
+    const int64_t n0 = (static_cast<int64_t>(blockIdx.x) * kWarps + threadIdx.x / 32) * kRows;
+    if (n0 >= a.out_features) return;
+    const int64_t K = a.in_features;
+    const W* w = static_cast<const W*>(a.w);  // [N, K]
+    float acc[kRows][kT];
+#pragma unroll
+    for (int r = 0; r < kRows; ++r)
+#pragma unroll
+        for (int t = 0; t < kT; ++t) acc[r][t] = 0.0f;
+    for (int64_t k = lane; k < K; k += 32) {
+        float wv[kRows];
+#pragma unroll
+        for (int r = 0; r < kRows; ++r) {
+            const int64_t n = n0 + r < a.out_features ? n0 + r : a.out_features - 1;
+            wv[r] = to_f32(w[n * K + k]);
+        }
+#pragma unroll
+        for (int t = 0; t < kT; ++t) {
+            if (t >= a.num_rows) break;
+            const float xv = a.x[t * a.x_row_stride + k];
+#pragma unroll
+            for (int r = 0; r < kRows; ++r) acc[r][t] = fmaf(wv[r], xv, acc[r][t]);
+        }
+    }
+    reduce_and_store<kT>(a, acc, n0, lane);
+}
+
+template <typename W>
+cudaError_t launch_typed(const MatmulArgs& a, cudaStream_t stream) {
+    const int64_t rows_per_block = int64_t{kWarps} * kRows;
+    const unsigned grid = static_cast<unsigned>((a.out_features + rows_per_block - 1) / rows_per_block);
+    constexpr int64_t kElems = 16 / sizeof(W);
+    const bool aligned = reinterpret_cast<uintptr_t>(a.w) % 16 == 0 &&
+                         reinterpret_cast<uintptr_t>(a.x) % 16 == 0 && a.in_features % kElems == 0 &&
+                         a.x_row_stride % 4 == 0;
+    if (!aligned) {
+        matmul_small_t_scalar_kernel<W><<<grid, kWarps * 32, 0, stream>>>(a);
+    } else if (a.num_rows == 1) {
+        matmul_small_t_vec_kernel<W, 1><<<grid, kWarps * 32, 0, stream>>>(a);
+    } else if (a.num_rows == 2) {
+        matmul_small_t_vec_kernel<W, 2><<<grid, kWarps * 32, 0, stream>>>(a);
+    } else if (a.num_rows <= 4) {
+        matmul_small_t_vec_kernel<W, 4><<<grid, kWarps * 32, 0, stream>>>(a);
+    } else if (a.num_rows <= 8) {
+        matmul_small_t_vec_kernel<W, 8><<<grid, kWarps * 32, 0, stream>>>(a);
+    } else {
+        matmul_small_t_vec_kernel<W, 16><<<grid, kWarps * 32, 0, stream>>>(a);
+    }
+    return cudaGetLastError();
+}
+
+}  // namespace
+
+cudaError_t launch_matmul_small_t(const MatmulArgs& args, cudaStream_t stream) {
+    if (args.num_rows < 1 || args.num_rows > kMatmulSmallTMaxRows) return cudaErrorInvalidValue;
+    if (args.out_features == 0) return cudaSuccess;
+    switch (args.w_dtype) {
+        case DType::kBF16:
+            return launch_typed<__nv_bfloat16>(args, stream);
+        case DType::kF16:
+            return launch_typed<__half>(args, stream);
+        case DType::kF32:
+            return launch_typed<float>(args, stream);
+        default:
+            return cudaErrorInvalidValue;
+    }
+}
+
+}  // namespace epinfer::cuda

@@ -1,0 +1,27 @@
+// Dense matmul for few rows (decode): y = x · Wᵀ + bias with fp32 activations, F32/F16/BF16 weights read
+// in place and fp32 accumulation, bound by reading W once.
+//
+// Each warp owns kMatmulSmallTRowsPerWarp consecutive weight rows (outputs) and streams them with 16-byte
+// loads, lane l taking the 16-byte chunks l, l + 32, ...; every chunk is multiplied with the T activation
+// rows (fp32, read through L1/L2, shared by the warps of the GPU) into T·rows fp32 accumulators, which
+// a butterfly of shuffles sums at the end. So W is read exactly once, at full width, whatever T is.
+// Precision: the CPU reference's products in fp32 (fmaf), summed in another order (lane-strided partial
+// sums, then a tree): fp32 summation-order differences only.
+// Falls back to 4-byte loads when W, x or the row strides are not 16-byte aligned.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "backend/op_args.h"
+
+namespace epinfer::cuda {
+
+inline constexpr int64_t kMatmulSmallTMaxRows = 16;  // T this kernel takes
+inline constexpr int kMatmulSmallTRowsPerWarp = 2;
+
+// @pre matmul_check(args) is OK and 1 ≤ T ≤ kMatmulSmallTMaxRows.
+cudaError_t launch_matmul_small_t(const MatmulArgs& args, cudaStream_t stream);
+
+}  // namespace epinfer::cuda
