@@ -2,7 +2,8 @@
 # One pass of the engine on a GPU machine: the CUDA tests (every op against the CPU reference, the
 # moe_experts op, the matmul paths, the stream-ordered pool, NCCL at world size 1, every golden fixture end
 # to end on the GPU), then `epinfer generate` on fixtures with --device cpu and --device cuda (to compare),
-# with every log under OUT_DIR (default ./engine_h200_out). Serving benchmarks are added here later.
+# then (SERVING=1) `epinfer bench` on a random-weight model at the real shapes of SERVING_CONFIG, one run per
+# concurrency level, with every log under OUT_DIR (default ./engine_h200_out).
 #
 #   bench/run_h200_engine.sh                             # builds build-gpu with CMake (needs the project's
 #                                                        # dependencies and a CUDA toolkit)
@@ -11,7 +12,9 @@
 #                                                        # the build machine by bench/pack_bin_dir.sh
 # Environment: OUT_DIR; FIXTURES (default: qwen3_moe_tiny and deepseek_v3_tiny of tests/data/fixtures);
 # PROMPT_IDS (default 1,2,...,11); MAX_NEW_TOKENS (default 8); GTEST_FILTER (default *); TEST_TIMEOUT_S
-# (default 400).
+# (default 400); SERVING (default 1); SERVING_CONFIG (default tests/data/configs/qwen3_30b_a3b.json);
+# SERVING_LEVELS: concurrency:num_prompts pairs (default 1:4 8:16 32:64 64:128 256:256 1024:1024);
+# SERVING_TIMEOUT_S per level (default 240).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT_DIR=${OUT_DIR:-engine_h200_out}
@@ -73,3 +76,17 @@ for fixture in $FIXTURES; do
         tail -3 "$OUT_DIR/generate_${name}_$device.err"
     done
 done
+
+if [ "${SERVING:-1}" = 1 ]; then
+    SERVING_CONFIG=${SERVING_CONFIG:-tests/data/configs/qwen3_30b_a3b.json}
+    SERVING_LEVELS=${SERVING_LEVELS:-1:4 8:16 32:64 64:128 256:256 1024:1024}
+    for level in $SERVING_LEVELS; do
+        c=${level%%:*}; n=${level##*:}
+        echo "== bench $(basename "$SERVING_CONFIG") random weights, concurrency $c, $n prompts, 128/128"
+        timeout "${SERVING_TIMEOUT_S:-240}" "$EPINFER" bench --config "$SERVING_CONFIG" --random-weights \
+            --device cuda --max-running "$c" --concurrency "$c" --num-prompts "$n" --input-len 128 \
+            --output-len 128 --json "$OUT_DIR/bench_c$c.json" >"$OUT_DIR/bench_c$c.txt" 2>&1
+        echo "bench rc=$?"
+        tail -4 "$OUT_DIR/bench_c$c.txt"
+    done
+fi

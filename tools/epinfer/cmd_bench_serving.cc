@@ -1,6 +1,6 @@
 // epinfer bench (no subcommand): the serving benchmark. For each concurrency level C it keeps C requests
 // of --input-len random prompt ids in flight until --num-prompts of them have produced exactly
-// --output-len tokens each (ignore_eos; sampling at temperature 1 with a per-request seed), and prints
+// --output-len tokens each (ignore_eos; greedy, temperature 0), and prints
 // one table row per level: requests, duration, output and total tok/s, TTFT and TPOT p50/p99
 // (definitions: src/engine/bench_serving.h). --json also writes them with the command line, model,
 // layout and date.
@@ -50,7 +50,7 @@ using nlohmann::json;
 constexpr int64_t kMaxConcurrency = 65536;
 constexpr int64_t kMaxLen = int64_t{1} << 22;
 constexpr int64_t kMaxPrompts = int64_t{1} << 22;
-constexpr double kSamplingTemperature = 1.0;
+constexpr double kSamplingTemperature = 0.0;  // greedy, as the serving benchmarks of vLLM and SGLang
 
 // Numbers are kept as text and parsed here, so that a bad value is one line naming the flag.
 struct BenchServingFlags {
