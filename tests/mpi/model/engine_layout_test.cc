@@ -25,25 +25,11 @@
 #include "engine/engine_loop.h"
 #include "layers/parallel_context.h"
 #include "models/model.h"
+#include "model_layout_util.h"
 #include "mpi_test_world.h"
 
 namespace epinfer {
 namespace {
-
-LayoutFlags engine_layout_flags() {
-    LayoutFlags f;
-    const char* text = std::getenv("EPINFER_TEST_LAYOUT");
-    std::istringstream in(text != nullptr ? text : "");
-    std::string flag;
-    int value = 0;
-    while (in >> flag >> value) {
-        if (flag == "--tp") f.tp = value;
-        if (flag == "--ep") f.ep = value;
-        if (flag == "--dp") f.dp = value;
-        if (flag == "--pp") f.pp = value;
-    }
-    return f;
-}
 
 std::vector<std::vector<int32_t>> golden_prompts(const std::string& dir) {
     std::vector<std::vector<int32_t>> prompts;
@@ -149,7 +135,7 @@ TEST_P(EngineLayoutTest, ConcurrentRequestsGetTheirOneRankTokens) {
     const std::string dir = std::string(EPINFER_TEST_DATA_DIR) + "/fixtures/" + GetParam();
     const char* layout_text = std::getenv("EPINFER_TEST_LAYOUT");
     ASSERT_NE(layout_text, nullptr) << "EPINFER_TEST_LAYOUT is not set";
-    auto layout = layout_from_flags(engine_layout_flags());
+    auto layout = layout_from_flags(layout_flags_from_env());
     ASSERT_TRUE(layout.is_ok()) << layout.status().to_string();
     auto config = load_hf_config(dir);
     ASSERT_TRUE(config.is_ok()) << config.status().to_string();
@@ -208,7 +194,7 @@ TEST(EngineLayoutLoop, ServesThreadsAcrossAnIdleGap) {
     Communicator& world = mpi_test::world();
     const std::string fixture = "deepseek_v3_tiny";
     const std::string dir = std::string(EPINFER_TEST_DATA_DIR) + "/fixtures/" + fixture;
-    auto layout = layout_from_flags(engine_layout_flags());
+    auto layout = layout_from_flags(layout_flags_from_env());
     ASSERT_TRUE(layout.is_ok()) << layout.status().to_string();
     auto config = load_hf_config(dir);
     ASSERT_TRUE(config.is_ok()) << config.status().to_string();

@@ -23,6 +23,7 @@
 #include "engine/kv_block_pool.h"
 #include "layers/parallel_context.h"
 #include "models/model.h"
+#include "model_layout_util.h"
 #include "mpi_test_world.h"
 
 namespace epinfer {
@@ -41,21 +42,6 @@ std::vector<std::string> fixtures_with_goldens() {
 }
 
 // "--tp 4 --ep 2 --dp 2" → LayoutFlags.
-LayoutFlags layout_flags_from_env() {
-    LayoutFlags f;
-    const char* text = std::getenv("EPINFER_TEST_LAYOUT");
-    std::istringstream in(text != nullptr ? text : "");
-    std::string flag;
-    int value = 0;
-    while (in >> flag >> value) {
-        if (flag == "--tp") f.tp = value;
-        if (flag == "--ep") f.ep = value;
-        if (flag == "--dp") f.dp = value;
-        if (flag == "--pp") f.pp = value;
-    }
-    return f;
-}
-
 struct Golden {
     std::vector<std::vector<int32_t>> prompts;  // [2][P]
     std::vector<std::vector<int32_t>> greedy;   // [2][P + N]
@@ -82,36 +68,6 @@ Golden load_golden(const std::string& dir) {
         }
     }
     return g;
-}
-
-// Prefill logits [Σ P, V] of the prompts this rank owns (DP attention: prompt i on DP group i mod attn_dp).
-Result<std::vector<float>> prefill_logits(Model& model, const std::vector<std::vector<int32_t>>& prompts) {
-    // One pool of 4-token blocks (only this rank's pipeline stage holds storage); CPU backend: the host
-    // block tables serve as the device ones.
-    constexpr int64_t kBlockSize = 4;
-    int64_t rows = 0, num_blocks = 0;
-    for (const auto& p : prompts) {
-        rows += static_cast<int64_t>(p.size());
-        num_blocks += (static_cast<int64_t>(p.size()) + kBlockSize - 1) / kBlockSize;
-    }
-    EPI_ASSIGN_OR_RETURN(KvBlockPool pool,
-                         KvBlockPool::create(model, std::max<int64_t>(num_blocks, 1), kBlockSize));
-    std::vector<std::vector<int32_t>> tables(prompts.size());
-    std::vector<std::vector<LayerKvCache>> caches;
-    std::vector<SequenceInput> inputs;
-    for (size_t s = 0; s < prompts.size(); ++s) {
-        EPI_RETURN_IF_ERROR(
-            pool.allocate(pool.blocks_for(static_cast<int64_t>(prompts[s].size())), &tables[s]));
-        caches.push_back(pool.views(tables[s], tables[s].data(), 0));
-    }
-    for (size_t s = 0; s < prompts.size(); ++s) inputs.push_back({prompts[s], caches[s]});
-    std::vector<float> logits(static_cast<size_t>(rows * model.config().vocab_size));
-    ForwardArgs args;
-    args.sequences = inputs;
-    args.logits_mode = LogitsMode::kAllRows;
-    args.logits = logits.data();
-    EPI_RETURN_IF_ERROR(model.forward(args));
-    return logits;
 }
 
 std::vector<GenerateRequest> greedy_requests(const Golden& g) {

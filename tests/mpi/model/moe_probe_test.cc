@@ -18,6 +18,7 @@
 #include "common/compare.h"
 #include "layers/moe/moe_block.h"
 #include "layers/parallel_context.h"
+#include "model_layout_util.h"
 #include "mpi_test_world.h"
 #include "parallel/sharding.h"
 
@@ -25,21 +26,6 @@ namespace epinfer {
 namespace {
 
 constexpr int64_t kE = 16, kK = 4, kH = 8, kI = 8, kShared = 8, kTokens = 10;
-
-LayoutFlags layout_flags_from_env() {
-    LayoutFlags f;
-    const char* text = std::getenv("EPINFER_TEST_LAYOUT");
-    std::istringstream in(text != nullptr ? text : "");
-    std::string flag;
-    int value = 0;
-    while (in >> flag >> value) {
-        if (flag == "--tp") f.tp = value;
-        if (flag == "--ep") f.ep = value;
-        if (flag == "--dp") f.dp = value;
-        if (flag == "--pp") f.pp = value;
-    }
-    return f;
-}
 
 // A SwiGLU MLP's full fp32 weights on the host: gate/up [I, H], down [H, I].
 struct FullFfn {

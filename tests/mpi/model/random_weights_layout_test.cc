@@ -16,60 +16,17 @@
 #include "engine/kv_block_pool.h"
 #include "layers/parallel_context.h"
 #include "models/model.h"
+#include "model_layout_util.h"
 #include "mpi_test_world.h"
 
 namespace epinfer {
 namespace {
 
-LayoutFlags random_layout_flags_from_env() {
-    LayoutFlags f;
-    const char* text = std::getenv("EPINFER_TEST_LAYOUT");
-    std::istringstream in(text != nullptr ? text : "");
-    std::string flag;
-    int value = 0;
-    while (in >> flag >> value) {
-        if (flag == "--tp") f.tp = value;
-        if (flag == "--ep") f.ep = value;
-        if (flag == "--dp") f.dp = value;
-        if (flag == "--pp") f.pp = value;
-    }
-    return f;
-}
-
-// Prefill logits [Σ P, V] of `prompts` (every rank calls forward once, also with none).
-Result<std::vector<float>> random_prefill_logits(Model& model,
-                                                 const std::vector<std::vector<int32_t>>& prompts) {
-    constexpr int64_t kBlockSize = 4;
-    int64_t rows = 0, num_blocks = 0;
-    for (const auto& p : prompts) {
-        rows += static_cast<int64_t>(p.size());
-        num_blocks += (static_cast<int64_t>(p.size()) + kBlockSize - 1) / kBlockSize;
-    }
-    EPI_ASSIGN_OR_RETURN(KvBlockPool pool,
-                         KvBlockPool::create(model, std::max<int64_t>(num_blocks, 1), kBlockSize));
-    std::vector<std::vector<int32_t>> tables(prompts.size());
-    std::vector<std::vector<LayerKvCache>> caches;
-    std::vector<SequenceInput> inputs;
-    for (size_t s = 0; s < prompts.size(); ++s) {
-        EPI_RETURN_IF_ERROR(
-            pool.allocate(pool.blocks_for(static_cast<int64_t>(prompts[s].size())), &tables[s]));
-        caches.push_back(pool.views(tables[s], tables[s].data(), 0));
-    }
-    for (size_t s = 0; s < prompts.size(); ++s) inputs.push_back({prompts[s], caches[s]});
-    std::vector<float> logits(static_cast<size_t>(rows * model.config().vocab_size));
-    ForwardArgs args;
-    args.sequences = inputs;
-    args.logits_mode = LogitsMode::kAllRows;
-    args.logits = logits.data();
-    EPI_RETURN_IF_ERROR(model.forward(args));
-    return logits;
-}
-
 class RandomWeightsLayoutTest : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(RandomWeightsLayoutTest, SameLogitsAsOneRank) {
     Communicator& world = mpi_test::world();
-    auto layout = layout_from_flags(random_layout_flags_from_env());
+    auto layout = layout_from_flags(layout_flags_from_env());
     ASSERT_TRUE(layout.is_ok()) << layout.status().to_string();
     auto config = load_hf_config(std::string(EPINFER_TEST_DATA_DIR) + "/fixtures/" + GetParam());
     ASSERT_TRUE(config.is_ok()) << config.status().to_string();
@@ -93,10 +50,10 @@ TEST_P(RandomWeightsLayoutTest, SameLogitsAsOneRank) {
     std::vector<std::vector<int32_t>> own;
     for (size_t i = 0; i < prompts.size(); ++i)
         if (static_cast<int>(i) % layout->attn_dp == (*ctx)->coords.attn_dp_rank) own.push_back(prompts[i]);
-    auto got = random_prefill_logits(**par, own);
+    auto got = prefill_logits(**par, own);
     ASSERT_TRUE(got.is_ok()) << got.status().to_string();
     if (own.empty()) return;
-    auto want = random_prefill_logits(**ref, own);
+    auto want = prefill_logits(**ref, own);
     ASSERT_TRUE(want.is_ok()) << want.status().to_string();
     const test::Diff diff = test::compare(std::span<const float>(*got), std::span<const float>(*want));
     EXPECT_TRUE(test::within(diff, test::tolerance("logits_multi_rank", DType::kBF16)))
