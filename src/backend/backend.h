@@ -62,6 +62,8 @@ public:
     virtual Status matmul(const MatmulArgs& args) = 0;
     virtual Status rope(const RopeArgs& args) = 0;
     virtual Status attention(const AttentionArgs& args) = 0;
+    virtual Status kv_cache_store(const KvCacheStoreArgs& args) = 0;
+    virtual Status argmax(const ArgmaxArgs& args) = 0;
     virtual Status silu_mul(const SiluMulArgs& args) = 0;
     virtual Status add(const AddArgs& args) = 0;
     virtual Status add_sigmoid_gated(const AddSigmoidGatedArgs& args) = 0;

@@ -111,11 +111,18 @@ Status attention_check(const AttentionArgs& a) {
         return bad(op, "num_kv_heads " + std::to_string(a.num_kv_heads) + " does not divide num_heads " +
                            std::to_string(a.num_heads));
     }
-    if (a.kv_block_table != nullptr && a.kv_block_size < 1) {
-        return bad(op, "kv_block_size " + std::to_string(a.kv_block_size) + " < 1 with a kv_block_table");
-    }
-    if (a.kv_block_table == nullptr && a.kv_block_size != 0) {
-        return bad(op, "kv_block_size " + std::to_string(a.kv_block_size) + " without a kv_block_table");
+    if (a.kv_block_tables != nullptr) {
+        EPI_RETURN_IF_ERROR(check_positive(op, "kv_block_size", a.kv_block_size));
+        EPI_RETURN_IF_ERROR(check_positive(op, "num_sequences", a.num_sequences));
+        EPI_RETURN_IF_ERROR(check_positive(op, "block_table_stride", a.block_table_stride));
+        if (a.num_kv_tokens > a.block_table_stride * a.kv_block_size) {
+            return bad(op, "num_kv_tokens " + std::to_string(a.num_kv_tokens) + " exceeds block_table_stride " +
+                               std::to_string(a.block_table_stride) + " × kv_block_size " +
+                               std::to_string(a.kv_block_size));
+        }
+    } else if (a.kv_block_size != 0 || a.num_sequences != 0 || a.block_table_stride != 0 ||
+               a.token_sequence != nullptr) {
+        return bad(op, "kv_block_size, num_sequences, block_table_stride and token_sequence need kv_block_tables");
     }
     if (a.num_tokens == 0) return Status::ok();
     EPI_RETURN_IF_ERROR(check_not_null(op, "q", a.q));
@@ -123,6 +130,35 @@ Status attention_check(const AttentionArgs& a) {
     EPI_RETURN_IF_ERROR(check_not_null(op, "v", a.v));
     EPI_RETURN_IF_ERROR(check_not_null(op, "positions", a.positions));
     return check_not_null(op, "out", a.out);
+}
+
+Status kv_cache_store_check(const KvCacheStoreArgs& a) {
+    const char* op = "kv_cache_store";
+    EPI_RETURN_IF_ERROR(check_count(op, "num_tokens", a.num_tokens));
+    EPI_RETURN_IF_ERROR(check_positive(op, "width", a.width));
+    EPI_RETURN_IF_ERROR(check_positive(op, "num_pool_rows", a.num_pool_rows));
+    if (a.src_row_stride < a.width) {
+        return bad(op, "src_row_stride " + std::to_string(a.src_row_stride) + " < width " + std::to_string(a.width));
+    }
+    if (a.num_tokens == 0) return Status::ok();
+    EPI_RETURN_IF_ERROR(check_not_null(op, "src", a.src));
+    EPI_RETURN_IF_ERROR(check_not_null(op, "pool", a.pool));
+    return check_not_null(op, "slot_mapping", a.slot_mapping);
+}
+
+Status argmax_check(const ArgmaxArgs& a) {
+    const char* op = "argmax";
+    EPI_RETURN_IF_ERROR(check_count(op, "num_rows", a.num_rows));
+    EPI_RETURN_IF_ERROR(check_positive(op, "vocab_size", a.vocab_size));
+    if (a.vocab_size > INT32_MAX) {
+        return bad(op, "vocab_size " + std::to_string(a.vocab_size) + " exceeds the int32 ids' limit " +
+                           std::to_string(INT32_MAX));
+    }
+    EPI_RETURN_IF_ERROR(check_stride(op, "row_stride", a.row_stride, a.vocab_size));
+    if (a.num_rows == 0) return Status::ok();
+    EPI_RETURN_IF_ERROR(check_not_null(op, "logits", a.logits));
+    EPI_RETURN_IF_ERROR(check_not_null(op, "out_ids", a.out_ids));
+    return check_not_null(op, "out_non_finite", a.out_non_finite);
 }
 
 Status silu_mul_check(const SiluMulArgs& a) {

@@ -76,12 +76,16 @@ struct RopeArgs {
     bool interleaved = false;
 };
 
-// Causal scaled-dot-product attention of T queries against S cached keys/values of one sequence, as
-// transformers eager_attention_forward: s_j = (q·k_j)·scale for j ≤ positions[t]; p = softmax(s) in fp32;
-// out = Σ_j p_j v_j. GQA: query head h reads kv head h / (num_heads / num_kv_heads).
-// Paged K/V (kv_block_table set): k and v are pools of blocks of kv_block_size rows, and key/value j is
-// pool row kv_block_table[j / kv_block_size] · kv_block_size + j % kv_block_size (each row
-// k_token_stride / v_token_stride elements apart, as without paging); else key/value j is row j.
+// Causal scaled-dot-product attention of T queries of one or more sequences against their cached keys and
+// values, as transformers eager_attention_forward: s_j = (q·k_j)·scale for j ≤ positions[t]; p = softmax(s)
+// in fp32; out = Σ_j p_j v_j. GQA: query head h reads kv head h / (num_heads / num_kv_heads).
+// Contiguous K/V (kv_block_tables null, one sequence): key/value j is row j of k and v.
+// Paged K/V (vLLM's PagedAttention block tables): k and v are pools of blocks of kv_block_size rows; query
+// t belongs to sequence s = token_sequence[t] (0 for every query when token_sequence is null) and its key
+// / value j is pool row
+//   kv_block_tables[s · block_table_stride + j / kv_block_size] · kv_block_size + j % kv_block_size
+// (rows k_token_stride / v_token_stride elements apart, as without paging). Table entries past a sequence's
+// blocks may be −1 (padding); a negative entry a query reaches is an error of the op.
 struct AttentionArgs {
     const float* q = nullptr;            // [T, Nh, Dqk] fp32, device (strides below)
     const float* k = nullptr;            // [S, Nkv, Dqk] fp32, device; paged: [num_blocks·bs, Nkv, Dqk]
@@ -89,7 +93,7 @@ struct AttentionArgs {
     const int32_t* positions = nullptr;  // [T] int32, device; query t sees keys 0..positions[t] (< S)
     float* out = nullptr;                // [T, Nh, Dv] fp32, device; must not overlap q, k or v
     int64_t num_tokens = 0;              // T (0 allowed)
-    int64_t num_kv_tokens = 0;           // S
+    int64_t num_kv_tokens = 0;           // S: positions are < S; paged: S ≤ block_table_stride · bs
     int64_t num_heads = 0;               // Nh
     int64_t num_kv_heads = 0;            // Nkv, divides Nh
     int64_t head_dim_qk = 0;             // Dqk
@@ -99,10 +103,37 @@ struct AttentionArgs {
     int64_t v_token_stride = 0, v_head_stride = 0;
     int64_t out_token_stride = 0, out_head_stride = 0;
     float scale = 1.0f;
-    // Optional paging: [ceil(S / bs)] int32, device, block ids ≥ 0 (a negative id is an error of the op),
-    // or nullptr for contiguous K/V.
-    const int32_t* kv_block_table = nullptr;
-    int64_t kv_block_size = 0;  // bs ≥ 1 when kv_block_table is set, else 0
+    // Optional paging: [num_sequences, block_table_stride] int32, device, or nullptr for contiguous K/V.
+    const int32_t* kv_block_tables = nullptr;
+    const int32_t* token_sequence = nullptr;  // [T] int32, device, each in [0, num_sequences); or nullptr
+    int64_t num_sequences = 0;                // rows of kv_block_tables (≥ 1 when set, else 0)
+    int64_t block_table_stride = 0;           // entries per row (≥ 1 when set, else 0)
+    int64_t kv_block_size = 0;                // bs ≥ 1 when kv_block_tables is set, else 0
+};
+
+// Paged KV-cache write (vLLM's reshape_and_cache with a slot mapping): pool row slot_mapping[t] ← row t
+// of src, for every t. The slots of one call must be distinct.
+struct KvCacheStoreArgs {
+    const float* src = nullptr;             // [T, width] fp32, device, rows src_row_stride elements apart
+    float* pool = nullptr;                  // [num_pool_rows, width] fp32, device (packed rows)
+    const int64_t* slot_mapping = nullptr;  // [T] int64, device, each in [0, num_pool_rows)
+    int64_t num_tokens = 0;                 // T (0 allowed)
+    int64_t width = 0;                      // elements per row, ≥ 1
+    int64_t src_row_stride = 0;             // ≥ width
+    int64_t num_pool_rows = 0;              // rows of the pool, ≥ 1
+};
+
+// Greedy decoding on the device: out_ids[r] = the index of the largest of logits[r, :], ties to the lower
+// index, NaN never winning unless the whole row is NaN (then 0) — the host sampler's argmax_token
+// (engine/sampler.h). out_non_finite[r] = 1 when row r holds a NaN or ±inf, else 0 (the engine refuses
+// such rows).
+struct ArgmaxArgs {
+    const float* logits = nullptr;    // [R, V] fp32, device, rows row_stride elements apart
+    int32_t* out_ids = nullptr;       // [R] int32, device
+    int32_t* out_non_finite = nullptr;  // [R] int32, device
+    int64_t num_rows = 0;             // R (0 allowed)
+    int64_t vocab_size = 0;           // V ≥ 1
+    int64_t row_stride = 0;           // ≥ V
 };
 
 // out[i] = silu(gate[i]) · up[i], silu(x) = x / (1 + exp(−x)) (SwiGLU).
@@ -136,6 +167,8 @@ Status rms_norm_check(const RmsNormArgs& args);
 Status matmul_check(const MatmulArgs& args);
 Status rope_check(const RopeArgs& args);
 Status attention_check(const AttentionArgs& args);
+Status kv_cache_store_check(const KvCacheStoreArgs& args);
+Status argmax_check(const ArgmaxArgs& args);
 Status silu_mul_check(const SiluMulArgs& args);
 Status add_check(const AddArgs& args);
 Status add_sigmoid_gated_check(const AddSigmoidGatedArgs& args);

@@ -326,43 +326,36 @@ Status Engine::Impl::execute(const StepPlan& plan, std::vector<int32_t>* sampled
     sampled->assign(plan.chunks.size(), -1);
     if (plan.chunks.empty()) return Status::ok();
     const int64_t V = model.config().vocab_size;
-    Backend& backend = model.backend();
 
     std::vector<size_t> mine;  // chunks of this rank's group, in plan order
     for (size_t i = 0; i < plan.chunks.size(); ++i)
         if (plan.chunks[i].group == group) mine.push_back(i);
-    // Block tables in backend memory (the host tables themselves on a host-memory backend).
-    std::vector<const int32_t*> tables_dev(mine.size());
-    DeviceBuffer tables_buf;
-    if (backend.host_accessible()) {
-        for (size_t k = 0; k < mine.size(); ++k) tables_dev[k] = plan.chunks[mine[k]].block_table.data();
-    } else {
-        std::vector<int32_t> all;
-        std::vector<size_t> offset;
-        for (const size_t i : mine) {
-            offset.push_back(all.size());
-            all.insert(all.end(), plan.chunks[i].block_table.begin(), plan.chunks[i].block_table.end());
-        }
-        EPI_ASSIGN_OR_RETURN(tables_buf, DeviceBuffer::alloc(backend, all.size() * sizeof(int32_t)));
-        if (!all.empty())
-            EPI_RETURN_IF_ERROR(
-                backend.copy_to_device(tables_buf.data(), all.data(), all.size() * sizeof(int32_t)));
-        for (size_t k = 0; k < mine.size(); ++k)
-            tables_dev[k] = static_cast<const int32_t*>(tables_buf.data()) + offset[k];
-    }
     std::vector<std::vector<LayerKvCache>> kv(mine.size());
     std::vector<SequenceInput> inputs(mine.size());
     for (size_t k = 0; k < mine.size(); ++k) {
         const PlanChunk& c = plan.chunks[mine[k]];
-        kv[k] = pool.views(c.block_table, tables_dev[k], c.num_cached);
+        kv[k] = pool.views(c.block_table, c.num_cached);
         inputs[k] = {c.tokens, kv[k]};
     }
-    std::vector<float> logits(mine.size() * static_cast<size_t>(V));  // [mine, V]
+    // Greedy requests only: the argmax runs on the device and only ids come back.
+    const bool greedy = std::all_of(mine.begin(), mine.end(), [&](size_t i) {
+        return !plan.chunks[i].sample || plan.chunks[i].sampling.temperature == 0.0;
+    });
+    std::vector<float> logits;                               // [mine, V] unless greedy
+    std::vector<int32_t> greedy_ids, greedy_non_finite;      // [mine] when greedy
     if (!mine.empty() || (par != nullptr && par->dp_attention())) {
         ForwardArgs args;
         args.sequences = inputs;
         args.logits_mode = LogitsMode::kLastRowPerSequence;
-        args.logits = logits.empty() ? nullptr : logits.data();
+        if (greedy) {
+            greedy_ids.resize(mine.size());
+            greedy_non_finite.resize(mine.size());
+            args.greedy_ids = greedy_ids.data();
+            args.greedy_non_finite = greedy_non_finite.data();
+        } else {
+            logits.resize(mine.size() * static_cast<size_t>(V));
+            args.logits = logits.data();
+        }
         EPI_RETURN_IF_ERROR(model.forward(args));
     }
 
@@ -370,16 +363,30 @@ Status Engine::Impl::execute(const StepPlan& plan, std::vector<int32_t>* sampled
     for (size_t k = 0; k < mine.size(); ++k) {
         const PlanChunk& c = plan.chunks[mine[k]];
         if (!c.sample) continue;
-        const std::span<const float> row(logits.data() + k * static_cast<size_t>(V), static_cast<size_t>(V));
-        const auto bad = std::find_if(row.begin(), row.end(), [](float x) { return !std::isfinite(x); });
-        if (bad != row.end()) {
+        const std::span<const float> row =
+            greedy ? std::span<const float>()
+                   : std::span<const float>(logits.data() + k * static_cast<size_t>(V), static_cast<size_t>(V));
+        std::string detail;  // why the row is refused, empty when it is fine
+        if (greedy && greedy_non_finite[k] != 0) {
+            detail = "its logits hold a NaN or inf (non-finite";
+        } else if (!greedy) {
+            const auto bad = std::find_if(row.begin(), row.end(), [](float x) { return !std::isfinite(x); });
+            if (bad != row.end()) {
+                detail = "logit of token " + std::to_string(bad - row.begin()) + " is " + std::to_string(*bad) +
+                         " (non-finite";
+            }
+        }
+        if (!detail.empty()) {
             (*sampled)[mine[k]] = kNonFiniteToken;
             if (non_finite.is_ok()) {
                 non_finite = data_loss("request id " + std::to_string(c.id) + ", new token " +
-                                       std::to_string(c.produced) + ": logit of token " +
-                                       std::to_string(bad - row.begin()) + " is " + std::to_string(*bad) +
-                                       " (non-finite: do the checkpoint's weights hold NaN or inf?)");
+                                       std::to_string(c.produced) + ": " + detail +
+                                       ": do the checkpoint's weights hold NaN or inf?)");
             }
+            continue;
+        }
+        if (greedy) {
+            (*sampled)[mine[k]] = greedy_ids[k];
             continue;
         }
         Sampler& sampler = samplers.try_emplace(c.id, c.sampling).first->second;

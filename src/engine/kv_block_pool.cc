@@ -101,8 +101,7 @@ void KvBlockPool::release(std::vector<int32_t>* table) {
     table->clear();
 }
 
-std::vector<LayerKvCache> KvBlockPool::views(std::span<const int32_t> block_table,
-                                             const int32_t* block_table_device, int64_t num_tokens) const {
+std::vector<LayerKvCache> KvBlockPool::views(std::span<const int32_t> block_table, int64_t num_tokens) const {
     std::vector<LayerKvCache> out(static_cast<size_t>(shape_.num_layers));
     for (int64_t l = 0; l < shape_.num_layers; ++l) {
         LayerKvCache& view = out[static_cast<size_t>(l)];
@@ -112,7 +111,7 @@ std::vector<LayerKvCache> KvBlockPool::views(std::span<const int32_t> block_tabl
         view.k_pool = k_[static_cast<size_t>(l)].f32();
         view.v_pool = shape_.v_width > 0 ? v_[static_cast<size_t>(l)].f32() : nullptr;
         view.block_table = block_table;
-        view.block_table_device = block_table_device;
+        view.num_blocks = num_blocks_;
     }
     return out;
 }

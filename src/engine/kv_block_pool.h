@@ -61,11 +61,9 @@ public:
 
     // [L] per-layer views of one sequence for Model::forward (layers of other pipeline stages are empty
     // views: null pools, empty block table, but block_size and num_tokens set, as Model::forward reads
-    // num_tokens of layer 0). block_table: host [n] ids; block_table_device: the same ids in backend memory
-    // (equal to block_table.data() on a host-memory backend); num_tokens: positions already filled. The
-    // views point into block_table, which must outlive them.
-    std::vector<LayerKvCache> views(std::span<const int32_t> block_table, const int32_t* block_table_device,
-                                    int64_t num_tokens) const;
+    // num_tokens of layer 0). block_table: host [n] ids; num_tokens: positions already filled. The views
+    // point into block_table, which must outlive them.
+    std::vector<LayerKvCache> views(std::span<const int32_t> block_table, int64_t num_tokens) const;
 
 private:
     KvBlockPool() = default;

@@ -80,34 +80,28 @@ Status gqa_attention_forward(Backend& backend, const GqaAttentionWeights& w, con
     EPI_RETURN_IF_ERROR(apply_rope(backend, p, q.f32(), T, Nh, batch.positions));
     EPI_RETURN_IF_ERROR(apply_rope(backend, p, k.f32(), T, Nkv, batch.positions));
 
+    EPI_ASSIGN_OR_RETURN(const LayerKvCache* layer, batch_layer_cache(batch));
     const int64_t kv_row = Nkv * D;
-    for (const AttentionSequence& seq : batch.sequences) {
-        EPI_RETURN_IF_ERROR(check_kv_capacity(seq));
-        const LayerKvCache& kv = *seq.kv;
-        const int64_t n = seq.num_rows, r0 = seq.row_begin;
-        EPI_RETURN_IF_ERROR(kv_cache_write_rows(backend, kv, kv.k_pool, kv_row, k.f32() + r0 * kv_row, n));
-        EPI_RETURN_IF_ERROR(kv_cache_write_rows(backend, kv, kv.v_pool, kv_row, v.f32() + r0 * kv_row, n));
+    EPI_RETURN_IF_ERROR(kv_cache_store_rows(backend, batch, *layer, layer->k_pool, kv_row, k.f32()));
+    EPI_RETURN_IF_ERROR(kv_cache_store_rows(backend, batch, *layer, layer->v_pool, kv_row, v.f32()));
 
-        AttentionArgs args;
-        args.q = q.f32() + r0 * Nh * D;
-        args.k = kv.k_pool;  // [num_blocks·block_size, Nkv, D], rows through the block table
-        args.v = kv.v_pool;
-        args.kv_block_table = kv.block_table_device;
-        args.kv_block_size = kv.block_size;
-        args.positions = batch.positions + r0;
-        args.out = attn.f32() + r0 * Nh * D;
-        args.num_tokens = n;
-        args.num_kv_tokens = kv.num_tokens + n;
-        args.num_heads = Nh;
-        args.num_kv_heads = Nkv;
-        args.head_dim_qk = D;
-        args.head_dim_v = D;
-        args.q_token_stride = args.out_token_stride = Nh * D;
-        args.k_token_stride = args.v_token_stride = Nkv * D;
-        args.q_head_stride = args.k_head_stride = args.v_head_stride = args.out_head_stride = D;
-        args.scale = p.softmax_scale;
-        EPI_RETURN_IF_ERROR(backend.attention(args));
-    }
+    AttentionArgs args;
+    args.q = q.f32();
+    args.k = layer->k_pool;  // [num_blocks·block_size, Nkv, D], rows through the block tables
+    args.v = layer->v_pool;
+    set_paged_attention(batch, *layer, &args);
+    args.positions = batch.positions;
+    args.out = attn.f32();
+    args.num_tokens = T;
+    args.num_heads = Nh;
+    args.num_kv_heads = Nkv;
+    args.head_dim_qk = D;
+    args.head_dim_v = D;
+    args.q_token_stride = args.out_token_stride = Nh * D;
+    args.k_token_stride = args.v_token_stride = Nkv * D;
+    args.q_head_stride = args.k_head_stride = args.v_head_stride = args.out_head_stride = D;
+    args.scale = p.softmax_scale;
+    EPI_RETURN_IF_ERROR(backend.attention(args));
     return linear_forward(backend, w.o_proj, attn.f32(), T, y);
 }
 

@@ -44,8 +44,9 @@ struct GqaAttentionParams {
     int64_t kv_head_begin = 0;
 };
 
-// y = attention(x) for the T rows of `batch`; writes each sequence's new K/V into its cache blocks, and
-// the attention op reads K/V from the pools through the block table (no gather).
+// y = attention(x) for the T rows of `batch`; writes every sequence's new K/V into its cache blocks (one
+// kv_cache_store per pool), and one attention op reads K/V of every sequence from the pools through the
+// block tables (no gather).
 // x: [T, H] fp32 device; y: [T, H] fp32 device (must not overlap x).
 // Errors: kInvalidArgument when a cache lacks the capacity for its new rows; op errors.
 Status gqa_attention_forward(Backend& backend, const GqaAttentionWeights& weights,

@@ -102,12 +102,11 @@ Status mla_attention_forward(Backend& backend, const MlaAttentionWeights& w, con
     EPI_RETURN_IF_ERROR(
         apply_rope(backend, p, latent.f32(), T, 1, latent_width, latent_width, R, batch.positions));
 
+    EPI_ASSIGN_OR_RETURN(const LayerKvCache* layer, batch_layer_cache(batch));
+    EPI_RETURN_IF_ERROR(kv_cache_store_rows(backend, batch, *layer, layer->k_pool, latent_width, latent.f32()));
     for (const AttentionSequence& seq : batch.sequences) {
-        EPI_RETURN_IF_ERROR(check_kv_capacity(seq));
         const LayerKvCache& kv = *seq.kv;
         const int64_t n = seq.num_rows, r0 = seq.row_begin, S = kv.num_tokens + n;
-        EPI_RETURN_IF_ERROR(
-            kv_cache_write_rows(backend, kv, kv.k_pool, latent_width, latent.f32() + r0 * latent_width, n));
         // The naive expansion reads the whole prefix: gather it out of the blocks.
         EPI_ASSIGN_OR_RETURN(DeviceBuffer cached,
                              DeviceBuffer::alloc_f32(backend, S * latent_width));  // [S, R+Dr]

@@ -1,6 +1,8 @@
 #include "layers/kv_cache.h"
 
 #include <algorithm>
+#include <string>
+#include <vector>
 
 namespace epinfer {
 
@@ -56,18 +58,93 @@ Status for_each_pool_run(const LayerKvCache& kv, int64_t begin, int64_t count, C
 
 }  // namespace
 
-Status kv_cache_write_rows(Backend& backend, const LayerKvCache& kv, float* pool, int64_t width,
-                           const float* rows, int64_t num_rows) {
-    const char* what = "kv cache write";
-    EPI_RETURN_IF_ERROR(check_range(what, kv, width, kv.num_tokens, num_rows));
-    if (num_rows == 0) return Status::ok();
-    if (pool == nullptr || rows == nullptr)
-        return invalid_argument(std::string(what) + ": null pool or rows");
-    return for_each_pool_run(
-        kv, kv.num_tokens, num_rows, [&](int64_t pool_row, int64_t offset, int64_t length) {
-            return backend.copy_on_device(pool + pool_row * width, rows + offset * width,
-                                          static_cast<size_t>(length * width) * sizeof(float));
-        });
+Result<KvBatchMetadata> build_kv_batch_metadata(Backend& backend, std::span<const AttentionSequence> sequences,
+                                                int64_t num_rows) {
+    KvBatchMetadata meta;
+    meta.num_rows = num_rows;
+    meta.num_sequences = static_cast<int64_t>(sequences.size());
+    meta.block_table_stride = 1;
+    int64_t next_row = 0;
+    for (const AttentionSequence& seq : sequences) {
+        EPI_RETURN_IF_ERROR(check_kv_capacity(seq));
+        if (seq.row_begin != next_row || seq.num_rows < 0) {
+            return invalid_argument("attention batch: sequence rows start at " + std::to_string(seq.row_begin) +
+                                    " where row " + std::to_string(next_row) + " was expected");
+        }
+        next_row += seq.num_rows;
+        meta.block_table_stride =
+            std::max(meta.block_table_stride, static_cast<int64_t>(seq.kv->block_table.size()));
+        meta.max_kv_tokens = std::max(meta.max_kv_tokens, seq.kv->num_tokens + seq.num_rows);
+    }
+    if (next_row != num_rows) {
+        return invalid_argument("attention batch: the sequences cover " + std::to_string(next_row) + " of " +
+                                std::to_string(num_rows) + " rows");
+    }
+    std::vector<int64_t> slots(static_cast<size_t>(num_rows));  // [T]
+    std::vector<int32_t> seq_of_row(static_cast<size_t>(num_rows));  // [T]
+    std::vector<int32_t> tables(static_cast<size_t>(meta.num_sequences * meta.block_table_stride), -1);
+    for (size_t s = 0; s < sequences.size(); ++s) {
+        const AttentionSequence& seq = sequences[s];
+        const LayerKvCache& kv = *seq.kv;
+        std::copy(kv.block_table.begin(), kv.block_table.end(),
+                  tables.begin() + static_cast<int64_t>(s) * meta.block_table_stride);
+        for (int64_t i = 0; i < seq.num_rows; ++i) {
+            const int64_t p = kv.num_tokens + i;
+            const int32_t block = kv.block_table[static_cast<size_t>(p / kv.block_size)];
+            if (block < 0) {
+                return invalid_argument("attention batch: block table entry " +
+                                        std::to_string(p / kv.block_size) + " of sequence " + std::to_string(s) +
+                                        " is " + std::to_string(block));
+            }
+            slots[static_cast<size_t>(seq.row_begin + i)] = int64_t{block} * kv.block_size + p % kv.block_size;
+            seq_of_row[static_cast<size_t>(seq.row_begin + i)] = static_cast<int32_t>(s);
+        }
+    }
+    const auto upload = [&](DeviceBuffer* dst, const void* src, size_t bytes) -> Status {
+        EPI_ASSIGN_OR_RETURN(*dst, DeviceBuffer::alloc(backend, bytes));
+        return bytes == 0 ? Status::ok() : backend.copy_to_device(dst->data(), src, bytes);
+    };
+    EPI_RETURN_IF_ERROR(upload(&meta.slot_mapping, slots.data(), slots.size() * sizeof(int64_t)));
+    EPI_RETURN_IF_ERROR(upload(&meta.token_sequence, seq_of_row.data(), seq_of_row.size() * sizeof(int32_t)));
+    EPI_RETURN_IF_ERROR(upload(&meta.block_tables, tables.data(), tables.size() * sizeof(int32_t)));
+    return meta;
+}
+
+Result<const LayerKvCache*> batch_layer_cache(const AttentionBatch& batch) {
+    if (batch.sequences.empty() || batch.kv_metadata == nullptr)
+        return invalid_argument("attention: a batch without sequences or KV metadata");
+    const LayerKvCache* first = batch.sequences.front().kv;
+    for (const AttentionSequence& seq : batch.sequences) {
+        EPI_RETURN_IF_ERROR(check_kv_capacity(seq));
+        if (seq.kv->k_pool != first->k_pool || seq.kv->v_pool != first->v_pool ||
+            seq.kv->block_size != first->block_size || seq.kv->num_blocks != first->num_blocks) {
+            return invalid_argument("attention: the sequences of a batch do not share one layer's KV pools");
+        }
+    }
+    return first;
+}
+
+Status kv_cache_store_rows(Backend& backend, const AttentionBatch& batch, const LayerKvCache& layer, float* pool,
+                           int64_t width, const float* rows) {
+    KvCacheStoreArgs args;
+    args.src = rows;
+    args.pool = pool;
+    args.slot_mapping = static_cast<const int64_t*>(batch.kv_metadata->slot_mapping.data());
+    args.num_tokens = batch.kv_metadata->num_rows;
+    args.width = width;
+    args.src_row_stride = width;
+    args.num_pool_rows = layer.num_blocks * layer.block_size;
+    return backend.kv_cache_store(args);
+}
+
+void set_paged_attention(const AttentionBatch& batch, const LayerKvCache& layer, AttentionArgs* args) {
+    const KvBatchMetadata& meta = *batch.kv_metadata;
+    args->kv_block_tables = static_cast<const int32_t*>(meta.block_tables.data());
+    args->token_sequence = static_cast<const int32_t*>(meta.token_sequence.data());
+    args->num_sequences = meta.num_sequences;
+    args->block_table_stride = meta.block_table_stride;
+    args->kv_block_size = layer.block_size;
+    args->num_kv_tokens = meta.max_kv_tokens;
 }
 
 Status kv_cache_gather_rows(Backend& backend, const LayerKvCache& kv, const float* pool, int64_t width,

@@ -1,7 +1,8 @@
 // What an attention layer sees of the KV cache: a paged view of one sequence in one layer (the layer's
 // pool of fixed-size blocks and the sequence's block table), the rows of a batch that belong to each
-// sequence, and the helpers that write new rows into the blocks and gather a prefix back out. The storage
-// and the free list are owned by engine/kv_block_pool.h.
+// sequence, the batch's paged-attention metadata in backend memory (built once per forward, the same in
+// every layer), and the helpers that write new rows into the blocks and gather a prefix back out. The
+// storage and the free list are owned by engine/kv_block_pool.h.
 #pragma once
 
 #include <cstdint>
@@ -25,8 +26,7 @@ struct LayerKvCache {
     float* k_pool = nullptr;               // [num_blocks, block_size, k_width] fp32, device
     float* v_pool = nullptr;               // [num_blocks, block_size, v_width] fp32, device; nullptr for MLA
     std::span<const int32_t> block_table;  // [n] int32, host: block ids in position order
-    // [n] int32, device: the same ids (block_table.data() itself on a host-memory backend).
-    const int32_t* block_table_device = nullptr;
+    int64_t num_blocks = 0;  // blocks of the pools
     int64_t block_size = 0;  // tokens per block, ≥ 1
     int64_t num_tokens = 0;  // rows already filled (positions 0 .. num_tokens − 1)
 
@@ -59,19 +59,46 @@ inline Status check_kv_capacity(const AttentionSequence& seq) {
     return Status::ok();
 }
 
-struct AttentionBatch {
-    const int32_t* positions = nullptr;            // [T] int32, device
-    std::span<const AttentionSequence> sequences;  // in row order, covering [0, T)
+// The paged-attention metadata of a batch in backend memory (AttentionArgs' batch paging and
+// KvCacheStoreArgs' slot mapping). Block ids are the same in every layer's pool, so one metadata serves
+// every layer of a forward.
+struct KvBatchMetadata {
+    DeviceBuffer slot_mapping;    // [T] int64: the pool row of each new row (position kv.num_tokens + i)
+    DeviceBuffer block_tables;    // [num_sequences, block_table_stride] int32, −1 past a sequence's blocks
+    DeviceBuffer token_sequence;  // [T] int32: the sequence (block table row) of each row
+    int64_t num_rows = 0;         // T
+    int64_t num_sequences = 0;
+    int64_t block_table_stride = 0;  // ≥ 1
+    int64_t max_kv_tokens = 0;       // the largest num_tokens + num_rows of a sequence
 };
 
-// Writes `num_rows` new rows to positions kv.num_tokens .. kv.num_tokens + num_rows − 1 of `pool`
-// (kv.k_pool or kv.v_pool) through kv's block table: one copy_on_device per run of positions contiguous in
-// the pool (a run ends at a block boundary unless the next block id is the next id).
-//   pool: [num_blocks, block_size, width] fp32, device; rows: [num_rows, width] fp32, device (packed).
-// Errors: kInvalidArgument when the block table cannot take the rows (see check_kv_capacity), a negative
-// block id, or width < 1; copy errors.
-Status kv_cache_write_rows(Backend& backend, const LayerKvCache& kv, float* pool, int64_t width,
-                           const float* rows, int64_t num_rows);
+// Builds the metadata of `sequences` (one layer's views, in row order, covering rows [0, num_rows)) on
+// `backend`: three small host→device copies.
+// Errors: kInvalidArgument when the sequences do not cover [0, num_rows) in order, a view has no storage,
+// a block table lacks the capacity for its new rows (check_kv_capacity) or holds a negative id among them;
+// alloc/copy errors.
+Result<KvBatchMetadata> build_kv_batch_metadata(Backend& backend, std::span<const AttentionSequence> sequences,
+                                                int64_t num_rows);
+
+struct AttentionBatch {
+    const int32_t* positions = nullptr;            // [T] int32, device
+    std::span<const AttentionSequence> sequences;  // this layer's views, in row order, covering [0, T)
+    const KvBatchMetadata* kv_metadata = nullptr;  // build_kv_batch_metadata of these sequences
+};
+
+// The layer's cache (pools, block size, number of blocks) that every sequence of `batch` shares.
+// Errors: kInvalidArgument when the batch has no sequences or metadata, a view has no storage (a layer of
+// another pipeline stage?) or the views do not share their pools.
+Result<const LayerKvCache*> batch_layer_cache(const AttentionBatch& batch);
+
+// Writes row t of `rows` ([T, width] fp32, device, packed) to pool row slot_mapping[t] of `pool` (the
+// layer's k_pool or v_pool, [num_blocks · block_size, width]): one kv_cache_store op for the batch.
+// Errors: op errors.
+Status kv_cache_store_rows(Backend& backend, const AttentionBatch& batch, const LayerKvCache& layer, float* pool,
+                           int64_t width, const float* rows);
+
+// Sets the paged fields of `args` (k/v pools are the caller's) from the batch metadata and `layer`.
+void set_paged_attention(const AttentionBatch& batch, const LayerKvCache& layer, AttentionArgs* args);
 
 // Copies positions 0 .. num_rows − 1 of `pool` (through kv's block table) into out: [num_rows, width]
 // fp32, device (packed), one copy_on_device per run contiguous in the pool.

@@ -182,7 +182,14 @@ Status Model::check_inputs(const ForwardArgs& args) const {
     // Under DP attention a rank may own no sequence and still joins the collectives.
     const bool may_be_empty = parallel_ != nullptr && parallel_->dp_attention();
     if (args.sequences.empty() && !may_be_empty) return invalid_argument("forward: no sequence");
-    if (args.logits == nullptr && !args.sequences.empty()) return invalid_argument("forward: logits is null");
+    const bool greedy = args.greedy_ids != nullptr || args.greedy_non_finite != nullptr;
+    if (greedy && (args.greedy_ids == nullptr || args.greedy_non_finite == nullptr || args.logits != nullptr ||
+                   args.logits_mode != LogitsMode::kLastRowPerSequence)) {
+        return invalid_argument(
+            "forward: greedy output needs greedy_ids and greedy_non_finite, no logits, and kLastRowPerSequence");
+    }
+    if (!greedy && args.logits == nullptr && !args.sequences.empty())
+        return invalid_argument("forward: logits is null");
     for (size_t s = 0; s < args.sequences.size(); ++s) {
         const SequenceInput& seq = args.sequences[s];
         const std::string name = "forward: sequence " + std::to_string(s);
@@ -217,14 +224,25 @@ Status Model::forward(const ForwardArgs& args) {
         logits_row_begin[s + 1] = logits_row_begin[s] + n;
     }
     const int pp = parallel_ != nullptr ? parallel_->layout.pp : 1;
+    const bool greedy = args.greedy_ids != nullptr;
     for (int m = 0; m < pp; ++m) {
         const ShardRange mb = split_evenly(static_cast<int64_t>(num_seqs), pp, m);
-        float* logits = args.logits + logits_row_begin[static_cast<size_t>(mb.begin)] * V;
+        MicroBatchOutput out;
+        if (greedy) {
+            out.greedy_ids = args.greedy_ids + mb.begin;
+            out.greedy_non_finite = args.greedy_non_finite + mb.begin;
+        } else {
+            out.logits = args.logits + logits_row_begin[static_cast<size_t>(mb.begin)] * V;
+        }
         const Status st =
-            forward_micro_batch(args, static_cast<size_t>(mb.begin), static_cast<size_t>(mb.end()), logits);
+            forward_micro_batch(args, static_cast<size_t>(mb.begin), static_cast<size_t>(mb.end()), out);
         if (!st.is_ok()) return pp > 1 ? st.with_context("micro-batch " + std::to_string(m)) : st;
     }
-    if (pp > 1 && logits_row_begin.back() > 0) {
+    if (pp > 1 && greedy && num_seqs > 0) {
+        const int64_t n = static_cast<int64_t>(num_seqs);
+        EPI_RETURN_IF_ERROR(parallel_->pipeline->broadcast(args.greedy_ids, n, DType::kI32, pp - 1));
+        EPI_RETURN_IF_ERROR(parallel_->pipeline->broadcast(args.greedy_non_finite, n, DType::kI32, pp - 1));
+    } else if (pp > 1 && logits_row_begin.back() > 0) {
         EPI_RETURN_IF_ERROR(
             parallel_->pipeline->broadcast(args.logits, logits_row_begin.back() * V, DType::kF32, pp - 1));
     }
@@ -234,7 +252,7 @@ Status Model::forward(const ForwardArgs& args) {
 }
 
 Status Model::forward_micro_batch(const ForwardArgs& args, size_t seq_begin, size_t seq_end,
-                                  float* logits_out) {
+                                  const MicroBatchOutput& out) {
     Backend& backend = *backend_;
     const ModelConfig& c = config_;
     const ModelWeights& w = *weights_;
@@ -294,14 +312,23 @@ Status Model::forward_micro_batch(const ForwardArgs& args, size_t seq_begin, siz
     const MlaAttentionParams mla = mla_params(c, w);
     const MoeRouterParams router = router_params(c);
     std::vector<AttentionSequence> attn_seqs(seqs.size());
-    for (int64_t l = stage.layers.begin; l < stage.layers.end(); ++l) {
-        const DecoderLayerWeights& lw = w.layers[static_cast<size_t>(l)];
-        const std::string ctx = "layer " + std::to_string(l);
+    const auto layer_sequences = [&](int64_t l) {
         for (size_t s = 0; s < seqs.size(); ++s) {
             attn_seqs[s] = {row_begin[s], static_cast<int64_t>(seqs[s].token_ids.size()),
                             &seqs[s].kv[static_cast<size_t>(l)]};
         }
-        const AttentionBatch batch{static_cast<const int32_t*>(pos_dev.data()), attn_seqs};
+    };
+    // Block ids are the same in every layer: one paged-attention metadata for the whole stage.
+    KvBatchMetadata kv_metadata;
+    if (T > 0 && stage.layers.size > 0) {
+        layer_sequences(stage.layers.begin);
+        EPI_ASSIGN_OR_RETURN(kv_metadata, build_kv_batch_metadata(backend, attn_seqs, T));
+    }
+    for (int64_t l = stage.layers.begin; l < stage.layers.end(); ++l) {
+        const DecoderLayerWeights& lw = w.layers[static_cast<size_t>(l)];
+        const std::string ctx = "layer " + std::to_string(l);
+        layer_sequences(l);
+        const AttentionBatch batch{static_cast<const int32_t*>(pos_dev.data()), attn_seqs, &kv_metadata};
 
         if (T > 0) {
             EPI_RETURN_IF_ERROR_CTX(
@@ -348,18 +375,45 @@ Status Model::forward_micro_batch(const ForwardArgs& args, size_t seq_begin, siz
     EPI_RETURN_IF_ERROR(rms_norm_forward(backend, w.norm, hidden.f32(), T, normed.f32()));
     EPI_RETURN_IF_ERROR(
         observe(backend, args.observer, "final_norm", c.num_hidden_layers, normed.f32(), T, H));
-    if (args.logits_mode == LogitsMode::kLastRowPerSequence) {
+    DeviceBuffer last_rows_dev;  // [num_sequences] int32: the row index of each sequence's last token
+    const bool one_row_each = std::all_of(seqs.begin(), seqs.end(),
+                                          [](const SequenceInput& seq) { return seq.token_ids.size() == 1; });
+    if (args.logits_mode == LogitsMode::kLastRowPerSequence && !one_row_each) {
+        // Gather the last row of each sequence (an embedding lookup into the normed rows).
         num_out = static_cast<int64_t>(seqs.size());
-        for (int64_t s = 0; s < num_out; ++s) {
-            const int64_t last = row_begin[s] + static_cast<int64_t>(seqs[s].token_ids.size()) - 1;
-            EPI_RETURN_IF_ERROR(backend.copy_on_device(branch.f32() + s * H, normed.f32() + last * H,
-                                                       static_cast<size_t>(H) * sizeof(float)));
-        }
+        std::vector<int32_t> last_rows(seqs.size());
+        for (size_t s = 0; s < seqs.size(); ++s)
+            last_rows[s] = static_cast<int32_t>(row_begin[s] + static_cast<int64_t>(seqs[s].token_ids.size()) - 1);
+        const size_t bytes = last_rows.size() * sizeof(int32_t);
+        EPI_ASSIGN_OR_RETURN(last_rows_dev, DeviceBuffer::alloc(backend, bytes));
+        EPI_RETURN_IF_ERROR(backend.copy_to_device(last_rows_dev.data(), last_rows.data(), bytes));
+        EmbeddingArgs gather;
+        gather.token_ids = static_cast<const int32_t*>(last_rows_dev.data());
+        gather.table = normed.f32();
+        gather.table_dtype = DType::kF32;
+        gather.out = branch.f32();
+        gather.num_tokens = num_out;
+        gather.vocab_size = T;
+        gather.hidden_size = H;
+        EPI_RETURN_IF_ERROR(backend.embedding(gather));
         head_in = branch.f32();
     }
     EPI_ASSIGN_OR_RETURN(DeviceBuffer logits, DeviceBuffer::alloc_f32(backend, num_out * V));  // [rows, V]
     EPI_RETURN_IF_ERROR_CTX(linear_forward(backend, w.lm_head, head_in, num_out, logits.f32()), "lm_head");
-    return backend.copy_to_host(logits_out, logits.data(), logits.num_bytes());
+    if (out.greedy_ids == nullptr) return backend.copy_to_host(out.logits, logits.data(), logits.num_bytes());
+    const size_t id_bytes_out = static_cast<size_t>(num_out) * sizeof(int32_t);
+    EPI_ASSIGN_OR_RETURN(DeviceBuffer greedy, DeviceBuffer::alloc(backend, 2 * id_bytes_out));  // ids, flags
+    int32_t* greedy_dev = static_cast<int32_t*>(greedy.data());
+    ArgmaxArgs argmax;
+    argmax.logits = logits.f32();
+    argmax.out_ids = greedy_dev;
+    argmax.out_non_finite = greedy_dev + num_out;
+    argmax.num_rows = num_out;
+    argmax.vocab_size = V;
+    argmax.row_stride = V;
+    EPI_RETURN_IF_ERROR(backend.argmax(argmax));
+    EPI_RETURN_IF_ERROR(backend.copy_to_host(out.greedy_ids, greedy_dev, id_bytes_out));
+    return backend.copy_to_host(out.greedy_non_finite, greedy_dev + num_out, id_bytes_out);
 }
 
 }  // namespace epinfer

@@ -48,6 +48,12 @@ struct ForwardArgs {
     LogitsMode logits_mode = LogitsMode::kLastRowPerSequence;
     float* logits = nullptr;                  // host fp32, shape per logits_mode
     const LayerObserver* observer = nullptr;  // optional (tests)
+    // Greedy decoding on the device instead of logits (kLastRowPerSequence, logits null): greedy_ids
+    // [num_sequences] int32 host receives the argmax of each sequence's logits (Backend::argmax, the
+    // sampler's argmax_token), greedy_non_finite [num_sequences] int32 host 1 where those logits held a
+    // NaN or ±inf. Only ids cross to the host, not [num_sequences, V] logits.
+    int32_t* greedy_ids = nullptr;
+    int32_t* greedy_non_finite = nullptr;
 };
 
 // The model sizes validate_layout checks a layout against (parallel/layout.h).
@@ -126,7 +132,14 @@ private:
     Model() = default;
     Status check_inputs(const ForwardArgs& args) const;
     // The stage's part of forward for sequences [seq_begin, seq_end) of args; logits rows go to `logits`.
-    Status forward_micro_batch(const ForwardArgs& args, size_t seq_begin, size_t seq_end, float* logits);
+    // Where one micro-batch's outputs go: its rows of ForwardArgs::logits, or of greedy_ids/non_finite.
+    struct MicroBatchOutput {
+        float* logits = nullptr;
+        int32_t* greedy_ids = nullptr;
+        int32_t* greedy_non_finite = nullptr;
+    };
+    Status forward_micro_batch(const ForwardArgs& args, size_t seq_begin, size_t seq_end,
+                               const MicroBatchOutput& out);
 
     ModelConfig config_;
     Backend* backend_ = nullptr;

@@ -8,6 +8,7 @@
 #include <string>
 #include <thread>
 
+#include "backend/cpu/cpu_argmax.h"
 #include "backend/cpu/cpu_kernels.h"
 #include "backend/cpu/cpu_moe_experts.h"
 #include "backend/cpu/moe_router.h"
@@ -111,6 +112,15 @@ public:
     Status attention(const AttentionArgs& args) override {
         EPI_RETURN_IF_ERROR(attention_check(args));
         return cpu_attention(args, pool_);
+    }
+    Status argmax(const ArgmaxArgs& args) override {
+        EPI_RETURN_IF_ERROR(argmax_check(args));
+        cpu_argmax(args);
+        return Status::ok();
+    }
+    Status kv_cache_store(const KvCacheStoreArgs& args) override {
+        EPI_RETURN_IF_ERROR(kv_cache_store_check(args));
+        return cpu_kv_cache_store(args);
     }
     Status silu_mul(const SiluMulArgs& args) override {
         EPI_RETURN_IF_ERROR(silu_mul_check(args));

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -124,20 +125,31 @@ Status cpu_attention(const AttentionArgs& a, ThreadPool& pool) {
                                     std::to_string(t) + " is outside the " + std::to_string(a.num_kv_tokens) +
                                     " cached tokens");
         }
+        const int32_t seq = a.token_sequence != nullptr ? a.token_sequence[t] : 0;
+        if (a.kv_block_tables != nullptr && (seq < 0 || seq >= a.num_sequences)) {
+            return invalid_argument("attention: token_sequence[" + std::to_string(t) + "] = " +
+                                    std::to_string(seq) + " is outside [0, " + std::to_string(a.num_sequences) +
+                                    ")");
+        }
     }
-    // kv_row[j]: the K/V row of key j (through the block table when paged).
-    std::vector<int64_t> kv_row(static_cast<size_t>(a.num_kv_tokens));  // [S]
-    for (int64_t j = 0; j < a.num_kv_tokens; ++j) {
-        if (a.kv_block_table == nullptr) {
-            kv_row[j] = j;
-            continue;
+    // The block table row of query t (nullptr for contiguous K/V), and the K/V row of its key j.
+    const auto table_of = [&](int64_t t) -> const int32_t* {
+        if (a.kv_block_tables == nullptr) return nullptr;
+        const int64_t seq = a.token_sequence != nullptr ? a.token_sequence[t] : 0;
+        return a.kv_block_tables + seq * a.block_table_stride;
+    };
+    const auto kv_row = [&](const int32_t* table, int64_t j) -> int64_t {
+        if (table == nullptr) return j;
+        return int64_t{table[j / a.kv_block_size]} * a.kv_block_size + j % a.kv_block_size;
+    };
+    for (int64_t t = 0; t < a.num_tokens && a.kv_block_tables != nullptr; ++t) {
+        const int32_t* table = table_of(t);
+        for (int64_t b = 0; b <= a.positions[t] / a.kv_block_size; ++b) {
+            if (table[b] < 0) {
+                return invalid_argument("attention: block table entry " + std::to_string(b) + " of query " +
+                                        std::to_string(t) + " is " + std::to_string(table[b]));
+            }
         }
-        const int32_t block = a.kv_block_table[j / a.kv_block_size];
-        if (block < 0) {
-            return invalid_argument("attention: kv_block_table entry " + std::to_string(j / a.kv_block_size) +
-                                    " is " + std::to_string(block));
-        }
-        kv_row[j] = int64_t{block} * a.kv_block_size + j % a.kv_block_size;
     }
     const int64_t group = a.num_heads / a.num_kv_heads;
     const int64_t work_per_item = a.num_kv_tokens * (a.head_dim_qk + a.head_dim_v);  // at most
@@ -147,10 +159,11 @@ Status cpu_attention(const AttentionArgs& a, ThreadPool& pool) {
         for (int64_t item = i0; item < i1; ++item) {
             const int64_t t = item / a.num_heads, h = item % a.num_heads, kvh = h / group;
             const int64_t num_keys = a.positions[t] + 1;                        // causal
+            const int32_t* table = table_of(t);
             const float* q = a.q + t * a.q_token_stride + h * a.q_head_stride;  // [Dqk]
             float max_score = -INFINITY;
             for (int64_t j = 0; j < num_keys; ++j) {
-                const float* k = a.k + kv_row[j] * a.k_token_stride + kvh * a.k_head_stride;  // [Dqk]
+                const float* k = a.k + kv_row(table, j) * a.k_token_stride + kvh * a.k_head_stride;  // [Dqk]
                 probs[j] = dot_f32(q, k, a.head_dim_qk) * a.scale;
                 max_score = std::max(max_score, probs[j]);
             }
@@ -162,13 +175,29 @@ Status cpu_attention(const AttentionArgs& a, ThreadPool& pool) {
             std::fill(acc.begin(), acc.end(), 0.0f);
             for (int64_t j = 0; j < num_keys; ++j) {
                 const float p = probs[j] / sum;
-                const float* v = a.v + kv_row[j] * a.v_token_stride + kvh * a.v_head_stride;  // [Dv]
+                const float* v = a.v + kv_row(table, j) * a.v_token_stride + kvh * a.v_head_stride;  // [Dv]
                 for (int64_t d = 0; d < a.head_dim_v; ++d) acc[d] += p * v[d];
             }
             float* out = a.out + t * a.out_token_stride + h * a.out_head_stride;  // [Dv]
             for (int64_t d = 0; d < a.head_dim_v; ++d) out[d] = acc[d];
         }
     });
+    return Status::ok();
+}
+
+Status cpu_kv_cache_store(const KvCacheStoreArgs& a) {
+    for (int64_t t = 0; t < a.num_tokens; ++t) {
+        const int64_t slot = a.slot_mapping[t];
+        if (slot < 0 || slot >= a.num_pool_rows) {
+            return invalid_argument("kv_cache_store: slot_mapping[" + std::to_string(t) + "] = " +
+                                    std::to_string(slot) + " is outside the pool's " +
+                                    std::to_string(a.num_pool_rows) + " rows");
+        }
+    }
+    for (int64_t t = 0; t < a.num_tokens; ++t) {
+        std::memcpy(a.pool + a.slot_mapping[t] * a.width, a.src + t * a.src_row_stride,
+                    static_cast<size_t>(a.width) * sizeof(float));
+    }
     return Status::ok();
 }
 

@@ -13,6 +13,7 @@ void cpu_matmul(const MatmulArgs& args, ThreadPool& pool);
 void cpu_rope(const RopeArgs& args, ThreadPool& pool);
 // Returns kInvalidArgument when a position is negative or ≥ S.
 Status cpu_attention(const AttentionArgs& args, ThreadPool& pool);
+Status cpu_kv_cache_store(const KvCacheStoreArgs& args);
 void cpu_silu_mul(const SiluMulArgs& args);
 void cpu_add(const AddArgs& args);
 void cpu_add_sigmoid_gated(const AddSigmoidGatedArgs& args);

@@ -3,6 +3,7 @@
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <climits>
 #include <cstdint>
 #include <memory>
@@ -10,6 +11,7 @@
 
 #include "backend/cuda/cuda_moe_experts.h"
 #include "backend/cuda/cuda_util.h"
+#include "backend/cuda/kernels/argmax.cuh"
 #include "backend/cuda/kernels/attention.cuh"
 #include "backend/cuda/kernels/dense_ops.cuh"
 #include "backend/cuda/kernels/matmul_small_t.cuh"
@@ -22,7 +24,8 @@ namespace {
 // Indices of the data-dependent error flags in the backend's device flag array.
 constexpr int kEmbeddingFlag = 0;
 constexpr int kAttentionFlag = 1;
-constexpr int kNumFlags = 2;
+constexpr int kKvCacheStoreFlag = 2;
+constexpr int kNumFlags = 3;
 
 Status cublas_status(cublasStatus_t status, const char* call) {
     return internal_error(std::string("cuBLAS error ") + cublasGetStatusName(status) + " in " + call);
@@ -140,14 +143,18 @@ public:
 
     Status synchronize() override {
         EPI_CUDA_CHECK(cudaStreamSynchronize(stream_));
-        int32_t flags[kNumFlags] = {0, 0};
+        int32_t flags[kNumFlags] = {};
         EPI_CUDA_CHECK(cudaMemcpy(flags, flags_, sizeof(flags), cudaMemcpyDeviceToHost));
-        if (flags[kEmbeddingFlag] == 0 && flags[kAttentionFlag] == 0) return Status::ok();
+        if (std::all_of(flags, flags + kNumFlags, [](int32_t f) { return f == 0; })) return Status::ok();
         EPI_CUDA_CHECK(cudaMemset(flags_, 0, sizeof(flags)));
-        return invalid_argument(flags[kEmbeddingFlag] != 0
-                                    ? "embedding: a token id was outside [0, vocab_size) (rows written as zeros)"
-                                    : "attention: a query position was outside the cached tokens (rows "
-                                      "written as zeros) or a kv_block_table entry was negative");
+        if (flags[kEmbeddingFlag] != 0)
+            return invalid_argument("embedding: a token id was outside [0, vocab_size) (rows written as zeros)");
+        if (flags[kAttentionFlag] != 0) {
+            return invalid_argument(
+                "attention: a query position was outside the cached tokens or its token_sequence outside the "
+                "block tables (rows written as zeros), or a block table entry it reached was negative");
+        }
+        return invalid_argument("kv_cache_store: a slot_mapping entry was outside the pool (row skipped)");
     }
 
     Status embedding(const EmbeddingArgs& args) override {
@@ -173,6 +180,16 @@ public:
                                  " exceeds the CUDA kernel's limit " + std::to_string(cuda::kAttentionMaxHeadDimV));
         }
         EPI_CUDA_CHECK(cuda::launch_attention(args, flags_ + kAttentionFlag, stream_));
+        return Status::ok();
+    }
+    Status kv_cache_store(const KvCacheStoreArgs& args) override {
+        EPI_RETURN_IF_ERROR(kv_cache_store_check(args));
+        EPI_CUDA_CHECK(cuda::launch_kv_cache_store(args, flags_ + kKvCacheStoreFlag, stream_));
+        return Status::ok();
+    }
+    Status argmax(const ArgmaxArgs& args) override {
+        EPI_RETURN_IF_ERROR(argmax_check(args));
+        EPI_CUDA_CHECK(cuda::launch_argmax(args, stream_));
         return Status::ok();
     }
     Status silu_mul(const SiluMulArgs& args) override {

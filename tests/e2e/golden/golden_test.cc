@@ -112,7 +112,7 @@ struct PagedSequence {
     Status reserve(int64_t tokens) {
         const int64_t missing = pool->blocks_for(tokens) - static_cast<int64_t>(table.size());
         if (missing > 0) EPI_RETURN_IF_ERROR(pool->allocate(missing, &table));
-        kv = pool->views(table, table.data(), num_tokens());
+        kv = pool->views(table, num_tokens());
         return Status::ok();
     }
 };

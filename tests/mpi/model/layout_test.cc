@@ -122,7 +122,7 @@ TEST_P(LayoutTest, SameTokensAndLogitsAsOneRank) {
         ASSERT_TRUE(pool.is_ok()) << pool.status().to_string();
         std::vector<int32_t> table;
         ASSERT_TRUE(pool->allocate(1, &table).is_ok());
-        const std::vector<LayerKvCache> views = pool->views(table, table.data(), 3);
+        const std::vector<LayerKvCache> views = pool->views(table, 3);
         const ShardRange stage = (*ctx)->pipeline_stage.layers;
         ASSERT_EQ(static_cast<int64_t>(views.size()), config->num_hidden_layers);
         for (int64_t l = 0; l < config->num_hidden_layers; ++l) {

@@ -39,7 +39,7 @@ Result<std::vector<float>> prefill_logits(Model& model, const std::vector<std::v
     for (size_t s = 0; s < prompts.size(); ++s) {
         EPI_RETURN_IF_ERROR(
             pool.allocate(pool.blocks_for(static_cast<int64_t>(prompts[s].size())), &tables[s]));
-        caches.push_back(pool.views(tables[s], tables[s].data(), 0));
+        caches.push_back(pool.views(tables[s], 0));
     }
     for (size_t s = 0; s < prompts.size(); ++s) inputs.push_back({prompts[s], caches[s]});
     std::vector<float> logits(static_cast<size_t>(rows * model.config().vocab_size));

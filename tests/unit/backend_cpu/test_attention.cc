@@ -188,7 +188,9 @@ AttentionArgs paged_args(const AttentionCase& c, const PagedKv& p, int64_t block
     AttentionArgs a = c.args(out);
     a.k = p.k_pool.data();
     a.v = p.v_pool.data();
-    a.kv_block_table = p.table.data();
+    a.kv_block_tables = p.table.data();
+    a.num_sequences = 1;
+    a.block_table_stride = static_cast<int64_t>(p.table.size());
     a.kv_block_size = block_size;
     return a;
 }
@@ -215,6 +217,61 @@ TEST(Attention, PagedMatchesContiguous) {
     }
 }
 
+// One call over several sequences (token_sequence, block tables padded with −1, one shared pool) gives
+// the same bits as each sequence alone on contiguous K/V.
+TEST(Attention, BatchOfSequencesMatchesEachAlone) {
+    auto backend = make_cpu_backend(2);
+    const std::vector<AttentionCase> cases = {{1, 13, 16}, {9, 9, 16}, {1, 2, 16}, {7, 37, 16}};
+    const int64_t bs = 3, stride = (37 + bs - 1) / bs;
+    const AttentionCase& c0 = cases[0];
+    int64_t num_blocks = 0;
+    for (const AttentionCase& c : cases) num_blocks += (c.S + bs - 1) / bs;
+    std::vector<int32_t> ids(static_cast<size_t>(num_blocks));
+    std::iota(ids.begin(), ids.end(), 0);
+    std::shuffle(ids.begin(), ids.end(), std::mt19937(17));
+    const float nan = std::numeric_limits<float>::quiet_NaN();
+    std::vector<float> k_pool(static_cast<size_t>(num_blocks * bs * c0.k_stride()), nan);
+    std::vector<float> v_pool(static_cast<size_t>(num_blocks * bs * c0.v_stride()), nan);
+    std::vector<int32_t> tables(cases.size() * static_cast<size_t>(stride), -1), token_sequence, positions;
+    std::vector<float> q, want;
+    size_t next_id = 0;
+    for (size_t s = 0; s < cases.size(); ++s) {
+        const AttentionCase& c = cases[s];
+        for (int64_t b = 0; b < (c.S + bs - 1) / bs; ++b) tables[s * stride + b] = ids[next_id++];
+        for (int64_t j = 0; j < c.S; ++j) {
+            const int64_t row = tables[s * stride + j / bs] * bs + j % bs;
+            std::copy_n(c.k.begin() + j * c.k_stride(), c.k_stride(), k_pool.begin() + row * c.k_stride());
+            std::copy_n(c.v.begin() + j * c.v_stride(), c.v_stride(), v_pool.begin() + row * c.v_stride());
+        }
+        q.insert(q.end(), c.q.begin(), c.q.end());
+        positions.insert(positions.end(), c.positions.begin(), c.positions.end());
+        token_sequence.insert(token_sequence.end(), c.T, static_cast<int32_t>(s));
+        std::vector<float> alone(c.T * c.Nh * c.Dv);
+        ASSERT_TRUE(backend->attention(c.args(alone.data())).is_ok());
+        want.insert(want.end(), alone.begin(), alone.end());
+    }
+    AttentionArgs a = c0.args(nullptr);
+    std::vector<float> got(want.size(), -7.0f);
+    a.q = q.data();
+    a.k = k_pool.data();
+    a.v = v_pool.data();
+    a.positions = positions.data();
+    a.out = got.data();
+    a.num_tokens = static_cast<int64_t>(positions.size());
+    a.num_kv_tokens = 37;
+    a.kv_block_tables = tables.data();
+    a.token_sequence = token_sequence.data();
+    a.num_sequences = static_cast<int64_t>(cases.size());
+    a.block_table_stride = stride;
+    a.kv_block_size = bs;
+    const Status st = backend->attention(a);
+    ASSERT_TRUE(st.is_ok()) << st.to_string();
+    EXPECT_EQ(got, want);
+
+    token_sequence[3] = 4;  // a row naming a sequence past the tables
+    EXPECT_NE(backend->attention(a).message().find("token_sequence[3] = 4 is outside [0, 4)"), std::string::npos);
+}
+
 TEST(Attention, PagedRejectsBadBlockTable) {
     auto backend = make_cpu_backend(1);
     const AttentionCase c;
@@ -223,15 +280,19 @@ TEST(Attention, PagedRejectsBadBlockTable) {
     p.table[2] = -1;
     Status st = backend->attention(paged_args(c, p, 2, out.data()));
     EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
-    EXPECT_NE(st.message().find("kv_block_table entry 2 is -1"), std::string::npos) << st.message();
+    EXPECT_NE(st.message().find("block table entry 2 of query 2 is -1"), std::string::npos) << st.message();
     st = backend->attention(paged_args(c, p, 0, out.data()));  // a table without a block size
     EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
-    EXPECT_NE(st.message().find("kv_block_size 0"), std::string::npos) << st.message();
-    AttentionArgs a = c.args(out.data());  // a block size without a table
+    EXPECT_NE(st.message().find("kv_block_size must be > 0"), std::string::npos) << st.message();
+    AttentionArgs a = paged_args(c, p, 1, out.data());  // S = 7 > 4 entries × 1 row
+    st = backend->attention(a);
+    EXPECT_NE(st.message().find("num_kv_tokens 7 exceeds block_table_stride 4 × kv_block_size 1"),
+              std::string::npos) << st.message();
+    a = c.args(out.data());  // a block size without a table
     a.kv_block_size = 4;
     st = backend->attention(a);
     EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
-    EXPECT_NE(st.message().find("without a kv_block_table"), std::string::npos) << st.message();
+    EXPECT_NE(st.message().find("need kv_block_tables"), std::string::npos) << st.message();
 }
 
 // Every output element is computed by one thread in a fixed order: 1 and 3 threads agree bit for bit

@@ -7,9 +7,13 @@
 
 #include <cstdint>
 #include <cstring>
+#include <memory>
 #include <random>
 #include <vector>
 
+#include "backend/backend.h"
+#include "backend/cpu/cpu_backend.h"
+#include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cuda_util.h"
 #include "core/dtype.h"
 
@@ -21,6 +25,22 @@ protected:
         const Status gpu = cuda::cuda_require_device();
         if (!gpu.is_ok()) GTEST_SKIP() << gpu.message();
     }
+};
+
+// The CUDA backend under test and the CPU backend it is compared with (skipped without a GPU).
+class CpuAndCudaTest : public CudaTest {
+protected:
+    void SetUp() override {
+        CudaTest::SetUp();
+        if (IsSkipped()) return;
+        auto gpu = make_cuda_backend();
+        ASSERT_TRUE(gpu.is_ok()) << gpu.status().message();
+        gpu_ = std::move(gpu).value();
+        cpu_ = make_cpu_backend(2);
+    }
+
+    std::unique_ptr<Backend> gpu_;
+    std::unique_ptr<Backend> cpu_;
 };
 
 inline std::vector<float> random_floats(size_t n, uint32_t seed, float lo = -1.0f, float hi = 1.0f) {

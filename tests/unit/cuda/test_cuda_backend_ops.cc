@@ -43,17 +43,8 @@ std::vector<uint8_t> random_weights(size_t n, uint32_t seed, float scale, DType 
     return out;
 }
 
-class CudaBackendTest : public CudaTest {
+class CudaBackendTest : public CpuAndCudaTest {
 protected:
-    void SetUp() override {
-        CudaTest::SetUp();
-        if (IsSkipped()) return;
-        auto gpu = make_cuda_backend();
-        ASSERT_TRUE(gpu.is_ok()) << gpu.status().message();
-        gpu_ = std::move(gpu).value();
-        cpu_ = make_cpu_backend(2);
-    }
-
     // A device buffer of the GPU backend holding `host` (uploaded through copy_to_device).
     template <typename T>
     DeviceBuffer to_gpu(const std::vector<T>& host) {
@@ -83,8 +74,6 @@ protected:
         EXPECT_TRUE(within(d, tolerance(op + "_cuda", dtype))) << op << " " << dtype_name(dtype) << " " << what;
     }
 
-    std::unique_ptr<Backend> gpu_;
-    std::unique_ptr<Backend> cpu_;
 };
 
 TEST_F(CudaBackendTest, MemoryCopiesRoundTrip) {
@@ -272,6 +261,9 @@ TEST_F(CudaBackendTest, Attention) {
     const AttentionCase cases[] = {
         {1, 1, 3, 1, 64, 64},    {7, 7, 3, 1, 72, 72},      {33, 33, 3, 1, 136, 136}, {33, 40, 4, 2, 72, 64},
         {1, 517, 3, 1, 72, 72},  {7, 300, 6, 3, 136, 128},  {5, 9, 2, 2, 576, 512},
+        // Groups of more than 8 query heads per KV head (several blocks per KV head), Dqk not a multiple of
+        // 4 (scalar K loads), MLA's expanded shapes.
+        {9, 20, 24, 2, 67, 50},  {3, 70, 16, 1, 128, 128},  {2, 40, 12, 1, 192, 128}, {4, 33, 40, 4, 128, 128},
     };
     for (const AttentionCase& c : cases) {
         // q packed [T, Nh, Dqk] with 2 floats of padding per token; k, v in one cache row [S, Nkv, Dqk + Dv].
@@ -344,7 +336,9 @@ TEST_F(CudaBackendTest, AttentionPaged) {
             args.q = q.data();
             args.k = pool.data();
             args.v = pool.data() + c.kv_heads * c.dqk;
-            args.kv_block_table = table.data();
+            args.kv_block_tables = table.data();
+            args.num_sequences = 1;
+            args.block_table_stride = used;
             args.kv_block_size = bs;
             args.positions = positions.data();
             args.out = want.data();
@@ -368,7 +362,7 @@ TEST_F(CudaBackendTest, AttentionPaged) {
             args.q = d_q.f32();
             args.k = d_pool.f32();
             args.v = d_pool.f32() + c.kv_heads * c.dqk;
-            args.kv_block_table = static_cast<const int32_t*>(d_table.data());
+            args.kv_block_tables = static_cast<const int32_t*>(d_table.data());
             args.positions = static_cast<const int32_t*>(d_pos.data());
             args.out = d_out.f32();
             ASSERT_TRUE(gpu_->attention(args).is_ok());
@@ -380,6 +374,118 @@ TEST_F(CudaBackendTest, AttentionPaged) {
     }
 }
 
+// A batch of sequences in one call: decode rows and prefill chunks of different lengths, block tables
+// padded with −1, one shared pool (unused rows NaN), GQA groups of 4 and 12; against the CPU backend.
+TEST_F(CudaBackendTest, AttentionBatchOfSequences) {
+    struct Shape {
+        int64_t heads, kv_heads, d;
+    };
+    for (const Shape shape : {Shape{8, 2, 128}, Shape{24, 2, 64}, Shape{6, 3, 36}}) {
+        const int64_t bs = 16, kv_tok = 2 * shape.kv_heads * shape.d, out_tok = shape.heads * shape.d;
+        const std::vector<int64_t> cached = {0, 37, 5, 200, 16, 1};   // tokens already in each cache
+        const std::vector<int64_t> new_rows = {9, 1, 1, 1, 20, 1};   // rows of this step
+        const int64_t num_seqs = static_cast<int64_t>(cached.size());
+        int64_t stride = 0, num_blocks = 0;
+        for (int64_t s = 0; s < num_seqs; ++s) {
+            stride = std::max(stride, (cached[s] + new_rows[s] + bs - 1) / bs);
+            num_blocks += (cached[s] + new_rows[s] + bs - 1) / bs;
+        }
+        num_blocks += 3;  // blocks no table names
+        std::vector<int32_t> ids(num_blocks);
+        for (int64_t b = 0; b < num_blocks; ++b) ids[b] = static_cast<int32_t>(b);
+        std::shuffle(ids.begin(), ids.end(), std::mt19937(static_cast<uint32_t>(shape.heads * 7 + shape.d)));
+        std::vector<int32_t> tables(num_seqs * stride, -1), token_sequence, positions;
+        std::vector<float> pool(num_blocks * bs * kv_tok, std::numeric_limits<float>::quiet_NaN());
+        size_t next = 0;
+        for (int64_t s = 0; s < num_seqs; ++s) {
+            const int64_t S = cached[s] + new_rows[s];
+            for (int64_t b = 0; b < (S + bs - 1) / bs; ++b) tables[s * stride + b] = ids[next++];
+            const std::vector<float> rows = random_floats(S * kv_tok, static_cast<uint32_t>(970 + s), -2.0f, 2.0f);
+            for (int64_t j = 0; j < S; ++j)
+                std::copy_n(rows.begin() + j * kv_tok, kv_tok,
+                            pool.begin() + (tables[s * stride + j / bs] * bs + j % bs) * kv_tok);
+            for (int64_t i = 0; i < new_rows[s]; ++i) {
+                token_sequence.push_back(static_cast<int32_t>(s));
+                positions.push_back(static_cast<int32_t>(cached[s] + i));
+            }
+        }
+        const int64_t T = static_cast<int64_t>(positions.size());
+        const std::vector<float> q = random_floats(T * shape.heads * shape.d, 860, -2.0f, 2.0f);
+        std::vector<float> want(T * out_tok, 0.0f);
+        AttentionArgs args;
+        args.q = q.data();
+        args.k = pool.data();
+        args.v = pool.data() + shape.kv_heads * shape.d;
+        args.kv_block_tables = tables.data();
+        args.token_sequence = token_sequence.data();
+        args.num_sequences = num_seqs;
+        args.block_table_stride = stride;
+        args.kv_block_size = bs;
+        args.positions = positions.data();
+        args.out = want.data();
+        args.num_tokens = T;
+        args.num_kv_tokens = stride * bs;
+        args.num_heads = shape.heads;
+        args.num_kv_heads = shape.kv_heads;
+        args.head_dim_qk = args.head_dim_v = shape.d;
+        args.q_token_stride = shape.heads * shape.d;
+        args.q_head_stride = args.k_head_stride = args.v_head_stride = args.out_head_stride = shape.d;
+        args.k_token_stride = args.v_token_stride = kv_tok;
+        args.out_token_stride = out_tok;
+        args.scale = 1.0f / std::sqrt(static_cast<float>(shape.d));
+        ASSERT_TRUE(cpu_->attention(args).is_ok());
+        DeviceBuffer d_q = to_gpu(q), d_pool = to_gpu(pool), d_pos = to_gpu(positions), d_tables = to_gpu(tables);
+        DeviceBuffer d_seq = to_gpu(token_sequence), d_out = nan_gpu(T * out_tok);
+        args.q = d_q.f32();
+        args.k = d_pool.f32();
+        args.v = d_pool.f32() + shape.kv_heads * shape.d;
+        args.kv_block_tables = static_cast<const int32_t*>(d_tables.data());
+        args.token_sequence = static_cast<const int32_t*>(d_seq.data());
+        args.positions = static_cast<const int32_t*>(d_pos.data());
+        args.out = d_out.f32();
+        ASSERT_TRUE(gpu_->attention(args).is_ok());
+        expect_close("attention", DType::kF32,
+                     fmt::format("batch heads{}/{} D{}", shape.heads, shape.kv_heads, shape.d),
+                     from_gpu(d_out, T * out_tok), want);
+    }
+}
+
+// kv_cache_store: the same pool bits as the CPU backend (strided rows, slots in any order, odd width);
+// a slot outside the pool fails at synchronize.
+TEST_F(CudaBackendTest, KvCacheStore) {
+    const int64_t T = 37, width = 133, stride = 140, pool_rows = 101;
+    const std::vector<float> src = random_floats(T * stride, 990);
+    std::vector<int64_t> slots(pool_rows);
+    for (int64_t i = 0; i < pool_rows; ++i) slots[i] = i;
+    std::shuffle(slots.begin(), slots.end(), std::mt19937(991));
+    slots.resize(T);
+    std::vector<float> want = random_floats(pool_rows * width, 992);
+    DeviceBuffer d_src = to_gpu(src), d_pool = to_gpu(want), d_slots = to_gpu(slots);
+    KvCacheStoreArgs args;
+    args.src = src.data();
+    args.pool = want.data();
+    args.slot_mapping = slots.data();
+    args.num_tokens = T;
+    args.width = width;
+    args.src_row_stride = stride;
+    args.num_pool_rows = pool_rows;
+    ASSERT_TRUE(cpu_->kv_cache_store(args).is_ok());
+    args.src = d_src.f32();
+    args.pool = d_pool.f32();
+    args.slot_mapping = static_cast<const int64_t*>(d_slots.data());
+    ASSERT_TRUE(gpu_->kv_cache_store(args).is_ok());
+    ASSERT_TRUE(gpu_->synchronize().is_ok());
+    EXPECT_EQ(from_gpu(d_pool, pool_rows * width), want);
+
+    DeviceBuffer d_bad = to_gpu(std::vector<int64_t>{3, pool_rows});
+    args.slot_mapping = static_cast<const int64_t*>(d_bad.data());
+    args.num_tokens = 2;
+    ASSERT_TRUE(gpu_->kv_cache_store(args).is_ok());
+    const Status st = gpu_->synchronize();
+    EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(st.message().find("slot_mapping"), std::string::npos) << st.message();
+}
+
 TEST_F(CudaBackendTest, AttentionPagedNegativeBlockIdFailsAtSynchronize) {
     const std::vector<float> q = random_floats(64, 1), pool = random_floats(8 * 128, 2);
     DeviceBuffer d_q = to_gpu(q), d_pool = to_gpu(pool), d_pos = to_gpu(std::vector<int32_t>{5});
@@ -388,7 +494,9 @@ TEST_F(CudaBackendTest, AttentionPagedNegativeBlockIdFailsAtSynchronize) {
     args.q = d_q.f32();
     args.k = d_pool.f32();
     args.v = d_pool.f32() + 64;
-    args.kv_block_table = static_cast<const int32_t*>(d_table.data());
+    args.kv_block_tables = static_cast<const int32_t*>(d_table.data());
+    args.num_sequences = 1;
+    args.block_table_stride = 2;
     args.kv_block_size = 4;
     args.positions = static_cast<const int32_t*>(d_pos.data());
     args.out = d_out.f32();
@@ -403,7 +511,7 @@ TEST_F(CudaBackendTest, AttentionPagedNegativeBlockIdFailsAtSynchronize) {
     ASSERT_TRUE(gpu_->attention(args).is_ok());
     const Status st = gpu_->synchronize();
     EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
-    EXPECT_NE(st.message().find("kv_block_table"), std::string::npos) << st.message();
+    EXPECT_NE(st.message().find("block table entry"), std::string::npos) << st.message();
 }
 
 TEST_F(CudaBackendTest, AttentionBadPositionFailsAtSynchronize) {

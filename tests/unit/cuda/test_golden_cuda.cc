@@ -195,22 +195,15 @@ struct TeacherForced {
 
 Result<TeacherForced> teacher_forced_steps(Model& model, const std::vector<std::vector<int32_t>>& sequences,
                                            int64_t prompt_len, int64_t num_steps, const RouterProbe* probe) {
-    Backend& backend = model.backend();
     const int64_t V = model.config().vocab_size, B = static_cast<int64_t>(sequences.size());
     const int64_t block_size = 4,
                   blocks_per_sequence = (prompt_len + num_steps + block_size - 1) / block_size;
     EPI_ASSIGN_OR_RETURN(KvBlockPool pool, KvBlockPool::create(model, B * blocks_per_sequence, block_size));
     std::vector<std::vector<int32_t>> tables(static_cast<size_t>(B));
-    std::vector<DeviceBuffer> tables_device;
     std::vector<std::vector<LayerKvCache>> kv;
     for (auto& table : tables) {
         EPI_RETURN_IF_ERROR(pool.allocate(blocks_per_sequence, &table));
-        EPI_ASSIGN_OR_RETURN(DeviceBuffer device,
-                             DeviceBuffer::alloc(backend, table.size() * sizeof(int32_t)));
-        EPI_RETURN_IF_ERROR(
-            backend.copy_to_device(device.data(), table.data(), table.size() * sizeof(int32_t)));
-        kv.push_back(pool.views(table, static_cast<const int32_t*>(device.data()), 0));
-        tables_device.push_back(std::move(device));
+        kv.push_back(pool.views(table, 0));
     }
     TeacherForced out;
     out.logits.resize(static_cast<size_t>(B * num_steps * V));

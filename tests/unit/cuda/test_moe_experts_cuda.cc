@@ -77,17 +77,8 @@ std::vector<int32_t> make_ids(const ExpertsCase& c, uint32_t seed) {
     return ids;
 }
 
-class MoeExpertsCudaTest : public CudaTest, public ::testing::WithParamInterface<ExpertsCase> {
+class MoeExpertsCudaTest : public CpuAndCudaTest, public ::testing::WithParamInterface<ExpertsCase> {
 protected:
-    void SetUp() override {
-        CudaTest::SetUp();
-        if (IsSkipped()) return;
-        auto gpu = make_cuda_backend();
-        ASSERT_TRUE(gpu.is_ok()) << gpu.status().message();
-        gpu_ = std::move(gpu).value();
-        cpu_ = make_cpu_backend(2);
-    }
-
     template <typename T>
     DeviceBuffer to_gpu(const std::vector<T>& host) {
         auto buffer = DeviceBuffer::alloc(*gpu_, host.size() * sizeof(T));
@@ -97,8 +88,6 @@ protected:
         return std::move(buffer).value();
     }
 
-    std::unique_ptr<Backend> gpu_;
-    std::unique_ptr<Backend> cpu_;
 };
 
 TEST_P(MoeExpertsCudaTest, MatchesCpuReference) {

@@ -1,6 +1,8 @@
-// The paged-cache row helpers of layers/kv_cache.h on the CPU backend: kv_cache_write_rows puts rows at
-// the positions the block table names and issues one copy per run contiguous in the pool;
-// kv_cache_gather_rows reads a prefix back in position order; both refuse rows beyond the table.
+// The paged-cache helpers of layers/kv_cache.h on the CPU backend: build_kv_batch_metadata turns the
+// block tables of a batch into the slot mapping, padded block tables and row → sequence map (bit-exact);
+// kv_cache_store_rows puts every sequence's rows at the positions its table names in one op;
+// kv_cache_gather_rows reads a prefix back in position order with one copy per run; bad batches are
+// refused.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -15,11 +17,12 @@
 namespace epinfer {
 namespace {
 
-// The CPU backend, counting copy_on_device calls (every other method forwards; a new Backend method needs
-// a line here).
+// The CPU backend, counting copy_on_device and kv_cache_store calls (every other method forwards; a new
+// Backend method needs a line here).
 class CountingBackend : public Backend {
 public:
     int64_t num_copies = 0;
+    int64_t num_stores = 0;
 
     const char* name() const override { return "counting-cpu"; }
     bool host_accessible() const override { return true; }
@@ -45,6 +48,11 @@ public:
     Status matmul(const MatmulArgs& a) override { return cpu_->matmul(a); }
     Status rope(const RopeArgs& a) override { return cpu_->rope(a); }
     Status attention(const AttentionArgs& a) override { return cpu_->attention(a); }
+    Status kv_cache_store(const KvCacheStoreArgs& a) override {
+        ++num_stores;
+        return cpu_->kv_cache_store(a);
+    }
+    Status argmax(const ArgmaxArgs& a) override { return cpu_->argmax(a); }
     Status silu_mul(const SiluMulArgs& a) override { return cpu_->silu_mul(a); }
     Status add(const AddArgs& a) override { return cpu_->add(a); }
     Status add_sigmoid_gated(const AddSigmoidGatedArgs& a) override { return cpu_->add_sigmoid_gated(a); }
@@ -58,105 +66,143 @@ private:
 constexpr int64_t kWidth = 3;
 constexpr int64_t kBlockSize = 4;
 
-// Row i of the written rows holds (100 + i, 100 + i + 0.25, 100 + i + 0.5).
-std::vector<float> numbered_rows(int64_t first, int64_t num_rows) {
+// Row i of position p holds (100 + p, 100 + p + 0.25, 100 + p + 0.5) + 1000 · sequence.
+std::vector<float> numbered_rows(int64_t sequence, int64_t first, int64_t num_rows) {
     std::vector<float> rows;
     for (int64_t i = first; i < first + num_rows; ++i)
-        for (int64_t w = 0; w < kWidth; ++w) rows.push_back(100.0f + static_cast<float>(i) + 0.25f * w);
+        for (int64_t w = 0; w < kWidth; ++w)
+            rows.push_back(1000.0f * static_cast<float>(sequence) + 100.0f + static_cast<float>(i) + 0.25f * w);
     return rows;
 }
 
+// A layer's pool and a few sequences with their block tables.
 struct Fixture {
     CountingBackend backend;
-    std::vector<int32_t> table;
     std::vector<float> pool;
-    LayerKvCache kv;
+    std::vector<std::vector<int32_t>> tables;
+    std::vector<LayerKvCache> kv;
 
-    Fixture(std::vector<int32_t> ids, int64_t num_blocks) : table(std::move(ids)) {
-        pool.assign(static_cast<size_t>(num_blocks * kBlockSize * kWidth),
-                    std::numeric_limits<float>::quiet_NaN());
-        kv.k_pool = pool.data();
-        kv.block_table = table;
-        kv.block_table_device = table.data();
-        kv.block_size = kBlockSize;
+    Fixture(std::vector<std::vector<int32_t>> ids, int64_t num_blocks) : tables(std::move(ids)) {
+        pool.assign(static_cast<size_t>(num_blocks * kBlockSize * kWidth), std::numeric_limits<float>::quiet_NaN());
+        kv.resize(tables.size());
+        for (size_t s = 0; s < tables.size(); ++s) {
+            kv[s].k_pool = pool.data();
+            kv[s].block_table = tables[s];
+            kv[s].num_blocks = num_blocks;
+            kv[s].block_size = kBlockSize;
+        }
     }
-    // Writes rows for positions num_tokens .. num_tokens + n − 1 and advances num_tokens.
-    Status write(int64_t n) {
-        const std::vector<float> rows = numbered_rows(kv.num_tokens, n);
-        EPI_RETURN_IF_ERROR(kv_cache_write_rows(backend, kv, pool.data(), kWidth, rows.data(), n));
-        kv.num_tokens += n;
+    // Writes rows[s] new rows for each sequence s in one batch and advances num_tokens.
+    Status write(const std::vector<int64_t>& rows) {
+        std::vector<AttentionSequence> seqs;
+        std::vector<float> src;
+        int64_t T = 0;
+        for (size_t s = 0; s < rows.size(); ++s) {
+            seqs.push_back({T, rows[s], &kv[s]});
+            const std::vector<float> r = numbered_rows(static_cast<int64_t>(s), kv[s].num_tokens, rows[s]);
+            src.insert(src.end(), r.begin(), r.end());
+            T += rows[s];
+        }
+        EPI_ASSIGN_OR_RETURN(KvBatchMetadata meta, build_kv_batch_metadata(backend, seqs, T));
+        const AttentionBatch batch{nullptr, seqs, &meta};
+        EPI_ASSIGN_OR_RETURN(const LayerKvCache* layer, batch_layer_cache(batch));
+        EPI_RETURN_IF_ERROR(kv_cache_store_rows(backend, batch, *layer, pool.data(), kWidth, src.data()));
+        for (size_t s = 0; s < rows.size(); ++s) kv[s].num_tokens += rows[s];
         return Status::ok();
     }
-    // The pool row of position p.
-    const float* row_of(int64_t p) const {
-        return pool.data() +
-               (table[static_cast<size_t>(p / kBlockSize)] * kBlockSize + p % kBlockSize) * kWidth;
+    // The pool row of position p of sequence s.
+    const float* row_of(size_t s, int64_t p) const {
+        return pool.data() + (tables[s][static_cast<size_t>(p / kBlockSize)] * kBlockSize + p % kBlockSize) * kWidth;
     }
 };
 
-TEST(KvCacheRows, WriteFollowsTheBlockTableWithOneCopyPerRun) {
-    // Blocks 5, 2, 3, 0: positions 0-3 → block 5, 4-11 → blocks 2, 3 (contiguous in the pool), 12-15 → 0.
-    Fixture f({5, 2, 3, 0}, 6);
-    ASSERT_TRUE(f.write(14).is_ok());  // runs: block 5 | blocks 2-3 | block 0 (2 rows)
-    EXPECT_EQ(f.backend.num_copies, 3);
-    for (int64_t p = 0; p < 14; ++p) {
-        const std::vector<float> want = numbered_rows(p, 1);
-        EXPECT_EQ(std::vector<float>(f.row_of(p), f.row_of(p) + kWidth), want) << "position " << p;
-    }
-    // Rows past the filled positions and blocks outside the table are untouched.
-    EXPECT_TRUE(std::isnan(f.row_of(14)[0]));
-    EXPECT_TRUE(std::isnan(f.pool[1 * kBlockSize * kWidth]));
-
-    f.backend.num_copies = 0;
-    ASSERT_TRUE(f.write(1).is_ok());  // a decode step: one row, one copy
-    EXPECT_EQ(f.backend.num_copies, 1);
-    EXPECT_EQ(f.row_of(14)[0], 114.0f);
+template <typename T>
+std::vector<T> host_copy(const DeviceBuffer& buffer) {
+    const T* data = static_cast<const T*>(buffer.data());
+    return std::vector<T>(data, data + buffer.num_bytes() / sizeof(T));
 }
 
-TEST(KvCacheRows, WriteAcrossBlockBoundariesFromTheMiddleOfABlock) {
-    Fixture f({1, 0, 3}, 4);  // no two consecutive ids in a row: a copy per block touched
-    ASSERT_TRUE(f.write(3).is_ok());
-    f.backend.num_copies = 0;
-    ASSERT_TRUE(f.write(7).is_ok());  // positions 3-9: block 1 (1 row), block 0 (4), block 3 (2)
-    EXPECT_EQ(f.backend.num_copies, 3);
-    for (int64_t p = 0; p < 10; ++p) EXPECT_EQ(f.row_of(p)[2], 100.0f + static_cast<float>(p) + 0.5f) << p;
+TEST(KvCacheRows, MetadataIsTheSlotMappingPaddedTablesAndRowSequences) {
+    Fixture f({{5, 2}, {1}, {0, 3, 4}}, 6);
+    f.kv[0].num_tokens = 3;  // next rows: positions 3, 4 → block 5 row 3, block 2 row 0
+    f.kv[2].num_tokens = 7;  // position 7 → block 3 row 3
+    const std::vector<AttentionSequence> seqs = {{0, 2, &f.kv[0]}, {2, 3, &f.kv[1]}, {5, 1, &f.kv[2]}};
+    Result<KvBatchMetadata> meta = build_kv_batch_metadata(f.backend, seqs, 6);
+    ASSERT_TRUE(meta.is_ok()) << meta.status().message();
+    EXPECT_EQ(meta->num_rows, 6);
+    EXPECT_EQ(meta->num_sequences, 3);
+    EXPECT_EQ(meta->block_table_stride, 3);
+    EXPECT_EQ(meta->max_kv_tokens, 8);
+    EXPECT_EQ(host_copy<int64_t>(meta->slot_mapping), (std::vector<int64_t>{23, 8, 4, 5, 6, 15}));
+    EXPECT_EQ(host_copy<int32_t>(meta->token_sequence), (std::vector<int32_t>{0, 0, 1, 1, 1, 2}));
+    EXPECT_EQ(host_copy<int32_t>(meta->block_tables), (std::vector<int32_t>{5, 2, -1, 1, -1, -1, 0, 3, 4}));
+}
+
+TEST(KvCacheRows, OneStorePerBatchPutsEveryRowAtItsPosition) {
+    Fixture f({{5, 2, 3, 0}, {1, 4}}, 6);
+    ASSERT_TRUE(f.write({14, 5}).is_ok());  // prefill of both sequences
+    ASSERT_TRUE(f.write({1, 1}).is_ok());   // a decode step
+    EXPECT_EQ(f.backend.num_stores, 2);
+    EXPECT_EQ(f.backend.num_copies, 0);
+    for (int64_t p = 0; p < 15; ++p) {
+        EXPECT_EQ(std::vector<float>(f.row_of(0, p), f.row_of(0, p) + kWidth), numbered_rows(0, p, 1)) << p;
+    }
+    for (int64_t p = 0; p < 6; ++p) {
+        EXPECT_EQ(std::vector<float>(f.row_of(1, p), f.row_of(1, p) + kWidth), numbered_rows(1, p, 1)) << p;
+    }
+    EXPECT_TRUE(std::isnan(f.row_of(0, 15)[0]));  // past the filled positions: untouched
+    EXPECT_TRUE(std::isnan(f.row_of(1, 6)[0]));
 }
 
 TEST(KvCacheRows, GatherReturnsThePrefixInPositionOrder) {
-    Fixture f({3, 4, 1}, 5);
-    ASSERT_TRUE(f.write(11).is_ok());
-    f.backend.num_copies = 0;
+    Fixture f({{3, 4, 1}}, 5);
+    ASSERT_TRUE(f.write({11}).is_ok());
     std::vector<float> out(static_cast<size_t>(10 * kWidth));
-    ASSERT_TRUE(kv_cache_gather_rows(f.backend, f.kv, f.pool.data(), kWidth, 10, out.data()).is_ok());
-    EXPECT_EQ(out, numbered_rows(0, 10));
+    ASSERT_TRUE(kv_cache_gather_rows(f.backend, f.kv[0], f.pool.data(), kWidth, 10, out.data()).is_ok());
+    EXPECT_EQ(out, numbered_rows(0, 0, 10));
     EXPECT_EQ(f.backend.num_copies, 2);  // blocks 3-4 are one run, then block 1
 }
 
-TEST(KvCacheRows, RefusesRowsBeyondTheTableAndNegativeIds) {
-    Fixture f({2, 0}, 3);
-    ASSERT_TRUE(f.write(6).is_ok());
-    f.backend.num_copies = 0;
-    const std::vector<float> rows = numbered_rows(6, 3);
-    Status st = kv_cache_write_rows(f.backend, f.kv, f.pool.data(), kWidth, rows.data(), 3);  // 6 + 3 > 8
+TEST(KvCacheRows, RefusesRowsBeyondTheTableNegativeIdsAndBadBatches) {
+    Fixture f({{2, 0}, {1}}, 3);
+    ASSERT_TRUE(f.write({6, 1}).is_ok());
+    const int64_t stores = f.backend.num_stores;
+    Status st = f.write({3, 0});  // 6 + 3 > 8
     EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
-    EXPECT_NE(st.message().find("exceed the block table's 8 tokens"), std::string::npos) << st.message();
+    EXPECT_NE(st.message().find("cannot take 3 more after 6"), std::string::npos) << st.message();
     std::vector<float> out(static_cast<size_t>(9 * kWidth));
-    st = kv_cache_gather_rows(f.backend, f.kv, f.pool.data(), kWidth, 9, out.data());
+    st = kv_cache_gather_rows(f.backend, f.kv[0], f.pool.data(), kWidth, 9, out.data());
     EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
-    f.table[1] = -3;
-    st = kv_cache_write_rows(f.backend, f.kv, f.pool.data(), kWidth, rows.data(), 2);
+    f.tables[0][1] = -3;
+    st = f.write({2, 0});
     EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
-    EXPECT_NE(st.message().find("block table entry 1 is -3"), std::string::npos) << st.message();
-    EXPECT_EQ(f.backend.num_copies, 0);  // nothing was written
+    EXPECT_NE(st.message().find("block table entry 1 of sequence 0 is -3"), std::string::npos) << st.message();
+    EXPECT_EQ(f.backend.num_stores, stores);  // nothing was written
 
-    // check_kv_capacity: the same limit, and a view without storage.
-    AttentionSequence seq{0, 3, &f.kv};
-    EXPECT_EQ(check_kv_capacity(seq).code(), StatusCode::kInvalidArgument);
-    seq.num_rows = 2;
-    EXPECT_TRUE(check_kv_capacity(seq).is_ok());
+    // Rows that do not cover the batch in order.
+    std::vector<AttentionSequence> seqs = {{1, 1, &f.kv[1]}};
+    st = build_kv_batch_metadata(f.backend, seqs, 2).status();
+    EXPECT_NE(st.message().find("rows start at 1 where row 0 was expected"), std::string::npos) << st.message();
+    seqs = {{0, 1, &f.kv[1]}};
+    st = build_kv_batch_metadata(f.backend, seqs, 2).status();
+    EXPECT_NE(st.message().find("cover 1 of 2 rows"), std::string::npos) << st.message();
+
+    // Views of one batch must share the layer's pools.
+    std::vector<float> other_pool(f.pool.size());
+    LayerKvCache other = f.kv[1];
+    other.k_pool = other_pool.data();
+    f.tables[0][1] = 0;
+    seqs = {{0, 1, &f.kv[0]}, {1, 1, &other}};
+    Result<KvBatchMetadata> meta = build_kv_batch_metadata(f.backend, seqs, 2);
+    ASSERT_TRUE(meta.is_ok()) << meta.status().message();
+    const AttentionBatch batch{nullptr, seqs, &*meta};
+    st = batch_layer_cache(batch).status();
+    EXPECT_NE(st.message().find("do not share one layer's KV pools"), std::string::npos) << st.message();
+
+    // check_kv_capacity: a view without storage.
     LayerKvCache empty;
     empty.num_tokens = 6;
-    seq.kv = &empty;
+    AttentionSequence seq{0, 2, &empty};
     st = check_kv_capacity(seq);
     EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
     EXPECT_NE(st.message().find("no storage"), std::string::npos) << st.message();

@@ -72,7 +72,7 @@ struct OneBlockCache {
             kv[l].k_pool = k[l].data();
             kv[l].v_pool = model.kv_v_width() > 0 ? v[l].data() : nullptr;
             kv[l].block_table = table;
-            kv[l].block_table_device = table.data();
+            kv[l].num_blocks = 1;
             kv[l].block_size = capacity;
         }
     }

@@ -1,102 +1,231 @@
 #include "backend/cuda/kernels/attention.cuh"
 
-#include <cfloat>
+#include <algorithm>
+#include <cmath>
 
 namespace epinfer::cuda {
 
 namespace {
 
 constexpr int kWarps = 4;
-constexpr int kMaxPerLane = static_cast<int>(kAttentionMaxHeadDimV / 32);
+constexpr int kTileKeys = 32;  // keys per warp tile: one per lane
+constexpr int kMaxGroup = 8;   // query heads per block sharing one KV head
 
-// Shared memory: q [Dqk], then per warp m, l [kWarps] and acc [kWarps, Dv].
-__global__ void __launch_bounds__(kWarps * 32) attention_kernel(AttentionArgs a, int32_t* error_flag) {
+__device__ __forceinline__ float warp_max(float x) {
+    for (int o = 16; o > 0; o >>= 1) x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, o));
+    return x;
+}
+
+__device__ __forceinline__ float warp_sum(float x) {
+    for (int o = 16; o > 0; o >>= 1) x += __shfl_xor_sync(0xffffffffu, x, o);
+    return x;
+}
+
+// Shared memory: q [kMaxGroup, Dqk], then m, l [kWarps, kMaxGroup] and acc [kWarps, kMaxGroup, Dv].
+size_t smem_bytes(const AttentionArgs& a) {
+    return static_cast<size_t>(kMaxGroup * a.head_dim_qk + 2 * kWarps * kMaxGroup +
+                               kWarps * kMaxGroup * a.head_dim_v) *
+           sizeof(float);
+}
+
+// kDimsPerLane: value dims per lane (Dv ≤ 32 · kDimsPerLane). k_vec4: K rows are read as float4.
+template <int kDimsPerLane>
+__global__ void __launch_bounds__(kWarps * 32)
+    attention_kernel(AttentionArgs a, int num_chunks, bool k_vec4, int32_t* error_flag) {
     extern __shared__ float smem[];
-    float* q_s = smem;                             // [Dqk]
-    float* m_s = q_s + a.head_dim_qk;              // [kWarps]
-    float* l_s = m_s + kWarps;                     // [kWarps]
-    float* acc_s = l_s + kWarps;                   // [kWarps, Dv]
-    const int64_t t = blockIdx.x / a.num_heads, h = blockIdx.x % a.num_heads;
-    const int64_t kvh = h / (a.num_heads / a.num_kv_heads);
+    const int64_t Dqk = a.head_dim_qk, Dv = a.head_dim_v;
+    float* q_s = smem;                                // [kMaxGroup, Dqk]
+    float* m_s = q_s + kMaxGroup * Dqk;               // [kWarps, kMaxGroup]
+    float* l_s = m_s + kWarps * kMaxGroup;            // [kWarps, kMaxGroup]
+    float* acc_s = l_s + kWarps * kMaxGroup;          // [kWarps, kMaxGroup, Dv]
+    const int64_t group = a.num_heads / a.num_kv_heads;
+    int64_t block = blockIdx.x;
+    const int chunk = static_cast<int>(block % num_chunks);
+    block /= num_chunks;
+    const int64_t kvh = block % a.num_kv_heads, t = block / a.num_kv_heads;
+    const int64_t h0 = kvh * group + chunk * kMaxGroup;
+    const int G = static_cast<int>(min(static_cast<int64_t>(kMaxGroup), group - chunk * kMaxGroup));
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-    float* out = a.out + t * a.out_token_stride + h * a.out_head_stride;  // [Dv]
 
     const int32_t pos = a.positions[t];
-    if (pos < 0 || pos >= a.num_kv_tokens) {
+    bool bad = pos < 0 || pos >= a.num_kv_tokens;
+    const int32_t* table = nullptr;
+    if (!bad && a.kv_block_tables != nullptr) {
+        const int32_t seq = a.token_sequence != nullptr ? a.token_sequence[t] : 0;
+        bad = seq < 0 || seq >= a.num_sequences;
+        table = a.kv_block_tables + static_cast<int64_t>(seq) * a.block_table_stride;
+    }
+    if (bad) {  // uniform over the block
         if (threadIdx.x == 0) *error_flag = 1;
-        for (int64_t d = threadIdx.x; d < a.head_dim_v; d += blockDim.x) out[d] = 0.0f;
+        for (int64_t i = threadIdx.x; i < G * Dv; i += blockDim.x)
+            a.out[t * a.out_token_stride + (h0 + i / Dv) * a.out_head_stride + i % Dv] = 0.0f;
         return;
     }
-    const float* q = a.q + t * a.q_token_stride + h * a.q_head_stride;
-    for (int64_t d = threadIdx.x; d < a.head_dim_qk; d += blockDim.x) q_s[d] = q[d];
+    for (int64_t i = threadIdx.x; i < G * Dqk; i += blockDim.x)
+        q_s[i] = a.q[t * a.q_token_stride + (h0 + i / Dqk) * a.q_head_stride + i % Dqk];
     __syncthreads();
 
-    float m = -FLT_MAX, l = 0.0f;
-    float acc[kMaxPerLane];
+    float m[kMaxGroup], l[kMaxGroup], acc[kMaxGroup][kDimsPerLane];
 #pragma unroll
-    for (int i = 0; i < kMaxPerLane; ++i) acc[i] = 0.0f;
-    for (int64_t j = warp; j <= pos; j += kWarps) {
-        int64_t row = j;  // the K/V row of key j (through the block table when paged)
-        if (a.kv_block_table != nullptr) {
-            const int32_t block = a.kv_block_table[j / a.kv_block_size];
-            if (block < 0) {  // a bad table: flag it and skip the key (the output is then meaningless)
-                if (lane == 0) *error_flag = 1;
-                continue;
+    for (int g = 0; g < kMaxGroup; ++g) {
+        m[g] = -INFINITY;
+        l[g] = 0.0f;
+#pragma unroll
+        for (int i = 0; i < kDimsPerLane; ++i) acc[g][i] = 0.0f;
+    }
+    const int64_t num_keys = static_cast<int64_t>(pos) + 1;  // causal
+    for (int64_t j0 = static_cast<int64_t>(warp) * kTileKeys; j0 < num_keys; j0 += kWarps * kTileKeys) {
+        // Scores: lane = key j0 + lane.
+        const int64_t j = j0 + lane;
+        bool valid = j < num_keys;
+        int64_t row = j;
+        if (valid && table != nullptr) {
+            const int32_t blk = table[j / a.kv_block_size];
+            if (blk < 0) {
+                *error_flag = 1;
+                valid = false;
+            } else {
+                row = static_cast<int64_t>(blk) * a.kv_block_size + j % a.kv_block_size;
             }
-            row = static_cast<int64_t>(block) * a.kv_block_size + j % a.kv_block_size;
         }
-        const float* k = a.k + row * a.k_token_stride + kvh * a.k_head_stride;  // [Dqk]
-        float dot = 0.0f;
-        for (int64_t d = lane; d < a.head_dim_qk; d += 32) dot += q_s[d] * k[d];
-        for (int o = 16; o > 0; o >>= 1) dot += __shfl_xor_sync(0xffffffffu, dot, o);
-        const float s = dot * a.scale;
-        const float m_new = fmaxf(m, s);
-        const float corr = expf(m - m_new), p = expf(s - m_new);
-        l = l * corr + p;
-        m = m_new;
-        const float* v = a.v + row * a.v_token_stride + kvh * a.v_head_stride;  // [Dv]
+        float s[kMaxGroup];
 #pragma unroll
-        for (int i = 0; i < kMaxPerLane; ++i) {
+        for (int g = 0; g < kMaxGroup; ++g) s[g] = 0.0f;
+        if (valid) {
+            const float* k = a.k + row * a.k_token_stride + kvh * a.k_head_stride;  // [Dqk]
+            if (k_vec4) {
+                for (int64_t d4 = 0; d4 < Dqk / 4; ++d4) {
+                    const float4 kv = __ldg(reinterpret_cast<const float4*>(k) + d4);
+#pragma unroll
+                    for (int g = 0; g < kMaxGroup; ++g) {
+                        if (g >= G) break;
+                        const float4 qv = reinterpret_cast<const float4*>(q_s + g * Dqk)[d4];
+                        s[g] += qv.x * kv.x + qv.y * kv.y + qv.z * kv.z + qv.w * kv.w;
+                    }
+                }
+            } else {
+                for (int64_t d = 0; d < Dqk; ++d) {
+                    const float kd = __ldg(k + d);
+#pragma unroll
+                    for (int g = 0; g < kMaxGroup; ++g) {
+                        if (g >= G) break;
+                        s[g] += q_s[g * Dqk + d] * kd;
+                    }
+                }
+            }
+        }
+        // Online softmax over the tile.
+        float p[kMaxGroup];
+#pragma unroll
+        for (int g = 0; g < kMaxGroup; ++g) {
+            p[g] = 0.0f;
+            if (g >= G) continue;
+            const float score = valid ? s[g] * a.scale : -INFINITY;
+            const float m_new = fmaxf(m[g], warp_max(score));
+            const float corr = m[g] == -INFINITY ? 0.0f : expf(m[g] - m_new);
+            p[g] = valid ? expf(score - m_new) : 0.0f;
+            l[g] = l[g] * corr + warp_sum(p[g]);
+            m[g] = m_new;
+#pragma unroll
+            for (int i = 0; i < kDimsPerLane; ++i) acc[g][i] *= corr;
+        }
+        // Values: every lane takes dims lane + 32·i of each key of the tile.
+        const int n = static_cast<int>(min(static_cast<int64_t>(kTileKeys), num_keys - j0));
+        for (int jj = 0; jj < n; ++jj) {
+            const int64_t row_j = __shfl_sync(0xffffffffu, row, jj);
+            const int valid_j = __shfl_sync(0xffffffffu, static_cast<int>(valid), jj);
+            if (!valid_j) continue;  // uniform over the warp
+            const float* v = a.v + row_j * a.v_token_stride + kvh * a.v_head_stride;  // [Dv]
+            float vd[kDimsPerLane];
+#pragma unroll
+            for (int i = 0; i < kDimsPerLane; ++i) {
+                const int64_t d = lane + 32 * i;
+                vd[i] = d < Dv ? __ldg(v + d) : 0.0f;
+            }
+#pragma unroll
+            for (int g = 0; g < kMaxGroup; ++g) {
+                if (g >= G) break;
+                const float pj = __shfl_sync(0xffffffffu, p[g], jj);
+#pragma unroll
+                for (int i = 0; i < kDimsPerLane; ++i) acc[g][i] += pj * vd[i];
+            }
+        }
+    }
+    // Merge the warps.
+#pragma unroll
+    for (int g = 0; g < kMaxGroup; ++g) {
+        if (g >= G) break;
+        if (lane == 0) {
+            m_s[warp * kMaxGroup + g] = m[g];
+            l_s[warp * kMaxGroup + g] = l[g];
+        }
+#pragma unroll
+        for (int i = 0; i < kDimsPerLane; ++i) {
             const int64_t d = lane + 32 * i;
-            if (d < a.head_dim_v) acc[i] = acc[i] * corr + p * v[d];
+            if (d < Dv) acc_s[(warp * kMaxGroup + g) * Dv + d] = acc[g][i];
         }
-    }
-    if (lane == 0) {
-        m_s[warp] = m;
-        l_s[warp] = l;
-    }
-#pragma unroll
-    for (int i = 0; i < kMaxPerLane; ++i) {
-        const int64_t d = lane + 32 * i;
-        if (d < a.head_dim_v) acc_s[warp * a.head_dim_v + d] = acc[i];
     }
     __syncthreads();
-    float m_all = -FLT_MAX;
-    for (int w = 0; w < kWarps; ++w) m_all = fmaxf(m_all, m_s[w]);
-    float l_all = 0.0f, factor[kWarps];
-    for (int w = 0; w < kWarps; ++w) {
-        factor[w] = l_s[w] > 0.0f ? expf(m_s[w] - m_all) : 0.0f;  // a warp that saw no key adds nothing
-        l_all += l_s[w] * factor[w];
+    for (int64_t i = threadIdx.x; i < G * Dv; i += blockDim.x) {
+        const int64_t g = i / Dv, d = i % Dv;
+        float m_all = -INFINITY;
+        for (int w = 0; w < kWarps; ++w) m_all = fmaxf(m_all, m_s[w * kMaxGroup + g]);
+        float l_all = 0.0f, sum = 0.0f;
+        for (int w = 0; w < kWarps; ++w) {
+            const float lw = l_s[w * kMaxGroup + g];
+            if (lw == 0.0f) continue;  // a warp that saw no key adds nothing
+            const float f = expf(m_s[w * kMaxGroup + g] - m_all);
+            l_all += lw * f;
+            sum += acc_s[(w * kMaxGroup + g) * Dv + d] * f;
+        }
+        a.out[t * a.out_token_stride + (h0 + g) * a.out_head_stride + d] = l_all > 0.0f ? sum / l_all : 0.0f;
     }
-    for (int64_t d = threadIdx.x; d < a.head_dim_v; d += blockDim.x) {
-        float sum = 0.0f;
-        for (int w = 0; w < kWarps; ++w) sum += acc_s[w * a.head_dim_v + d] * factor[w];
-        out[d] = sum / l_all;
+}
+
+template <int kDimsPerLane>
+cudaError_t launch(const AttentionArgs& a, int32_t* error_flag, cudaStream_t stream) {
+    const int64_t group = a.num_heads / a.num_kv_heads;
+    const int num_chunks = static_cast<int>((group + kMaxGroup - 1) / kMaxGroup);
+    const bool k_vec4 = a.head_dim_qk % 4 == 0 && a.k_token_stride % 4 == 0 && a.k_head_stride % 4 == 0 &&
+                        reinterpret_cast<uintptr_t>(a.k) % 16 == 0;
+    const size_t smem = smem_bytes(a);
+    if (smem > 48 * 1024) {
+        const cudaError_t err = cudaFuncSetAttribute(attention_kernel<kDimsPerLane>,
+                                                     cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                                     static_cast<int>(smem));
+        if (err != cudaSuccess) return err;
     }
+    const int64_t num_blocks = a.num_tokens * a.num_kv_heads * num_chunks;
+    attention_kernel<kDimsPerLane>
+        <<<static_cast<unsigned>(num_blocks), kWarps * 32, smem, stream>>>(a, num_chunks, k_vec4, error_flag);
+    return cudaGetLastError();
+}
+
+__global__ void kv_cache_store_kernel(KvCacheStoreArgs a, int32_t* error_flag) {
+    const int64_t t = blockIdx.x;
+    const int64_t slot = a.slot_mapping[t];
+    if (slot < 0 || slot >= a.num_pool_rows) {
+        if (threadIdx.x == 0) *error_flag = 1;
+        return;
+    }
+    const float* src = a.src + t * a.src_row_stride;
+    float* dst = a.pool + slot * a.width;
+    for (int64_t i = threadIdx.x; i < a.width; i += blockDim.x) dst[i] = src[i];
 }
 
 }  // namespace
 
 cudaError_t launch_attention(const AttentionArgs& args, int32_t* error_flag, cudaStream_t stream) {
     if (args.num_tokens == 0 || args.num_heads == 0) return cudaSuccess;
-    const size_t smem = static_cast<size_t>(args.head_dim_qk + 2 * kWarps + kWarps * args.head_dim_v) * sizeof(float);
-    if (smem > 48 * 1024) {
-        const cudaError_t err =
-            cudaFuncSetAttribute(attention_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
-        if (err != cudaSuccess) return err;
-    }
-    attention_kernel<<<static_cast<unsigned>(args.num_tokens * args.num_heads), kWarps * 32, smem, stream>>>(
-        args, error_flag);
+    if (args.head_dim_v <= 128) return launch<4>(args, error_flag, stream);
+    if (args.head_dim_v <= 256) return launch<8>(args, error_flag, stream);
+    return launch<16>(args, error_flag, stream);
+}
+
+cudaError_t launch_kv_cache_store(const KvCacheStoreArgs& args, int32_t* error_flag, cudaStream_t stream) {
+    if (args.num_tokens == 0) return cudaSuccess;
+    const int threads = static_cast<int>(std::min<int64_t>(256, (args.width + 31) / 32 * 32));
+    kv_cache_store_kernel<<<static_cast<unsigned>(args.num_tokens), threads, 0, stream>>>(args, error_flag);
     return cudaGetLastError();
 }
 

@@ -1,0 +1,179 @@
+// The CUDA argmax op (backend/cuda/kernels/argmax.cuh) against the CPU reference backend on fresh random
+// rows: odd vocabularies (1, 7, 1000, 151936), packed rows (so most rows start off a 16-byte boundary),
+// padded strides, a misaligned base pointer, planted ties at the maximum, NaN, ±inf, all-NaN and all-equal
+// rows, and more rows than the grid's blocks. Ids and non-finite flags must be exactly equal.
+#include <gtest/gtest.h>
+
+#if EPINFER_WITH_CUDA
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "backend/backend.h"
+#include "backend/cpu/cpu_backend.h"
+#include "backend/cuda/cuda_backend.h"
+#include "cuda_test_util.h"
+
+namespace epinfer::test {
+namespace {
+
+constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
+constexpr float kInf = std::numeric_limits<float>::infinity();
+
+// Random rows of `vocab_size` values `row_stride` apart; row r gets the planting r % 10 selects.
+std::vector<float> planted_rows(int64_t num_rows, int64_t vocab_size, int64_t row_stride, uint32_t seed) {
+    std::vector<float> logits = random_floats(static_cast<size_t>(num_rows * row_stride), seed, -8.0f, 8.0f);
+    std::mt19937 rng(seed + 1);
+    std::uniform_int_distribution<int64_t> col(0, vocab_size - 1);
+    for (int64_t r = 0; r < num_rows; ++r) {
+        float* row = logits.data() + r * row_stride;
+        switch (r % 10) {
+            case 1:  // the maximum at up to four places (different threads and warps for large V)
+                for (int k = 0; k < 4; ++k) row[col(rng)] = 9.0f;
+                break;
+            case 2:  // NaNs, one of them right before the maximum
+                for (int k = 0; k < 3; ++k) row[col(rng)] = kNaN;
+                break;
+            case 3: row[col(rng)] = kInf; break;
+            case 4:
+                row[col(rng)] = -kInf;
+                row[col(rng)] = kNaN;
+                break;
+            case 5:
+                for (int64_t i = 0; i < vocab_size; ++i) row[i] = kNaN;
+                break;
+            case 6:  // all equal: index 0
+                for (int64_t i = 0; i < vocab_size; ++i) row[i] = 1.5f;
+                break;
+            case 7:  // ties between +0 and −0 at the maximum
+                for (int64_t i = 0; i < vocab_size; ++i) row[i] = -1.0f - static_cast<float>(i % 3);
+                row[col(rng)] = -0.0f;
+                row[col(rng)] = 0.0f;
+                break;
+            case 8:  // only −inf and NaN
+                for (int64_t i = 0; i < vocab_size; ++i) row[i] = (i % 2 == 0) ? kNaN : -kInf;
+                break;
+            case 9:  // two +inf: the lower wins
+                row[col(rng)] = kInf;
+                row[col(rng)] = kInf;
+                break;
+            default: break;
+        }
+        // Padding that would win, or flag the row, if the kernel read it.
+        for (int64_t i = vocab_size; i < row_stride; ++i) row[i] = (i % 2 == 0) ? 100.0f : kNaN;
+    }
+    return logits;
+}
+
+class ArgmaxCudaTest : public CpuAndCudaTest {
+protected:
+    // Runs both backends on R rows of `logits` starting `base_offset` floats into the buffer, and expects
+    // exactly equal ids and flags. Returns the number of flagged rows.
+    int64_t expect_same(const std::vector<float>& logits, int64_t base_offset, int64_t num_rows, int64_t vocab_size,
+                        int64_t row_stride, const std::string& what) {
+        std::vector<int32_t> want_ids(num_rows, -1), want_flags(num_rows, -1);
+        ArgmaxArgs args;
+        args.logits = logits.data() + base_offset;
+        args.out_ids = want_ids.data();
+        args.out_non_finite = want_flags.data();
+        args.num_rows = num_rows;
+        args.vocab_size = vocab_size;
+        args.row_stride = row_stride;
+        const Status on_cpu = cpu_->argmax(args);
+        EXPECT_TRUE(on_cpu.is_ok()) << on_cpu.message();
+
+        cuda::CudaBuffer d_logits = upload(logits);
+        cuda::CudaBuffer d_ids = poisoned<int32_t>(num_rows), d_flags = poisoned<int32_t>(num_rows);
+        args.logits = static_cast<const float*>(d_logits.data()) + base_offset;
+        args.out_ids = static_cast<int32_t*>(d_ids.data());
+        args.out_non_finite = static_cast<int32_t*>(d_flags.data());
+        const Status on_gpu = gpu_->argmax(args);
+        EXPECT_TRUE(on_gpu.is_ok()) << what << ": " << on_gpu.message();
+        const Status synced = gpu_->synchronize();
+        EXPECT_TRUE(synced.is_ok()) << what << ": " << synced.message();
+        const std::vector<int32_t> got_ids = download<int32_t>(d_ids.data(), num_rows);
+        const std::vector<int32_t> got_flags = download<int32_t>(d_flags.data(), num_rows);
+
+        int64_t num_flagged = 0, num_mismatches = 0;
+        for (int64_t r = 0; r < num_rows; ++r) {
+            num_flagged += want_flags[r];
+            if (got_ids[r] == want_ids[r] && got_flags[r] == want_flags[r]) continue;
+            if (++num_mismatches <= 5) {
+                ADD_FAILURE() << what << " row " << r << ": id " << got_ids[r] << " (cpu " << want_ids[r]
+                              << "), non_finite " << got_flags[r] << " (cpu " << want_flags[r] << ")";
+            }
+        }
+        EXPECT_EQ(num_mismatches, 0) << what;
+        return num_flagged;
+    }
+
+};
+
+TEST_F(ArgmaxCudaTest, MatchesCpuOnPlantedRows) {
+    struct Shape {
+        int64_t vocab_size, num_rows;
+    };
+    for (const Shape s : {Shape{1, 300}, Shape{7, 300}, Shape{1000, 300}, Shape{151936, 40}}) {
+        const int64_t V = s.vocab_size, R = s.num_rows;
+        // Packed rows (V odd: rows start at every alignment), a padded stride, and a 16-byte stride.
+        for (const int64_t stride : {V, V + 3, (V + 3) / 4 * 4 + 4}) {
+            for (const int64_t base_offset : {0, 1}) {
+                const std::string what =
+                    "V " + std::to_string(V) + " stride " + std::to_string(stride) + " base +" + std::to_string(base_offset);
+                const std::vector<float> logits =
+                    planted_rows(R, V, stride, static_cast<uint32_t>(V * 31 + stride * 7 + base_offset));
+                std::vector<float> shifted(static_cast<size_t>(base_offset), 0.0f);
+                shifted.insert(shifted.end(), logits.begin(), logits.end());
+                const int64_t num_flagged = expect_same(shifted, base_offset, R, V, stride, what);
+                EXPECT_GE(num_flagged, R / 10 * 4) << what;  // rows 3, 4, 5, 8 (mod 10) at least
+            }
+        }
+    }
+}
+
+TEST_F(ArgmaxCudaTest, TiesAcrossWarpsGoToTheLowerIndex) {
+    // One row of 151936: the maximum at indices read by different threads, warps and float4 lanes.
+    const int64_t V = 151936;
+    std::vector<float> row = random_floats(V, 5, -1.0f, 1.0f);
+    for (const int64_t i : {151935, 70001, 4099, 515, 514}) row[i] = 2.0f;
+    cuda::CudaBuffer d_row = upload(row), d_id = poisoned<int32_t>(1), d_flag = poisoned<int32_t>(1);
+    ArgmaxArgs args;
+    args.logits = static_cast<const float*>(d_row.data());
+    args.out_ids = static_cast<int32_t*>(d_id.data());
+    args.out_non_finite = static_cast<int32_t*>(d_flag.data());
+    args.num_rows = 1;
+    args.vocab_size = V;
+    args.row_stride = V;
+    ASSERT_TRUE(gpu_->argmax(args).is_ok());
+    ASSERT_TRUE(gpu_->synchronize().is_ok());
+    EXPECT_EQ(download<int32_t>(d_id.data(), 1), std::vector<int32_t>{514});
+    EXPECT_EQ(download<int32_t>(d_flag.data(), 1), std::vector<int32_t>{0});
+}
+
+TEST_F(ArgmaxCudaTest, MoreRowsThanGridBlocks) {
+    // V = 1 and V = 5 with more rows than the kernel's grid (65535·16 blocks): rows loop inside blocks.
+    const int64_t R = 65535LL * 16 + 37;
+    expect_same(planted_rows(R, 1, 1, 77), 0, R, 1, 1, "V 1, R " + std::to_string(R));
+    expect_same(planted_rows(R, 5, 5, 78), 0, R, 5, 5, "V 5, R " + std::to_string(R));
+}
+
+TEST_F(ArgmaxCudaTest, ZeroRowsAndBadArguments) {
+    ArgmaxArgs args;
+    args.num_rows = 0;
+    args.vocab_size = 8;
+    args.row_stride = 8;
+    EXPECT_TRUE(gpu_->argmax(args).is_ok());
+    EXPECT_TRUE(gpu_->synchronize().is_ok());
+    args.row_stride = 7;
+    const Status st = gpu_->argmax(args);
+    EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << st.message();
+    EXPECT_NE(st.message().find("row_stride 7 is below 8"), std::string::npos) << st.message();
+}
+
+}  // namespace
+}  // namespace epinfer::test
+#endif  // EPINFER_WITH_CUDA
