@@ -33,6 +33,8 @@ constexpr std::chrono::seconds kCancelGrace{10};
 constexpr std::chrono::seconds kStreamKeepAlive{5};
 // shutdown(): how long responses still being written may take after the engine loop stopped.
 constexpr std::chrono::seconds kResponseWriteGrace{10};
+// How long shutdown waits for the listen thread to have started (it starts within microseconds).
+constexpr std::chrono::seconds kListenStartTimeout{10};
 
 Clock::duration seconds_duration(double s) {
     return std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(s));
@@ -121,6 +123,7 @@ struct HttpServer::Impl {
     EngineLoop loop;
     BacklogServer http;
     std::thread listen_thread;
+    std::atomic<bool> listen_done{false};  // listen_after_bind() has returned
     ServerMetrics metrics;
     int port = 0;
     std::atomic<bool> draining{false};
@@ -373,6 +376,13 @@ struct HttpServer::Impl {
             std::unique_lock<std::mutex> in_flight_lock(in_flight_mutex);
             in_flight_cv.wait_for(in_flight_lock, kResponseWriteGrace, [&] { return in_flight == 0; });
         }
+        // httplib's stop() does nothing before listen_after_bind() has set it running: a server shut down
+        // right after start() would leave the listen thread in accept() for ever. Wait (bounded) for it.
+        const auto deadline = std::chrono::steady_clock::now() + kListenStartTimeout;
+        while (listen_thread.joinable() && !http.is_running() && !listen_done.load() &&
+               std::chrono::steady_clock::now() < deadline) {
+            std::this_thread::sleep_for(std::chrono::milliseconds(1));
+        }
         http.stop();
         if (listen_thread.joinable()) listen_thread.join();
     }
@@ -408,7 +418,10 @@ Result<std::unique_ptr<HttpServer>> HttpServer::start(Engine& engine, const Serv
     if (::listen(impl.http.listening_socket(), kListenBacklog) != 0)
         return internal_error("listen() on " + options.host + ":" + std::to_string(impl.port) + " failed");
     impl.loop.start();
-    impl.listen_thread = std::thread([&impl] { impl.http.listen_after_bind(); });
+    impl.listen_thread = std::thread([&impl] {
+        impl.http.listen_after_bind();
+        impl.listen_done.store(true);
+    });
     return server;
 }
 
