@@ -14,7 +14,8 @@
 # PROMPT_IDS (default 1,2,...,11); MAX_NEW_TOKENS (default 8); GTEST_FILTER (default *); TEST_TIMEOUT_S
 # (default 400); SERVING (default 1); SERVING_CONFIG (default tests/data/configs/qwen3_30b_a3b.json);
 # SERVING_LEVELS: concurrency:num_prompts pairs (default 1:4 8:16 32:64 64:128 256:256 1024:1024);
-# SERVING_TIMEOUT_S per level (default 240).
+# SERVING_TIMEOUT_S per level (default 240); SERVING_DIRECT_LEVELS: levels run again with --no-decode-graphs
+# (every op issued directly), written as bench_direct_c*.json (default: none).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT_DIR=${OUT_DIR:-engine_h200_out}
@@ -88,5 +89,15 @@ if [ "${SERVING:-1}" = 1 ]; then
             --output-len 128 --json "$OUT_DIR/bench_c$c.json" >"$OUT_DIR/bench_c$c.txt" 2>&1
         echo "bench rc=$?"
         tail -4 "$OUT_DIR/bench_c$c.txt"
+    done
+    for level in ${SERVING_DIRECT_LEVELS:-}; do
+        c=${level%%:*}; n=${level##*:}
+        echo "== bench $(basename "$SERVING_CONFIG") random weights, concurrency $c, $n prompts, --no-decode-graphs"
+        timeout "${SERVING_TIMEOUT_S:-240}" "$EPINFER" bench --config "$SERVING_CONFIG" --random-weights \
+            --device cuda --max-running "$c" --concurrency "$c" --num-prompts "$n" --input-len 128 \
+            --output-len 128 --no-decode-graphs --json "$OUT_DIR/bench_direct_c$c.json" \
+            >"$OUT_DIR/bench_direct_c$c.txt" 2>&1
+        echo "bench rc=$?"
+        tail -1 "$OUT_DIR/bench_direct_c$c.txt"
     done
 fi

@@ -12,6 +12,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <utility>
 
@@ -21,6 +22,15 @@
 #include "core/status.h"
 
 namespace epinfer {
+
+// A recorded sequence of ops (a CUDA graph): the same kernels with the same pointers and sizes, run again
+// by replay(). Buffers allocated while recording belong to the graph.
+class OpGraph {
+public:
+    virtual ~OpGraph() = default;
+    // Runs the recorded ops after the ops issued before (asynchronously, as an op).
+    virtual Status replay() = 0;
+};
 
 // Memory of the device a backend allocates from, in bytes (Backend::memory_info).
 struct DeviceMemory {
@@ -54,6 +64,15 @@ public:
     // default), kInternal when the figures cannot be read.
     virtual Result<DeviceMemory> memory_info() const {
         return not_supported(std::string("backend ") + name() + " cannot report its memory");
+    }
+
+    // Op graphs: between begin_capture() and end_capture() ops are recorded, not run, and must not copy
+    // to or from the host or synchronize; end_capture() ends the recording (also after a failed op) and
+    // returns the graph. kNotSupported on backends without graphs (the default): run the ops directly.
+    virtual bool supports_op_graphs() const { return false; }
+    virtual Status begin_capture() { return not_supported(std::string(name()) + ": no op graphs"); }
+    virtual Result<std::unique_ptr<OpGraph>> end_capture() {
+        return not_supported(std::string(name()) + ": no op graphs");
     }
 
     // Ops (semantics and shapes: op_args.h, moe_router_args.h, moe_experts_args.h).

@@ -58,13 +58,11 @@ Status for_each_pool_run(const LayerKvCache& kv, int64_t begin, int64_t count, C
 
 }  // namespace
 
-Result<KvBatchMetadata> build_kv_batch_metadata(Backend& backend, std::span<const AttentionSequence> sequences,
-                                                int64_t num_rows) {
-    KvBatchMetadata meta;
-    meta.num_rows = num_rows;
+Result<KvBatchHostMetadata> kv_batch_host_metadata(std::span<const AttentionSequence> sequences,
+                                                   int64_t num_rows, int64_t block_table_stride) {
+    KvBatchHostMetadata meta;
     meta.num_sequences = static_cast<int64_t>(sequences.size());
-    meta.block_table_stride = 1;
-    int64_t next_row = 0;
+    int64_t longest = 1, next_row = 0;
     for (const AttentionSequence& seq : sequences) {
         EPI_RETURN_IF_ERROR(check_kv_capacity(seq));
         if (seq.row_begin != next_row || seq.num_rows < 0) {
@@ -72,22 +70,25 @@ Result<KvBatchMetadata> build_kv_batch_metadata(Backend& backend, std::span<cons
                                     " where row " + std::to_string(next_row) + " was expected");
         }
         next_row += seq.num_rows;
-        meta.block_table_stride =
-            std::max(meta.block_table_stride, static_cast<int64_t>(seq.kv->block_table.size()));
-        meta.max_kv_tokens = std::max(meta.max_kv_tokens, seq.kv->num_tokens + seq.num_rows);
+        longest = std::max(longest, static_cast<int64_t>(seq.kv->block_table.size()));
     }
     if (next_row != num_rows) {
         return invalid_argument("attention batch: the sequences cover " + std::to_string(next_row) + " of " +
                                 std::to_string(num_rows) + " rows");
     }
-    std::vector<int64_t> slots(static_cast<size_t>(num_rows));  // [T]
-    std::vector<int32_t> seq_of_row(static_cast<size_t>(num_rows));  // [T]
-    std::vector<int32_t> tables(static_cast<size_t>(meta.num_sequences * meta.block_table_stride), -1);
+    if (block_table_stride != 0 && block_table_stride < longest) {
+        return invalid_argument("attention batch: block table width " + std::to_string(block_table_stride) +
+                                " is below the longest table's " + std::to_string(longest));
+    }
+    meta.block_table_stride = block_table_stride != 0 ? block_table_stride : longest;
+    meta.slot_mapping.resize(static_cast<size_t>(num_rows));
+    meta.token_sequence.resize(static_cast<size_t>(num_rows));
+    meta.block_tables.assign(static_cast<size_t>(meta.num_sequences * meta.block_table_stride), -1);
     for (size_t s = 0; s < sequences.size(); ++s) {
         const AttentionSequence& seq = sequences[s];
         const LayerKvCache& kv = *seq.kv;
         std::copy(kv.block_table.begin(), kv.block_table.end(),
-                  tables.begin() + static_cast<int64_t>(s) * meta.block_table_stride);
+                  meta.block_tables.begin() + static_cast<int64_t>(s) * meta.block_table_stride);
         for (int64_t i = 0; i < seq.num_rows; ++i) {
             const int64_t p = kv.num_tokens + i;
             const int32_t block = kv.block_table[static_cast<size_t>(p / kv.block_size)];
@@ -96,17 +97,28 @@ Result<KvBatchMetadata> build_kv_batch_metadata(Backend& backend, std::span<cons
                                         std::to_string(p / kv.block_size) + " of sequence " + std::to_string(s) +
                                         " is " + std::to_string(block));
             }
-            slots[static_cast<size_t>(seq.row_begin + i)] = int64_t{block} * kv.block_size + p % kv.block_size;
-            seq_of_row[static_cast<size_t>(seq.row_begin + i)] = static_cast<int32_t>(s);
+            const size_t row = static_cast<size_t>(seq.row_begin + i);
+            meta.slot_mapping[row] = int64_t{block} * kv.block_size + p % kv.block_size;
+            meta.token_sequence[row] = static_cast<int32_t>(s);
         }
     }
+    return meta;
+}
+
+Result<KvBatchMetadata> build_kv_batch_metadata(Backend& backend, std::span<const AttentionSequence> sequences,
+                                                int64_t num_rows) {
+    EPI_ASSIGN_OR_RETURN(const KvBatchHostMetadata host, kv_batch_host_metadata(sequences, num_rows));
+    KvBatchMetadata meta;
+    meta.num_rows = num_rows;
+    meta.num_sequences = host.num_sequences;
+    meta.block_table_stride = host.block_table_stride;
     const auto upload = [&](DeviceBuffer* dst, const void* src, size_t bytes) -> Status {
         EPI_ASSIGN_OR_RETURN(*dst, DeviceBuffer::alloc(backend, bytes));
         return bytes == 0 ? Status::ok() : backend.copy_to_device(dst->data(), src, bytes);
     };
-    EPI_RETURN_IF_ERROR(upload(&meta.slot_mapping, slots.data(), slots.size() * sizeof(int64_t)));
-    EPI_RETURN_IF_ERROR(upload(&meta.token_sequence, seq_of_row.data(), seq_of_row.size() * sizeof(int32_t)));
-    EPI_RETURN_IF_ERROR(upload(&meta.block_tables, tables.data(), tables.size() * sizeof(int32_t)));
+    EPI_RETURN_IF_ERROR(upload(&meta.slot_mapping, host.slot_mapping.data(), host.slot_mapping.size() * 8));
+    EPI_RETURN_IF_ERROR(upload(&meta.token_sequence, host.token_sequence.data(), host.token_sequence.size() * 4));
+    EPI_RETURN_IF_ERROR(upload(&meta.block_tables, host.block_tables.data(), host.block_tables.size() * 4));
     return meta;
 }
 
@@ -144,7 +156,7 @@ void set_paged_attention(const AttentionBatch& batch, const LayerKvCache& layer,
     args->num_sequences = meta.num_sequences;
     args->block_table_stride = meta.block_table_stride;
     args->kv_block_size = layer.block_size;
-    args->num_kv_tokens = meta.max_kv_tokens;
+    args->num_kv_tokens = meta.block_table_stride * layer.block_size;
 }
 
 Status kv_cache_gather_rows(Backend& backend, const LayerKvCache& kv, const float* pool, int64_t width,

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <span>
 #include <string>
+#include <vector>
 
 #include "backend/backend.h"
 #include "core/status.h"
@@ -69,14 +70,27 @@ struct KvBatchMetadata {
     int64_t num_rows = 0;         // T
     int64_t num_sequences = 0;
     int64_t block_table_stride = 0;  // ≥ 1
-    int64_t max_kv_tokens = 0;       // the largest num_tokens + num_rows of a sequence
 };
 
-// Builds the metadata of `sequences` (one layer's views, in row order, covering rows [0, num_rows)) on
-// `backend`: three small host→device copies.
+// The same on the host, before upload.
+struct KvBatchHostMetadata {
+    std::vector<int64_t> slot_mapping;    // [T]
+    std::vector<int32_t> block_tables;    // [num_sequences, block_table_stride]
+    std::vector<int32_t> token_sequence;  // [T]
+    int64_t num_sequences = 0;
+    int64_t block_table_stride = 0;
+};
+
+// The metadata of `sequences` (one layer's views, in row order, covering rows [0, num_rows)), with rows of
+// block_table_stride entries (0: the longest table; else at least that).
 // Errors: kInvalidArgument when the sequences do not cover [0, num_rows) in order, a view has no storage,
-// a block table lacks the capacity for its new rows (check_kv_capacity) or holds a negative id among them;
-// alloc/copy errors.
+// a block table lacks the capacity for its new rows (check_kv_capacity) or holds a negative id among them,
+// or block_table_stride is below the longest table.
+Result<KvBatchHostMetadata> kv_batch_host_metadata(std::span<const AttentionSequence> sequences,
+                                                   int64_t num_rows, int64_t block_table_stride = 0);
+
+// kv_batch_host_metadata uploaded to `backend` (three small host→device copies).
+// Errors: as kv_batch_host_metadata; alloc/copy errors.
 Result<KvBatchMetadata> build_kv_batch_metadata(Backend& backend, std::span<const AttentionSequence> sequences,
                                                 int64_t num_rows);
 
@@ -97,7 +111,8 @@ Result<const LayerKvCache*> batch_layer_cache(const AttentionBatch& batch);
 Status kv_cache_store_rows(Backend& backend, const AttentionBatch& batch, const LayerKvCache& layer, float* pool,
                            int64_t width, const float* rows);
 
-// Sets the paged fields of `args` (k/v pools are the caller's) from the batch metadata and `layer`.
+// Sets the paged fields of `args` (k/v pools are the caller's) from the batch metadata and `layer`;
+// num_kv_tokens = block_table_stride · block_size (a bound on every position, fixed for a table width).
 void set_paged_attention(const AttentionBatch& batch, const LayerKvCache& layer, AttentionArgs* args);
 
 // Copies positions 0 .. num_rows − 1 of `pool` (through kv's block table) into out: [num_rows, width]

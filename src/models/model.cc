@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "checkpoint/hf_config.h"
+#include "models/model_decode_graph.h"
 #include "models/model_registry.h"
 #include "models/model_weights.h"
 #include "models/random_weights.h"
@@ -254,15 +255,11 @@ Status Model::forward(const ForwardArgs& args) {
 Status Model::forward_micro_batch(const ForwardArgs& args, size_t seq_begin, size_t seq_end,
                                   const MicroBatchOutput& out) {
     Backend& backend = *backend_;
-    const ModelConfig& c = config_;
-    const ModelWeights& w = *weights_;
-    const int64_t H = c.hidden_size, V = c.vocab_size;
+    const int64_t V = config_.vocab_size;
     const std::span<const SequenceInput> seqs = args.sequences.subspan(seq_begin, seq_end - seq_begin);
     const ParallelContext* par = parallel_;
     const PipelineStage stage =
-        par != nullptr ? par->pipeline_stage : PipelineStage{0, {0, c.num_hidden_layers}, true, true};
-    Communicator* attn_tp = par != nullptr ? par->attn_tp.get() : nullptr;
-    const MoeParallel moe_par = par != nullptr ? moe_parallel_of(*par) : MoeParallel{};
+        par != nullptr ? par->pipeline_stage : PipelineStage{0, {0, config_.num_hidden_layers}, true, true};
 
     std::vector<int32_t> ids, positions;  // [T] host
     std::vector<int64_t> row_begin;       // [num_sequences]
@@ -279,6 +276,8 @@ Status Model::forward_micro_batch(const ForwardArgs& args, size_t seq_begin, siz
     // rank alike; with DP attention the MoE collectives must run even for T = 0.
     const bool join_collectives = par != nullptr && par->dp_attention();
     if (T == 0 && !join_collectives) return Status::ok();
+    if (decode_graph_fits(args, seqs, T)) return forward_decode_graph(seqs, ids, positions, out);
+
     const size_t id_bytes = ids.size() * sizeof(int32_t);
     EPI_ASSIGN_OR_RETURN(DeviceBuffer ids_dev, DeviceBuffer::alloc(backend, id_bytes));  // [T] int32
     EPI_ASSIGN_OR_RETURN(DeviceBuffer pos_dev, DeviceBuffer::alloc(backend, id_bytes));  // [T] int32
@@ -286,6 +285,44 @@ Status Model::forward_micro_batch(const ForwardArgs& args, size_t seq_begin, siz
         EPI_RETURN_IF_ERROR(backend.copy_to_device(ids_dev.data(), ids.data(), id_bytes));
         EPI_RETURN_IF_ERROR(backend.copy_to_device(pos_dev.data(), positions.data(), id_bytes));
     }
+    // Block ids are the same in every layer: one paged-attention metadata for the whole stage.
+    KvBatchMetadata kv_metadata;
+    if (T > 0 && stage.layers.size > 0) {
+        std::vector<AttentionSequence> first_layer(seqs.size());
+        for (size_t s = 0; s < seqs.size(); ++s) {
+            first_layer[s] = {row_begin[s], static_cast<int64_t>(seqs[s].token_ids.size()),
+                              &seqs[s].kv[static_cast<size_t>(stage.layers.begin)]};
+        }
+        EPI_ASSIGN_OR_RETURN(kv_metadata, build_kv_batch_metadata(backend, first_layer, T));
+    }
+    const StageInputs in{seqs, row_begin, static_cast<const int32_t*>(ids_dev.data()),
+                         static_cast<const int32_t*>(pos_dev.data()), &kv_metadata, T};
+    if (T == 0 || !stage.has_lm_head) return run_stage(args, in, StageOutput{});
+
+    const int64_t num_out = args.logits_mode == LogitsMode::kAllRows ? T : static_cast<int64_t>(seqs.size());
+    if (out.greedy_ids == nullptr) {
+        EPI_ASSIGN_OR_RETURN(DeviceBuffer logits, DeviceBuffer::alloc_f32(backend, num_out * V));  // [rows, V]
+        EPI_RETURN_IF_ERROR(run_stage(args, in, StageOutput{logits.f32(), nullptr}));
+        return backend.copy_to_host(out.logits, logits.data(), logits.num_bytes());
+    }
+    const size_t out_bytes = static_cast<size_t>(num_out) * sizeof(int32_t);
+    EPI_ASSIGN_OR_RETURN(DeviceBuffer greedy, DeviceBuffer::alloc(backend, 2 * out_bytes));  // [2, rows]
+    EPI_RETURN_IF_ERROR(run_stage(args, in, StageOutput{nullptr, static_cast<int32_t*>(greedy.data())}));
+    EPI_RETURN_IF_ERROR(backend.copy_to_host(out.greedy_ids, greedy.data(), out_bytes));
+    return backend.copy_to_host(out.greedy_non_finite, static_cast<int32_t*>(greedy.data()) + num_out, out_bytes);
+}
+
+Status Model::run_stage(const ForwardArgs& args, const StageInputs& in, const StageOutput& out) {
+    Backend& backend = *backend_;
+    const ModelConfig& c = config_;
+    const ModelWeights& w = *weights_;
+    const int64_t H = c.hidden_size, V = c.vocab_size, T = in.num_rows;
+    const std::span<const SequenceInput> seqs = in.sequences;
+    const ParallelContext* par = parallel_;
+    const PipelineStage stage =
+        par != nullptr ? par->pipeline_stage : PipelineStage{0, {0, c.num_hidden_layers}, true, true};
+    Communicator* attn_tp = par != nullptr ? par->attn_tp.get() : nullptr;
+    const MoeParallel moe_par = par != nullptr ? moe_parallel_of(*par) : MoeParallel{};
     EPI_ASSIGN_OR_RETURN(DeviceBuffer hidden, DeviceBuffer::alloc_f32(backend, T * H));  // [T, H] residual
     EPI_ASSIGN_OR_RETURN(DeviceBuffer normed, DeviceBuffer::alloc_f32(backend, T * H));  // [T, H]
     EPI_ASSIGN_OR_RETURN(DeviceBuffer branch, DeviceBuffer::alloc_f32(backend, T * H));  // [T, H]
@@ -293,7 +330,7 @@ Status Model::forward_micro_batch(const ForwardArgs& args, size_t seq_begin, siz
     if (stage.has_embedding) {
         if (T > 0) {
             EmbeddingArgs embed;
-            embed.token_ids = static_cast<const int32_t*>(ids_dev.data());
+            embed.token_ids = in.ids;
             embed.table = w.embed_tokens;
             embed.table_dtype = w.embed_dtype;
             embed.out = hidden.f32();
@@ -311,24 +348,15 @@ Status Model::forward_micro_batch(const ForwardArgs& args, size_t seq_begin, siz
     const GqaAttentionParams gqa = gqa_params(c, w);
     const MlaAttentionParams mla = mla_params(c, w);
     const MoeRouterParams router = router_params(c);
-    std::vector<AttentionSequence> attn_seqs(seqs.size());
-    const auto layer_sequences = [&](int64_t l) {
-        for (size_t s = 0; s < seqs.size(); ++s) {
-            attn_seqs[s] = {row_begin[s], static_cast<int64_t>(seqs[s].token_ids.size()),
-                            &seqs[s].kv[static_cast<size_t>(l)]};
-        }
-    };
-    // Block ids are the same in every layer: one paged-attention metadata for the whole stage.
-    KvBatchMetadata kv_metadata;
-    if (T > 0 && stage.layers.size > 0) {
-        layer_sequences(stage.layers.begin);
-        EPI_ASSIGN_OR_RETURN(kv_metadata, build_kv_batch_metadata(backend, attn_seqs, T));
-    }
+    std::vector<AttentionSequence> attn_seqs(seqs.size());  // this layer's views of the sequences
     for (int64_t l = stage.layers.begin; l < stage.layers.end(); ++l) {
         const DecoderLayerWeights& lw = w.layers[static_cast<size_t>(l)];
         const std::string ctx = "layer " + std::to_string(l);
-        layer_sequences(l);
-        const AttentionBatch batch{static_cast<const int32_t*>(pos_dev.data()), attn_seqs, &kv_metadata};
+        for (size_t s = 0; s < seqs.size(); ++s) {
+            attn_seqs[s] = {in.row_begin[s], static_cast<int64_t>(seqs[s].token_ids.size()),
+                            &seqs[s].kv[static_cast<size_t>(l)]};
+        }
+        const AttentionBatch batch{in.positions, attn_seqs, in.kv_metadata};
 
         if (T > 0) {
             EPI_RETURN_IF_ERROR_CTX(
@@ -369,7 +397,7 @@ Status Model::forward_micro_batch(const ForwardArgs& args, size_t seq_begin, siz
         return par->pipeline->send(hidden.data(), T * H, DType::kF32, next);
     }
 
-    // Final norm and LM head on the rows whose logits are wanted.
+    // Final norm and LM head on the rows whose logits are wanted (out: [num_out, V] or [2, num_out]).
     int64_t num_out = T;
     const float* head_in = normed.f32();
     EPI_RETURN_IF_ERROR(rms_norm_forward(backend, w.norm, hidden.f32(), T, normed.f32()));
@@ -383,7 +411,7 @@ Status Model::forward_micro_batch(const ForwardArgs& args, size_t seq_begin, siz
         num_out = static_cast<int64_t>(seqs.size());
         std::vector<int32_t> last_rows(seqs.size());
         for (size_t s = 0; s < seqs.size(); ++s)
-            last_rows[s] = static_cast<int32_t>(row_begin[s] + static_cast<int64_t>(seqs[s].token_ids.size()) - 1);
+            last_rows[s] = static_cast<int32_t>(in.row_begin[s] + static_cast<int64_t>(seqs[s].token_ids.size()) - 1);
         const size_t bytes = last_rows.size() * sizeof(int32_t);
         EPI_ASSIGN_OR_RETURN(last_rows_dev, DeviceBuffer::alloc(backend, bytes));
         EPI_RETURN_IF_ERROR(backend.copy_to_device(last_rows_dev.data(), last_rows.data(), bytes));
@@ -398,22 +426,20 @@ Status Model::forward_micro_batch(const ForwardArgs& args, size_t seq_begin, siz
         EPI_RETURN_IF_ERROR(backend.embedding(gather));
         head_in = branch.f32();
     }
+    if (out.logits != nullptr) {
+        EPI_RETURN_IF_ERROR_CTX(linear_forward(backend, w.lm_head, head_in, num_out, out.logits), "lm_head");
+        return Status::ok();
+    }
     EPI_ASSIGN_OR_RETURN(DeviceBuffer logits, DeviceBuffer::alloc_f32(backend, num_out * V));  // [rows, V]
     EPI_RETURN_IF_ERROR_CTX(linear_forward(backend, w.lm_head, head_in, num_out, logits.f32()), "lm_head");
-    if (out.greedy_ids == nullptr) return backend.copy_to_host(out.logits, logits.data(), logits.num_bytes());
-    const size_t id_bytes_out = static_cast<size_t>(num_out) * sizeof(int32_t);
-    EPI_ASSIGN_OR_RETURN(DeviceBuffer greedy, DeviceBuffer::alloc(backend, 2 * id_bytes_out));  // ids, flags
-    int32_t* greedy_dev = static_cast<int32_t*>(greedy.data());
     ArgmaxArgs argmax;
     argmax.logits = logits.f32();
-    argmax.out_ids = greedy_dev;
-    argmax.out_non_finite = greedy_dev + num_out;
+    argmax.out_ids = out.greedy;
+    argmax.out_non_finite = out.greedy + num_out;
     argmax.num_rows = num_out;
     argmax.vocab_size = V;
     argmax.row_stride = V;
-    EPI_RETURN_IF_ERROR(backend.argmax(argmax));
-    EPI_RETURN_IF_ERROR(backend.copy_to_host(out.greedy_ids, greedy_dev, id_bytes_out));
-    return backend.copy_to_host(out.greedy_non_finite, greedy_dev + num_out, id_bytes_out);
+    return backend.argmax(argmax);
 }
 
 }  // namespace epinfer

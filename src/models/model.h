@@ -10,6 +10,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <span>
 #include <string>
@@ -128,6 +129,16 @@ public:
     // errors.
     Status forward(const ForwardArgs& args);
 
+    // Decode steps replay op graphs (CUDA graphs) where they fit: on a backend with op graphs, one rank,
+    // GQA attention, greedy output, one new token per sequence, at most kMaxGraphRows sequences. Default
+    // on; off: every step issues its ops one by one.
+    void set_decode_graphs(bool enabled) { decode_graphs_enabled_ = enabled; }
+    // Decode graphs captured so far (0 when off, or after a backend refused to record one).
+    int64_t num_decode_graphs() const;
+    // Why decode graphs turned themselves off (the failed recording's error); OK otherwise.
+    const Status& decode_graphs_status() const { return decode_graphs_status_; }
+    static constexpr int64_t kMaxGraphRows = 256;
+
 private:
     Model() = default;
     Status check_inputs(const ForwardArgs& args) const;
@@ -141,10 +152,40 @@ private:
     Status forward_micro_batch(const ForwardArgs& args, size_t seq_begin, size_t seq_end,
                                const MicroBatchOutput& out);
 
+    // What run_stage reads: the micro-batch's rows in backend memory.
+    struct StageInputs {
+        std::span<const SequenceInput> sequences;
+        std::span<const int64_t> row_begin;      // [num_sequences] host: first row of each sequence
+        const int32_t* ids = nullptr;            // [T] int32, device
+        const int32_t* positions = nullptr;      // [T] int32, device
+        const KvBatchMetadata* kv_metadata = nullptr;
+        int64_t num_rows = 0;                    // T
+    };
+    // Where the last stage puts its result: logits [num_out, V] fp32, or argmax ids then non-finite flags
+    // [2, num_out] int32 (device; num_out = T, or num_sequences for kLastRowPerSequence).
+    struct StageOutput {
+        float* logits = nullptr;
+        int32_t* greedy = nullptr;
+    };
+    // This rank's stage on device inputs: embedding or pipeline recv, the stage's layers, then pipeline
+    // send or final norm + LM head (+ argmax). Only ops and collectives: no host copies unless an observer
+    // is set or a sequence has several rows with kLastRowPerSequence (the row gather uploads indices).
+    Status run_stage(const ForwardArgs& args, const StageInputs& in, const StageOutput& out);
+
+    // Decode graphs (model_decode_graph.cc): the batch is padded to a size bucket and the block tables to
+    // a width bucket; each (rows, width) bucket runs once directly, is captured, and is replayed after.
+    struct DecodeGraph;
+    bool decode_graph_fits(const ForwardArgs& args, std::span<const SequenceInput> seqs, int64_t num_rows) const;
+    Status forward_decode_graph(std::span<const SequenceInput> seqs, const std::vector<int32_t>& ids,
+                                const std::vector<int32_t>& positions, const MicroBatchOutput& out);
+
     ModelConfig config_;
     Backend* backend_ = nullptr;
     std::unique_ptr<ModelWeights> weights_;
     const ParallelContext* parallel_ = nullptr;
+    bool decode_graphs_enabled_ = true;
+    Status decode_graphs_status_;
+    std::map<std::pair<int64_t, int64_t>, std::unique_ptr<DecodeGraph>> decode_graphs_;  // by (rows, width)
 };
 
 }  // namespace epinfer

@@ -229,6 +229,8 @@ void add_model_setup_flags(CLI::App& cmd, ModelSetupFlags& f, bool allow_random_
                    "KV cache tokens per rank; 0 = what the memory check leaves (default 0)");
     cmd.add_option("--block-size", f.block_size, "Tokens per KV block (default 16)");
     cmd.add_option("--max-running", f.max_running, "Sequences in one step at most (default 256)");
+    cmd.add_flag("--no-decode-graphs", f.no_decode_graphs,
+                 "Issue every decode step's ops one by one instead of replaying CUDA graphs");
     cmd.add_option("--max-step-tokens", f.max_step_tokens, "Tokens in one step at most (default 2048)");
     cmd.add_option("--max-waiting", f.max_waiting, "Queued requests at most (default 4096)");
     cmd.add_option("--memory-fraction", f.memory_fraction,
@@ -317,6 +319,7 @@ Result<ModelSetup> start_model(const ModelSetupFlags& flags) {
         EPI_ASSIGN_OR_RETURN(setup.model,
                              Model::load(flags.model_dir, *setup.backend, setup.parallel.get(), progress_ptr));
     }
+    setup.model->set_decode_graphs(!flags.no_decode_graphs);
 
     // 5. KV pool.
     int64_t kv_tokens = v.kv_cache_tokens;

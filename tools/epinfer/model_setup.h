@@ -52,6 +52,7 @@ struct ModelSetupFlags {
     std::string max_step_tokens = "2048";  // --max-step-tokens
     std::string max_waiting = "4096";      // --max-waiting
     std::string memory_fraction = "0.9";   // --memory-fraction of the device's memory epinfer may use
+    bool no_decode_graphs = false;         // --no-decode-graphs (Model::set_decode_graphs(false))
 };
 
 // Registers the flags above on `cmd`. allow_random_weights: also --config, --random-weights, --num-layers,

@@ -26,6 +26,7 @@ constexpr int kEmbeddingFlag = 0;
 constexpr int kAttentionFlag = 1;
 constexpr int kKvCacheStoreFlag = 2;
 constexpr int kNumFlags = 3;
+constexpr size_t kCublasWorkspaceBytes = size_t{32} << 20;
 
 Status cublas_status(cublasStatus_t status, const char* call) {
     return internal_error(std::string("cuBLAS error ") + cublasGetStatusName(status) + " in " + call);
@@ -38,6 +39,23 @@ Status cublas_status(cublasStatus_t status, const char* call) {
             return cublas_status(epi_cublas_status_, #expr);                     \
     } while (0)
 
+// A CUDA graph instantiated from a stream capture, launched on the backend's stream.
+class CudaOpGraph final : public OpGraph {
+public:
+    CudaOpGraph(cudaGraphExec_t exec, cudaStream_t stream) : exec_(exec), stream_(stream) {}
+    ~CudaOpGraph() override { cudaGraphExecDestroy(exec_); }
+    CudaOpGraph(const CudaOpGraph&) = delete;
+    CudaOpGraph& operator=(const CudaOpGraph&) = delete;
+    Status replay() override {
+        EPI_CUDA_CHECK(cudaGraphLaunch(exec_, stream_));
+        return Status::ok();
+    }
+
+private:
+    cudaGraphExec_t exec_;
+    cudaStream_t stream_;
+};
+
 class CudaBackend final : public Backend {
 public:
     CudaBackend() = default;
@@ -49,6 +67,7 @@ public:
         if (pool_ != nullptr) cudaMemPoolDestroy(pool_);
         if (flags_ != nullptr) cudaFree(flags_);
         if (cublas_ != nullptr) cublasDestroy(cublas_);
+        if (cublas_workspace_ != nullptr) cudaFree(cublas_workspace_);
         if (stream_ != nullptr) cudaStreamDestroy(stream_);
     }
     CudaBackend(const CudaBackend&) = delete;
@@ -62,6 +81,9 @@ public:
         EPI_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
         EPI_CUBLAS_CHECK(cublasCreate(&cublas_));
         EPI_CUBLAS_CHECK(cublasSetStream(cublas_, stream_));
+        // A workspace of our own, so cuBLAS allocates nothing while ops are recorded into a graph.
+        EPI_CUDA_CHECK(cudaMalloc(&cublas_workspace_, kCublasWorkspaceBytes));
+        EPI_CUBLAS_CHECK(cublasSetWorkspace(cublas_, cublas_workspace_, kCublasWorkspaceBytes));
         EPI_CUDA_CHECK(cudaMalloc(&flags_, kNumFlags * sizeof(int32_t)));
         EPI_CUDA_CHECK(cudaMemset(flags_, 0, kNumFlags * sizeof(int32_t)));
         // The stream-ordered pool of alloc/free: memory freed by one layer's temporaries is reused by the
@@ -76,6 +98,7 @@ public:
         EPI_CUDA_CHECK(cudaMemPoolSetAttribute(pool_, cudaMemPoolAttrReleaseThreshold, &threshold));
         int num_sms = 0;
         EPI_CUDA_CHECK(cudaDeviceGetAttribute(&num_sms, cudaDevAttrMultiProcessorCount, device));
+        num_sms_ = num_sms;
         moe_experts_ = std::make_unique<cuda::CudaMoeExperts>(num_sms);
         return Status::ok();
     }
@@ -157,6 +180,30 @@ public:
         return invalid_argument("kv_cache_store: a slot_mapping entry was outside the pool (row skipped)");
     }
 
+    bool supports_op_graphs() const override { return true; }
+    Status begin_capture() override {
+        EPI_CUDA_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
+        return Status::ok();
+    }
+    Result<std::unique_ptr<OpGraph>> end_capture() override {
+        cudaGraph_t graph = nullptr;
+        const cudaError_t err = cudaStreamEndCapture(stream_, &graph);
+        if (err != cudaSuccess) {
+            cudaGetLastError();  // a capture broken by an op: clear it, the stream is usable again
+            if (graph != nullptr) cudaGraphDestroy(graph);
+            return internal_error(std::string("cuda: stream capture failed: ") + cudaGetErrorString(err));
+        }
+        cudaGraphExec_t exec = nullptr;
+        const cudaError_t inst = cudaGraphInstantiate(&exec, graph, 0);
+        cudaGraphDestroy(graph);
+        if (inst != cudaSuccess) {
+            cudaGetLastError();
+            return internal_error(std::string("cuda: cannot instantiate the captured graph: ") +
+                                  cudaGetErrorString(inst));
+        }
+        return std::unique_ptr<OpGraph>(std::make_unique<CudaOpGraph>(exec, stream_));
+    }
+
     Status embedding(const EmbeddingArgs& args) override {
         EPI_RETURN_IF_ERROR(embedding_check(args));
         EPI_CUDA_CHECK(cuda::launch_embedding(args, flags_ + kEmbeddingFlag, stream_));
@@ -179,7 +226,9 @@ public:
             return not_supported("attention: head_dim_v " + std::to_string(args.head_dim_v) +
                                  " exceeds the CUDA kernel's limit " + std::to_string(cuda::kAttentionMaxHeadDimV));
         }
-        EPI_CUDA_CHECK(cuda::launch_attention(args, flags_ + kAttentionFlag, stream_));
+        const cuda::AttentionPlan plan = cuda::plan_attention(args, num_sms_);
+        EPI_ASSIGN_OR_RETURN(DeviceBuffer workspace, DeviceBuffer::alloc(*this, plan.workspace_bytes));
+        EPI_CUDA_CHECK(cuda::launch_attention(args, plan, workspace.data(), flags_ + kAttentionFlag, stream_));
         return Status::ok();
     }
     Status kv_cache_store(const KvCacheStoreArgs& args) override {
@@ -234,6 +283,8 @@ private:
     cudaStream_t stream_ = nullptr;
     cublasHandle_t cublas_ = nullptr;
     int32_t* flags_ = nullptr;  // [kNumFlags] int32, device
+    void* cublas_workspace_ = nullptr;  // [kCublasWorkspaceBytes]
+    int num_sms_ = 1;
     cudaMemPool_t pool_ = nullptr;
     std::unique_ptr<cuda::CudaMoeExperts> moe_experts_;
 };

@@ -132,10 +132,24 @@ TEST(KvCacheRows, MetadataIsTheSlotMappingPaddedTablesAndRowSequences) {
     EXPECT_EQ(meta->num_rows, 6);
     EXPECT_EQ(meta->num_sequences, 3);
     EXPECT_EQ(meta->block_table_stride, 3);
-    EXPECT_EQ(meta->max_kv_tokens, 8);
     EXPECT_EQ(host_copy<int64_t>(meta->slot_mapping), (std::vector<int64_t>{23, 8, 4, 5, 6, 15}));
     EXPECT_EQ(host_copy<int32_t>(meta->token_sequence), (std::vector<int32_t>{0, 0, 1, 1, 1, 2}));
     EXPECT_EQ(host_copy<int32_t>(meta->block_tables), (std::vector<int32_t>{5, 2, -1, 1, -1, -1, 0, 3, 4}));
+}
+
+// A fixed table width (decode graphs): rows padded with −1 to it; narrower than the longest table: refused.
+TEST(KvCacheRows, HostMetadataAtAFixedTableWidth) {
+    Fixture f({{5, 2}, {1}}, 6);
+    const std::vector<AttentionSequence> seqs = {{0, 1, &f.kv[0]}, {1, 1, &f.kv[1]}};
+    Result<KvBatchHostMetadata> meta = kv_batch_host_metadata(seqs, 2, 4);
+    ASSERT_TRUE(meta.is_ok()) << meta.status().message();
+    EXPECT_EQ(meta->block_table_stride, 4);
+    EXPECT_EQ(meta->block_tables, (std::vector<int32_t>{5, 2, -1, -1, 1, -1, -1, -1}));
+    EXPECT_EQ(meta->slot_mapping, (std::vector<int64_t>{20, 4}));
+    EXPECT_EQ(meta->token_sequence, (std::vector<int32_t>{0, 1}));
+    const Status st = kv_batch_host_metadata(seqs, 2, 1).status();
+    EXPECT_NE(st.message().find("block table width 1 is below the longest table's 2"), std::string::npos)
+        << st.message();
 }
 
 TEST(KvCacheRows, OneStorePerBatchPutsEveryRowAtItsPosition) {

@@ -10,6 +10,7 @@ namespace {
 constexpr int kWarps = 4;
 constexpr int kTileKeys = 32;  // keys per warp tile: one per lane
 constexpr int kMaxGroup = 8;   // query heads per block sharing one KV head
+constexpr int64_t kMinKeysPerSplit = 64;  // keys of one split over blocks, at least
 
 __device__ __forceinline__ float warp_max(float x) {
     for (int o = 16; o > 0; o >>= 1) x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, o));
@@ -28,10 +29,20 @@ size_t smem_bytes(const AttentionArgs& a) {
            sizeof(float);
 }
 
+// How the keys of each query are split over blocks (flash-decoding): split s takes keys
+// [s · keys_per_split, (s + 1) · keys_per_split) and, with more than one split, writes its unnormalised
+// partial output and (max, sum) to partial_acc / partial_ml for attention_combine_kernel.
+struct KeySplit {
+    int num_splits = 1;
+    int64_t keys_per_split = 0;
+    float* partial_acc = nullptr;  // [T, Nh, num_splits, Dv]
+    float* partial_ml = nullptr;   // [T, Nh, num_splits, 2]
+};
+
 // kDimsPerLane: value dims per lane (Dv ≤ 32 · kDimsPerLane). k_vec4: K rows are read as float4.
 template <int kDimsPerLane>
 __global__ void __launch_bounds__(kWarps * 32)
-    attention_kernel(AttentionArgs a, int num_chunks, bool k_vec4, int32_t* error_flag) {
+    attention_kernel(AttentionArgs a, int num_chunks, bool k_vec4, KeySplit split, int32_t* error_flag) {
     extern __shared__ float smem[];
     const int64_t Dqk = a.head_dim_qk, Dv = a.head_dim_v;
     float* q_s = smem;                                // [kMaxGroup, Dqk]
@@ -40,6 +51,8 @@ __global__ void __launch_bounds__(kWarps * 32)
     float* acc_s = l_s + kWarps * kMaxGroup;          // [kWarps, kMaxGroup, Dv]
     const int64_t group = a.num_heads / a.num_kv_heads;
     int64_t block = blockIdx.x;
+    const int split_index = static_cast<int>(block % split.num_splits);
+    block /= split.num_splits;
     const int chunk = static_cast<int>(block % num_chunks);
     block /= num_chunks;
     const int64_t kvh = block % a.num_kv_heads, t = block / a.num_kv_heads;
@@ -57,8 +70,15 @@ __global__ void __launch_bounds__(kWarps * 32)
     }
     if (bad) {  // uniform over the block
         if (threadIdx.x == 0) *error_flag = 1;
-        for (int64_t i = threadIdx.x; i < G * Dv; i += blockDim.x)
-            a.out[t * a.out_token_stride + (h0 + i / Dv) * a.out_head_stride + i % Dv] = 0.0f;
+        for (int64_t i = threadIdx.x; i < G * Dv; i += blockDim.x) {
+            if (split.num_splits == 1) {
+                a.out[t * a.out_token_stride + (h0 + i / Dv) * a.out_head_stride + i % Dv] = 0.0f;
+            } else if (i % Dv == 0) {  // an empty partial: the combine writes zeros
+                float* ml = split.partial_ml + ((t * a.num_heads + h0 + i / Dv) * split.num_splits + split_index) * 2;
+                ml[0] = -INFINITY;
+                ml[1] = 0.0f;
+            }
+        }
         return;
     }
     for (int64_t i = threadIdx.x; i < G * Dqk; i += blockDim.x)
@@ -73,8 +93,11 @@ __global__ void __launch_bounds__(kWarps * 32)
 #pragma unroll
         for (int i = 0; i < kDimsPerLane; ++i) acc[g][i] = 0.0f;
     }
-    const int64_t num_keys = static_cast<int64_t>(pos) + 1;  // causal
-    for (int64_t j0 = static_cast<int64_t>(warp) * kTileKeys; j0 < num_keys; j0 += kWarps * kTileKeys) {
+    // Keys [key_begin, num_keys) of this split; causal: num_keys ≤ pos + 1.
+    const int64_t key_begin = split_index * split.keys_per_split;
+    const int64_t num_keys = min(static_cast<int64_t>(pos) + 1, key_begin + split.keys_per_split);
+    for (int64_t j0 = key_begin + static_cast<int64_t>(warp) * kTileKeys; j0 < num_keys;
+         j0 += kWarps * kTileKeys) {
         // Scores: lane = key j0 + lane.
         const int64_t j = j0 + lane;
         bool valid = j < num_keys;
@@ -94,6 +117,7 @@ __global__ void __launch_bounds__(kWarps * 32)
         if (valid) {
             const float* k = a.k + row * a.k_token_stride + kvh * a.k_head_stride;  // [Dqk]
             if (k_vec4) {
+#pragma unroll 4
                 for (int64_t d4 = 0; d4 < Dqk / 4; ++d4) {
                     const float4 kv = __ldg(reinterpret_cast<const float4*>(k) + d4);
 #pragma unroll
@@ -129,25 +153,32 @@ __global__ void __launch_bounds__(kWarps * 32)
 #pragma unroll
             for (int i = 0; i < kDimsPerLane; ++i) acc[g][i] *= corr;
         }
-        // Values: every lane takes dims lane + 32·i of each key of the tile.
+        // Values: every lane takes dims lane + 32·i of each key of the tile; the V rows of kBatch keys are
+        // loaded before they are used, so their loads are in flight together.
+        constexpr int kBatch = kDimsPerLane == 4 ? 8 : 16 / kDimsPerLane;  // no register spills
         const int n = static_cast<int>(min(static_cast<int64_t>(kTileKeys), num_keys - j0));
-        for (int jj = 0; jj < n; ++jj) {
-            const int64_t row_j = __shfl_sync(0xffffffffu, row, jj);
-            const int valid_j = __shfl_sync(0xffffffffu, static_cast<int>(valid), jj);
-            if (!valid_j) continue;  // uniform over the warp
-            const float* v = a.v + row_j * a.v_token_stride + kvh * a.v_head_stride;  // [Dv]
-            float vd[kDimsPerLane];
+        for (int jj0 = 0; jj0 < n; jj0 += kBatch) {
+            float vd[kBatch][kDimsPerLane];
 #pragma unroll
-            for (int i = 0; i < kDimsPerLane; ++i) {
-                const int64_t d = lane + 32 * i;
-                vd[i] = d < Dv ? __ldg(v + d) : 0.0f;
+            for (int u = 0; u < kBatch; ++u) {
+                const int64_t row_j = __shfl_sync(0xffffffffu, row, jj0 + u);
+                const bool valid_j = __shfl_sync(0xffffffffu, static_cast<int>(valid), jj0 + u) != 0;
+                const float* v = a.v + row_j * a.v_token_stride + kvh * a.v_head_stride;  // [Dv]
+#pragma unroll
+                for (int i = 0; i < kDimsPerLane; ++i) {
+                    const int64_t d = lane + 32 * i;
+                    vd[u][i] = valid_j && d < Dv ? __ldg(v + d) : 0.0f;
+                }
             }
 #pragma unroll
             for (int g = 0; g < kMaxGroup; ++g) {
                 if (g >= G) break;
-                const float pj = __shfl_sync(0xffffffffu, p[g], jj);
 #pragma unroll
-                for (int i = 0; i < kDimsPerLane; ++i) acc[g][i] += pj * vd[i];
+                for (int u = 0; u < kBatch; ++u) {
+                    const float pj = __shfl_sync(0xffffffffu, p[g], jj0 + u);  // 0 for keys past the tile
+#pragma unroll
+                    for (int i = 0; i < kDimsPerLane; ++i) acc[g][i] += pj * vd[u][i];
+                }
             }
         }
     }
@@ -178,14 +209,42 @@ __global__ void __launch_bounds__(kWarps * 32)
             l_all += lw * f;
             sum += acc_s[(w * kMaxGroup + g) * Dv + d] * f;
         }
-        a.out[t * a.out_token_stride + (h0 + g) * a.out_head_stride + d] = l_all > 0.0f ? sum / l_all : 0.0f;
+        if (split.num_splits == 1) {
+            a.out[t * a.out_token_stride + (h0 + g) * a.out_head_stride + d] = l_all > 0.0f ? sum / l_all : 0.0f;
+            continue;
+        }
+        const int64_t part = (t * a.num_heads + h0 + g) * split.num_splits + split_index;
+        split.partial_acc[part * Dv + d] = sum;
+        if (d == 0) {
+            split.partial_ml[part * 2] = m_all;
+            split.partial_ml[part * 2 + 1] = l_all;
+        }
+    }
+}
+
+// out[t, h] = Σ_s acc_s · e^(m_s − m) / Σ_s l_s · e^(m_s − m), m = max_s m_s over splits that saw a key.
+__global__ void attention_combine_kernel(AttentionArgs a, KeySplit split) {
+    const int64_t t = blockIdx.x / a.num_heads, h = blockIdx.x % a.num_heads, Dv = a.head_dim_v;
+    const int64_t first = (t * a.num_heads + h) * split.num_splits;
+    float m = -INFINITY;
+    for (int s = 0; s < split.num_splits; ++s)
+        if (split.partial_ml[(first + s) * 2 + 1] > 0.0f) m = fmaxf(m, split.partial_ml[(first + s) * 2]);
+    for (int64_t d = threadIdx.x; d < Dv; d += blockDim.x) {
+        float l = 0.0f, acc = 0.0f;
+        for (int s = 0; s < split.num_splits; ++s) {
+            const float ls = split.partial_ml[(first + s) * 2 + 1];
+            if (ls == 0.0f) continue;
+            const float f = expf(split.partial_ml[(first + s) * 2] - m);
+            l += ls * f;
+            acc += split.partial_acc[(first + s) * Dv + d] * f;
+        }
+        a.out[t * a.out_token_stride + h * a.out_head_stride + d] = l > 0.0f ? acc / l : 0.0f;
     }
 }
 
 template <int kDimsPerLane>
-cudaError_t launch(const AttentionArgs& a, int32_t* error_flag, cudaStream_t stream) {
-    const int64_t group = a.num_heads / a.num_kv_heads;
-    const int num_chunks = static_cast<int>((group + kMaxGroup - 1) / kMaxGroup);
+cudaError_t launch(const AttentionArgs& a, const KeySplit& split, int num_chunks, int32_t* error_flag,
+                   cudaStream_t stream) {
     const bool k_vec4 = a.head_dim_qk % 4 == 0 && a.k_token_stride % 4 == 0 && a.k_head_stride % 4 == 0 &&
                         reinterpret_cast<uintptr_t>(a.k) % 16 == 0;
     const size_t smem = smem_bytes(a);
@@ -195,9 +254,9 @@ cudaError_t launch(const AttentionArgs& a, int32_t* error_flag, cudaStream_t str
                                                      static_cast<int>(smem));
         if (err != cudaSuccess) return err;
     }
-    const int64_t num_blocks = a.num_tokens * a.num_kv_heads * num_chunks;
-    attention_kernel<kDimsPerLane>
-        <<<static_cast<unsigned>(num_blocks), kWarps * 32, smem, stream>>>(a, num_chunks, k_vec4, error_flag);
+    const int64_t num_blocks = a.num_tokens * a.num_kv_heads * num_chunks * split.num_splits;
+    attention_kernel<kDimsPerLane><<<static_cast<unsigned>(num_blocks), kWarps * 32, smem, stream>>>(
+        a, num_chunks, k_vec4, split, error_flag);
     return cudaGetLastError();
 }
 
@@ -215,11 +274,46 @@ __global__ void kv_cache_store_kernel(KvCacheStoreArgs a, int32_t* error_flag) {
 
 }  // namespace
 
-cudaError_t launch_attention(const AttentionArgs& args, int32_t* error_flag, cudaStream_t stream) {
+AttentionPlan plan_attention(const AttentionArgs& a, int num_sms) {
+    AttentionPlan plan;
+    const int64_t group = a.num_heads / a.num_kv_heads;
+    plan.num_chunks = static_cast<int>((group + kMaxGroup - 1) / kMaxGroup);
+    const int64_t blocks = a.num_tokens * a.num_kv_heads * plan.num_chunks;
+    // Split the keys until the grid covers the GPU twice, each split keeping ≥ kMinKeysPerSplit keys.
+    const int64_t want = blocks >= num_sms ? 1 : (2 * num_sms + blocks - 1) / blocks;
+    const int64_t most = (a.num_kv_tokens + kMinKeysPerSplit - 1) / kMinKeysPerSplit;
+    plan.num_splits = static_cast<int>(std::max<int64_t>(1, std::min(want, most)));
+    const int64_t per_split = (a.num_kv_tokens + plan.num_splits - 1) / plan.num_splits;
+    plan.keys_per_split = (per_split + kTileKeys - 1) / kTileKeys * kTileKeys;
+    if (plan.num_splits > 1) {
+        plan.workspace_bytes = static_cast<size_t>(a.num_tokens * a.num_heads * plan.num_splits) *
+                               static_cast<size_t>(a.head_dim_v + 2) * sizeof(float);
+    }
+    return plan;
+}
+
+cudaError_t launch_attention(const AttentionArgs& args, const AttentionPlan& plan, void* workspace,
+                             int32_t* error_flag, cudaStream_t stream) {
     if (args.num_tokens == 0 || args.num_heads == 0) return cudaSuccess;
-    if (args.head_dim_v <= 128) return launch<4>(args, error_flag, stream);
-    if (args.head_dim_v <= 256) return launch<8>(args, error_flag, stream);
-    return launch<16>(args, error_flag, stream);
+    KeySplit split;
+    split.num_splits = plan.num_splits;
+    split.keys_per_split = plan.keys_per_split;
+    if (plan.num_splits > 1) {
+        split.partial_acc = static_cast<float*>(workspace);
+        split.partial_ml = split.partial_acc + args.num_tokens * args.num_heads * plan.num_splits * args.head_dim_v;
+    }
+    cudaError_t err;
+    if (args.head_dim_v <= 128) {
+        err = launch<4>(args, split, plan.num_chunks, error_flag, stream);
+    } else if (args.head_dim_v <= 256) {
+        err = launch<8>(args, split, plan.num_chunks, error_flag, stream);
+    } else {
+        err = launch<16>(args, split, plan.num_chunks, error_flag, stream);
+    }
+    if (err != cudaSuccess || plan.num_splits == 1) return err;
+    attention_combine_kernel<<<static_cast<unsigned>(args.num_tokens * args.num_heads), 128, 0, stream>>>(args,
+                                                                                                         split);
+    return cudaGetLastError();
 }
 
 cudaError_t launch_kv_cache_store(const KvCacheStoreArgs& args, int32_t* error_flag, cudaStream_t stream) {

@@ -4,8 +4,9 @@
 // and value row is read once for the whole group (GQA). Its warps take tiles of 32 keys (a lane per key
 // for q·k, then the tile's probabilities broadcast by shuffle for p·v), each warp with an online softmax
 // (running max and sum, Milakov & Gimelshein 2018), merged across warps at the end. No T×S score matrix
-// in memory. Not yet split over keys across blocks (flash-decoding), so very long contexts at small
-// batch use few SMs.
+// in memory. When those blocks would not cover the GPU twice (decode at small batch), the keys are split
+// over more blocks (flash-decoding: each split writes a partial output with its max and sum, a second
+// kernel combines them).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -19,11 +20,22 @@ namespace epinfer::cuda {
 // Largest head_dim_v the kernel takes (each lane keeps Dv / 32 accumulators per query head in registers).
 inline constexpr int64_t kAttentionMaxHeadDimV = 512;
 
+// The launch shape of one attention op on a GPU of num_sms SMs, and the workspace it needs.
+struct AttentionPlan {
+    int num_chunks = 1;          // blocks per (token, KV head): ⌈group / 8⌉
+    int num_splits = 1;          // key splits per (token, KV head, chunk)
+    int64_t keys_per_split = 0;  // a multiple of 32
+    size_t workspace_bytes = 0;  // T · Nh · num_splits · (Dv + 2) fp32 when num_splits > 1, else 0
+};
+AttentionPlan plan_attention(const AttentionArgs& args, int num_sms);
+
 // Queries whose position is outside [0, S) or whose token_sequence is outside [0, num_sequences) get
 // zeros and set *error_flag to 1 (never cleared here); a negative block id a query reaches also sets it
 // (that key is skipped).
-// @pre attention_check(args) is OK, head_dim_v ≤ kAttentionMaxHeadDimV; error_flag: [1] int32, device.
-cudaError_t launch_attention(const AttentionArgs& args, int32_t* error_flag, cudaStream_t stream);
+// @pre attention_check(args) is OK, head_dim_v ≤ kAttentionMaxHeadDimV; plan = plan_attention(args, ·);
+// workspace: plan.workspace_bytes, device (stream-ordered); error_flag: [1] int32, device.
+cudaError_t launch_attention(const AttentionArgs& args, const AttentionPlan& plan, void* workspace,
+                             int32_t* error_flag, cudaStream_t stream);
 
 // A slot outside [0, num_pool_rows) skips its row and sets *error_flag to 1 (never cleared here).
 // @pre kv_cache_store_check(args) is OK; error_flag: [1] int32, device.
