@@ -142,13 +142,15 @@ public:
 private:
     Model() = default;
     Status check_inputs(const ForwardArgs& args) const;
-    // The stage's part of forward for sequences [seq_begin, seq_end) of args; logits rows go to `logits`.
     // Where one micro-batch's outputs go: its rows of ForwardArgs::logits, or of greedy_ids/non_finite.
     struct MicroBatchOutput {
         float* logits = nullptr;
         int32_t* greedy_ids = nullptr;
         int32_t* greedy_non_finite = nullptr;
     };
+    // The stage's part of forward for sequences [seq_begin, seq_end) of args: uploads the rows and the
+    // paged-attention metadata (or hands a decode step to forward_decode_graph), runs run_stage, and
+    // downloads the logits or greedy ids into `out`.
     Status forward_micro_batch(const ForwardArgs& args, size_t seq_begin, size_t seq_end,
                                const MicroBatchOutput& out);
 
