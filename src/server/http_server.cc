@@ -314,6 +314,7 @@ struct HttpServer::Impl {
     void install_routes() {
         http.new_task_queue = [n = options.num_http_threads] { return new httplib::ThreadPool(n); };
         http.set_payload_max_length(static_cast<size_t>(options.max_body_bytes));
+        http.set_tcp_nodelay(true);  // each streamed event leaves at once (no Nagle delay behind an ACK)
         // SO_REUSEADDR only: httplib's default also sets SO_REUSEPORT, which would let a second server bind
         // a port that is in use and silently share its connections.
         http.set_socket_options([](socket_t sock) {
@@ -340,6 +341,11 @@ struct HttpServer::Impl {
                 std::string message;
                 if (res.status == 404) {
                     message = "no route for " + req.method + " " + req.path;
+                } else if (res.status == 413 && req.get_header_value("Content-Type").starts_with(
+                                                        "application/x-www-form-urlencoded")) {
+                    // cpp-httplib caps form-encoded bodies (curl -d's default type) at 8192 bytes.
+                    message = "a body sent as application/x-www-form-urlencoded is limited to 8192 bytes by "
+                              "the HTTP library: send it with Content-Type: application/json";
                 } else if (res.status == 413) {
                     message = "the request body is larger than the limit of " +
                               std::to_string(options.max_body_bytes) + " bytes (--max-body-bytes)";

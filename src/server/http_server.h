@@ -31,7 +31,9 @@ struct ServerOptions {
     std::string model_name = "epinfer";   // the id /v1/models lists; a request's "model" must match it
     int64_t max_body_bytes = 1 << 20;     // ≥ 1; larger request bodies → 413
     double request_timeout_s = 600.0;     // > 0; bounds every wait of a request
-    int num_http_threads = 64;            // ≥ 1; requests served at once (more wait for a thread)
+    // ≥ 1; connections served at once (more wait for a thread). A streaming request holds its thread, so
+    // this must exceed the streams expected at once, or /health, /metrics and 503s wait behind them.
+    int num_http_threads = 1024;
 };
 
 class HttpServer {

@@ -276,6 +276,7 @@ std::unique_ptr<httplib::Client> make_client(const std::string& url, double time
     client->set_read_timeout(sec, 0);
     client->set_write_timeout(std::min<time_t>(sec, 60), 0);
     client->set_keep_alive(true);
+    client->set_tcp_nodelay(true);  // requests leave at once; without it TTFT picks up Nagle/delayed-ACK waits
     return client;
 }
 

@@ -40,7 +40,7 @@ struct ServeFlags {
     std::string max_body_bytes = "1048576";
     std::string request_timeout_s = "600";
     std::string drain_timeout_s = "30";
-    std::string http_threads = "64";
+    std::string http_threads = "1024";
 };
 
 Result<int64_t> parse_int_flag(const std::string& text, const char* flag, int64_t lo, int64_t hi) {
@@ -136,7 +136,8 @@ void add_serve_command(CLI::App& app) {
     cmd->add_option("--drain-timeout-s", flags->drain_timeout_s,
                     "On SIGTERM/SIGINT, running requests may finish for this long (default 30)");
     cmd->add_option("--http-threads", flags->http_threads,
-                    "Requests served at once; each running request holds one thread (default 64)");
+                    "Connections served at once; each streaming request holds one thread, so keep this above "
+                    "the streams expected at once, or /health and 503 replies wait behind them (default 1024)");
     cmd->callback([flags] { exit_on_error(run_serve(*flags)); });
 }
 

@@ -233,6 +233,12 @@ TEST_F(TinyServer, BadRequestsGetStatusAndJsonError) {
     const std::string big = json{{"prompt", std::vector<int32_t>(10000, 5)}}.dump();  // > 16 KiB
     ASSERT_GT(big.size(), 16u * 1024);
     expect_json_error(http_post(port(), "/v1/completions", big), 413, "16384 bytes");
+    // curl -d's default type: the HTTP library caps form-encoded bodies at 8192 bytes; the reply says so.
+    const std::string mid = json{{"prompt", std::vector<int32_t>(4500, 5)}}.dump();  // 8-16 KiB
+    ASSERT_GT(mid.size(), 8192u);
+    ASSERT_LT(mid.size(), 16384u);
+    expect_json_error(http_post(port(), "/v1/completions", mid, "application/x-www-form-urlencoded"), 413,
+                      "Content-Type: application/json");
 
     // The accepted forms next to them, and the other endpoints.
     const HttpReply ok = http_post(port(), "/v1/completions",

@@ -83,9 +83,10 @@ struct HttpReply {
     std::string transport_error;  // httplib's error when status is -1
 };
 
-inline HttpReply http_post(int port, const std::string& path, const std::string& body) {
+inline HttpReply http_post(int port, const std::string& path, const std::string& body,
+                           const char* content_type = "application/json") {
     auto client = make_client(port);
-    const httplib::Result r = client->Post(path.c_str(), body, "application/json");
+    const httplib::Result r = client->Post(path.c_str(), body, content_type);
     if (!r) return HttpReply{-1, "", "", httplib::to_string(r.error())};
     return HttpReply{r->status, r->body, r->get_header_value("Content-Type"), ""};
 }
