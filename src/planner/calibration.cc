@@ -105,6 +105,46 @@ Result<LatencyBandwidthFit> fit_latency_bandwidth(const std::vector<std::pair<do
     return LatencyBandwidthFit{latency_us, 1e-3 / slope_us_per_byte};
 }
 
+Result<MoeLayerFit> fit_moe_layers(const std::vector<MeasuredMoeLayer>& layers,
+                                   int64_t max_memory_bound_tokens, int64_t compute_bound_tokens) {
+    std::vector<std::pair<double, double>> points;
+    for (const MeasuredMoeLayer& l : layers) {
+        if (l.tokens <= max_memory_bound_tokens) points.emplace_back(l.weight_bytes, l.time_us);
+    }
+    EPI_ASSIGN_OR_RETURN(LatencyBandwidthFit fit, fit_latency_bandwidth(points));
+    MoeLayerFit result{fit.latency_us, fit.bandwidth_gbps, 0.0};
+    for (const MeasuredMoeLayer& l : layers) {
+        if (l.tokens != compute_bound_tokens) continue;
+        if (!(l.time_us > fit.latency_us) || !(l.flops > 0)) {
+            return invalid_argument(
+                fmt::format("MoE layer fit: T {}: {} FLOP in {} us, not above the fitted latency {:.2f} us",
+                            l.tokens, l.flops, l.time_us, fit.latency_us));
+        }
+        result.expert_tflops = l.flops / ((l.time_us - fit.latency_us) * 1e6);  // TFLOP/s = 1e6 FLOP/µs
+        return result;
+    }
+    return invalid_argument(fmt::format("MoE layer fit: no layer of T {} tokens", compute_bound_tokens));
+}
+
+Result<double> engine_kernel_latency_us(const std::vector<double>& durations_us, double bytes,
+                                        double bandwidth_gbps) {
+    if (durations_us.empty() || !(bandwidth_gbps > 0)) {
+        return invalid_argument(
+            fmt::format("kernel latency: needs durations ({} given) and a bandwidth > 0 (got {})",
+                        durations_us.size(), bandwidth_gbps));
+    }
+    double total_us = 0.0;
+    for (double d : durations_us) total_us += d;
+    const double latency =
+        (total_us - bytes / (bandwidth_gbps * 1e3)) / static_cast<double>(durations_us.size());
+    if (!(latency >= 0)) {
+        return invalid_argument(
+            fmt::format("kernel latency: {:.1f} us of kernels read {} B, faster than {} GB/s", total_us,
+                        bytes, bandwidth_gbps));
+    }
+    return latency;
+}
+
 Result<std::string> calibrated_profile_json(const std::string& base_json, const std::string& base_source,
                                             const Calibration& calibration) {
     EPI_ASSIGN_OR_RETURN(HardwareProfile base, parse_hardware_profile(base_json, base_source));

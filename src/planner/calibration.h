@@ -3,6 +3,7 @@
 // figures instead of datasheet ones.
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <utility>
 #include <vector>
@@ -25,6 +26,37 @@ struct LatencyBandwidthFit {
 // or the best fit has no positive slope (times do not grow with size: bandwidth not resolved).
 // Example: (1000, 12), (2000, 14), (4000, 18) → latency 10 µs, 1000 B per 2 µs = 0.5 GB/s.
 Result<LatencyBandwidthFit> fit_latency_bandwidth(const std::vector<std::pair<double, double>>& points);
+
+// One MoE layer time of `epinfer bench moe` (its "layer µs" column) with the work it did.
+struct MeasuredMoeLayer {
+    int64_t tokens = 0;
+    double weight_bytes = 0.0;  // distinct experts touched × bytes of one expert (the bench's "weight GB")
+    double flops = 0.0;         // 2 · expert params · T · K (the bench's "GFLOP")
+    double time_us = 0.0;
+};
+
+// What the engine's own kernels reach, from MoE layer times (gpu.memory_efficiency,
+// gpu.expert_matmul_efficiency; gpu.kernel_latency_us with engine_kernel_latency_us).
+struct MoeLayerFit {
+    double latency_us = 0.0;      // the layer's fixed time (its chain of kernels)
+    double bandwidth_gbps = 0.0;  // the rate its kernels stream weights at
+    double expert_tflops = 0.0;   // the grouped GEMMs' rate at compute_bound_tokens
+};
+
+// fit_latency_bandwidth over (weight_bytes, time_us) of the layers with tokens ≤ max_memory_bound_tokens;
+// then expert_tflops = flops / (time − latency) of the layer with tokens == compute_bound_tokens.
+// Example (docs/benchmarks/moe_h200.md, Qwen3-30B-A3B, uniform): T 1, 8, 64, 256 → 59.96 µs + bytes at
+// 3814.6 GB/s; T 1024: 77.3 GFLOP in 515.0 − 59.96 µs = 169.9 TFLOP/s.
+// Errors: kInvalidArgument as fit_latency_bandwidth, or when no layer has compute_bound_tokens or its
+// time is not above the latency.
+Result<MoeLayerFit> fit_moe_layers(const std::vector<MeasuredMoeLayer>& layers,
+                                   int64_t max_memory_bound_tokens, int64_t compute_bound_tokens);
+
+// A kernel's fixed time beyond its bytes: (Σ durations_us − bytes / bandwidth) / number of kernels, from
+// the measured durations of a step's kernels (Nsight Compute) that together read `bytes`.
+// Errors: kInvalidArgument for no durations, a bandwidth ≤ 0 or a result < 0.
+Result<double> engine_kernel_latency_us(const std::vector<double>& durations_us, double bytes,
+                                        double bandwidth_gbps);
 
 // One collective measured by `epinfer bench comm` at a group size.
 struct MeasuredCollective {

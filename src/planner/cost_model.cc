@@ -9,15 +9,7 @@
 namespace epinfer::planner {
 namespace {
 
-constexpr double kActivationBytes = 2.0;  // bf16 hidden states on the wire
-constexpr double kTokenIdBytes = 4.0;     // int32 sampled ids sent back from the last stage
-// Kernels per layer in a decode step (estimate; docs/planner.md): norms, projections, RoPE, attention,
-// router, top-k, permute, grouped GEMMs, activation, combine, shared expert.
-constexpr int kKernelsMlaAttention = 10;
-constexpr int kKernelsGqaAttention = 8;
-constexpr int kKernelsMoe = 10;
-constexpr int kKernelsDenseMlp = 4;
-constexpr int kKernelsHead = 4;  // final norm, LM head, sampling
+constexpr double kTokenIdBytes = 4.0;  // int32 sampled ids sent back from the last stage
 
 int64_t ceil_div(int64_t a, int64_t b) {
     return (a + b - 1) / b;
@@ -27,7 +19,18 @@ double bytes_of(double elems, WeightFormat format) {
     return elems * weight_bytes_per_element(format);
 }
 
-enum class Phase { kDecode, kPrefill };
+// Rows of one micro-batch through a stage, per attention-DP rank: decode rows over `decode_context` KV
+// tokens each, prompt rows over `prefill_context` on average; logits for `lm_rows`; `tokens` over all
+// attention-DP ranks (what the MoE sees).
+struct StageRows {
+    int64_t tokens = 0;
+    int64_t decode = 0;
+    int64_t prefill = 0;
+    double decode_context = 0.0;
+    double prefill_context = 0.0;
+    int64_t lm_rows = 0;
+    int64_t per_rank() const { return decode + prefill; }
+};
 
 // Which ranks sit on which node: the layout's ranks in order, gpus_per_node to a node.
 struct Topology {
@@ -61,33 +64,32 @@ void add_term(std::vector<CollectiveTerm>& terms, const CollectiveTerm& term) {
 
 class StageCost {
 public:
-    StageCost(const CostInputs& in, Phase phase) : in_(in), m_(*in.model), l_(in.layout), phase_(phase) {
+    explicit StageCost(const CostInputs& in) : in_(in), m_(*in.model), l_(in.layout) {
         share_ = rank_share(m_, l_);
         topo_.gpus_per_node = l_.world_size() / std::max(1, in.nodes);
         const GpuSpec& gpu = in.hardware->gpu;
         bw_ = effective_bandwidth_gbps(gpu);
         bf16_ = effective_tflops(gpu, MathRate::kBf16);
         dense_rate_ = effective_tflops(gpu, weight_math_rate(in.weights.dense));
-        expert_rate_ = effective_tflops(gpu, weight_math_rate(in.weights.routed_experts));
+        expert_rate_ = effective_expert_tflops(gpu, weight_math_rate(in.weights.routed_experts));
+        kernel_us_ = kernel_fixed_us(gpu);
+        act_bytes_ = in.activation_bytes_per_element;
         max_normal_ = expected_max_standard_normal(l_.moe_ep);
     }
 
-    // Adds one micro-batch of `tokens` (all DP ranks) through `stage` to `out`; returns the stage's time.
-    // Decode: each token attends over `context` KV tokens; prefill: tokens_per_rank prompt tokens each attend
-    // over half the prompt on average.
-    double run(const PipelineStage& stage, int64_t tokens, int64_t tokens_per_rank, double context,
-               StepBreakdown& out) {
+    // Adds one micro-batch of `rows` through `stage` to `out`; returns the stage's time.
+    double run(const PipelineStage& stage, const StageRows& rows, StepBreakdown& out) {
         const int W = l_.stage_size(), a = l_.attn_tp, d = l_.attn_dp;
         const int base = stage.stage * W;
         const double H = static_cast<double>(m_.hidden);
-        const double Tr = static_cast<double>(tokens_per_rank);
-        const double T = static_cast<double>(tokens);
+        const double Tr = static_cast<double>(rows.per_rank());
+        const double T = static_cast<double>(rows.tokens);
         bool attn_inter = false;
         for (int j = 0; j < d; ++j) attn_inter = attn_inter || topo_.run_spans_nodes(base + j * a, a);
         const bool stage_inter = topo_.run_spans_nodes(base, W);
-        const double hidden_bytes = Tr * H * kActivationBytes;
+        const double hidden_bytes = Tr * H * act_bytes_;
 
-        double attention = 0, experts = 0, dense = 0;
+        double attention = 0, experts = 0, dense = 0, activations = 0;
         int64_t kernels = 0;
         std::vector<CollectiveTerm> terms;
         auto collective = [&](const char* what, Collective kind, int ranks, bool inter, double size) {
@@ -103,11 +105,13 @@ public:
         Roofline attn_linear = roofline(attn_w, 2.0 * share_.attn_params * Tr, bw_, dense_rate_);
         const double kv_elem_bytes =
             static_cast<double>(share_.kv_elems_per_token) * in_.kv_bytes_per_element;
-        Roofline attn_score =
-            phase_ == Phase::kDecode
-                ? roofline(Tr * context * kv_elem_bytes, Tr * context * m_.decode_score_flops_per_ctx / a,
-                           bw_, bf16_)
-                : roofline(Tr * kv_elem_bytes, Tr * context * m_.prefill_score_flops_per_ctx / a, bw_, bf16_);
+        // Decode rows read their context's KV; prompt rows read their own chunk's KV once.
+        const double Td = static_cast<double>(rows.decode), Tp = static_cast<double>(rows.prefill);
+        Roofline attn_score = roofline((Td * rows.decode_context + Tp) * kv_elem_bytes,
+                                       (Td * rows.decode_context * m_.decode_score_flops_per_ctx +
+                                        Tp * rows.prefill_context * m_.prefill_score_flops_per_ctx) /
+                                           a,
+                                       bw_, bf16_);
         const double attn_us = attn_linear.time_us() + attn_score.time_us();
         const double dense_mlp_us =
             roofline(bytes_of(static_cast<double>(share_.dense_mlp_params), in_.weights.dense),
@@ -123,7 +127,7 @@ public:
             roofline(m_.router_params * 2.0, 2.0 * m_.router_params * Tr, bw_, bf16_).time_us();
 
         // Routed experts on the busiest rank: every touched local expert's slice is read once.
-        double touched = 0, expert_bytes = 0;
+        double touched = 0, expert_bytes = 0, pairs = 0;
         Roofline expert_roof;
         if (m_.n_experts > 0) {
             const double local = static_cast<double>(share_.local_experts);
@@ -133,7 +137,7 @@ public:
             touched = l_.moe_ep > 1 ? expected_max_binomial(share_.local_experts, p_touch, l_.moe_ep)
                                     : local * p_touch;
             const double mean_pairs = T * m_.top_k * q;
-            const double pairs = mean_pairs + std::sqrt(mean_pairs * (1.0 - q)) * max_normal_;
+            pairs = mean_pairs + std::sqrt(mean_pairs * (1.0 - q)) * max_normal_;
             expert_bytes = touched * bytes_of(static_cast<double>(share_.expert_slice_params),
                                               in_.weights.routed_experts);
             expert_roof = roofline(expert_bytes, 2.0 * pairs * share_.expert_slice_params, bw_, expert_rate_);
@@ -149,24 +153,35 @@ public:
         const double dest =
             m_.n_experts > 0 ? expected_destination_ranks(m_.n_experts, m_.top_k, l_.moe_ep) : 1.0;
         const double remote_rows = l_.moe_tp * dest - dest / l_.moe_ep;
-        const double a2a_remote_bytes = (Tr / a) * remote_rows * H * kActivationBytes;
+        const double a2a_remote_bytes = (Tr / a) * remote_rows * H * act_bytes_;
         const int ranks_per_node = topo_.min_ranks_per_node(base, W);
 
-        const int attn_kernels = m_.mla ? kKernelsMlaAttention : kKernelsGqaAttention;
+        // The engine's kernels and activation traffic (engine_facts.h), at the memory roofline.
+        const int64_t rows_per_rank = rows.per_rank();
+        const EngineKernels engine = engine_kernels(m_, rows_per_rank);
+        const EngineActivationBytes act =
+            engine_activation_bytes(m_, a, l_.moe_tp, share_.kv_heads_per_rank, act_bytes_, rows_per_rank);
+        const double attn_act_us = Tr * act.attention_per_token / (bw_ * 1e3);
+        const double moe_act_us = (Tr * act.moe_per_token + pairs * act.moe_per_pair) / (bw_ * 1e3);
+        const double mlp_act_us = Tr * act.dense_mlp_per_token / (bw_ * 1e3);
+
         for (int64_t i = stage.layers.begin; i < stage.layers.end(); ++i) {
             attention += attn_us;
-            kernels += attn_kernels;
+            activations += attn_act_us;
+            kernels += engine.attention;
             collective("attention all_reduce", Collective::kAllReduce, a, attn_inter, hidden_bytes);
             if (!m_.layer_is_moe[static_cast<size_t>(i)]) {
                 dense += dense_mlp_us;
-                kernels += kKernelsDenseMlp;
+                activations += mlp_act_us;
+                kernels += engine.dense_mlp;
                 collective("MLP all_reduce", Collective::kAllReduce, a, attn_inter, hidden_bytes);
                 continue;
             }
             ++out.moe_layers;
             experts += expert_roof.time_us();
             dense += shared_us + router_us;
-            kernels += kKernelsMoe;
+            activations += moe_act_us;
+            kernels += engine.moe;
             if (d == 1) {
                 collective("MoE all_reduce", Collective::kAllReduce, W, stage_inter, hidden_bytes);
             } else {
@@ -188,10 +203,13 @@ public:
             }
         }
         if (stage.has_lm_head) {
-            const double lm_tokens = phase_ == Phase::kDecode ? Tr : 1.0;  // prefill: the last token's logits
+            const double lm_rows = static_cast<double>(rows.lm_rows);
             const double lm_params = static_cast<double>(share_.vocab_slice) * H;
-            dense += roofline(lm_params * 2.0, 2.0 * lm_params * lm_tokens, bw_, bf16_).time_us();
-            kernels += kKernelsHead;
+            dense += roofline(lm_params * 2.0, 2.0 * lm_params * lm_rows, bw_, bf16_).time_us();
+            const EngineActivationBytes head =
+                engine_activation_bytes(m_, a, l_.moe_tp, share_.kv_heads_per_rank, act_bytes_, rows.lm_rows);
+            activations += lm_rows * head.head_per_row / (bw_ * 1e3);
+            kernels += engine_kernels(m_, rows.lm_rows).head;
         }
         if (l_.pp > 1) {
             // Hidden states to the next stage; the last stage returns the sampled token ids to the first.
@@ -200,7 +218,7 @@ public:
             double size = stage.has_lm_head ? Tr * kTokenIdBytes : hidden_bytes;
             collective("stage send", Collective::kSendRecv, 2, inter, size);
         }
-        const double launch = static_cast<double>(kernels) * in_.hardware->gpu.graph_kernel_us.value;
+        const double launch = static_cast<double>(kernels) * kernel_us_;
 
         double comm = 0;
         for (const CollectiveTerm& t : terms) {
@@ -210,8 +228,10 @@ public:
         out.attention_us += attention;
         out.experts_us += experts;
         out.dense_us += dense;
+        out.activations_us += activations;
+        out.kernels += kernels;
         out.launch_us += launch;
-        return attention + experts + dense + launch + comm;
+        return attention + experts + dense + activations + launch + comm;
     }
 
 private:
@@ -239,10 +259,10 @@ private:
     const CostInputs& in_;
     const ModelCosts& m_;
     const ParallelLayout& l_;
-    Phase phase_;
     RankShare share_;
     Topology topo_;
-    double bw_ = 0, bf16_ = 0, dense_rate_ = 0, expert_rate_ = 0;
+    double bw_ = 0, bf16_ = 0, dense_rate_ = 0, expert_rate_ = 0, kernel_us_ = 0;
+    int act_bytes_ = kEngineActivationBytesPerElement;
     double max_normal_ = 0;  // E[max of moe_ep standard normals]
 };
 
@@ -382,6 +402,143 @@ double StepBreakdown::collectives_us() const {
     return total;
 }
 
+namespace {
+
+int micro_batches_of(const CostInputs& in, int64_t rows) {
+    const int m = in.micro_batches > 0 ? in.micro_batches : in.layout.pp;
+    return static_cast<int>(std::clamp<int64_t>(m, 1, std::max<int64_t>(1, rows)));
+}
+
+// `m` micro-batches of `rows` through every stage, one after another (step = max(path, m · bottleneck)).
+void price_step(StageCost& cost, const std::vector<PipelineStage>& stages, const StageRows& rows, int m,
+                StepBreakdown& step) {
+    step.micro_batches = m;
+    step.tokens = rows.tokens;
+    step.tokens_per_attn_rank = rows.per_rank();
+    std::vector<double> stage_us;
+    for (const PipelineStage& stage : stages) stage_us.push_back(cost.run(stage, rows, step));
+    const PipelineTiming timing = pipeline_timing(stage_us, m);
+    step.path_us = timing.path_us;
+    step.pipeline_wait_us = timing.wait_us;
+    step.bubble_us = timing.bubble_us;
+    step.step_us = timing.step_us;
+}
+
+// One micro-batch of a step of `decode` + `prefill` rows per attention-DP rank split m ways.
+StageRows split_rows(const CostInputs& in, int64_t decode, int64_t prefill, double decode_context,
+                     double prefill_context, int64_t lm_rows, int m) {
+    StageRows rows;
+    rows.decode = ceil_div(decode, m);
+    rows.prefill = ceil_div(prefill, m);
+    rows.tokens = rows.per_rank() * in.layout.attn_dp;
+    rows.decode_context = decode_context > 0 ? decode_context : static_cast<double>(in.context_tokens);
+    rows.prefill_context = prefill_context;
+    rows.lm_rows = ceil_div(lm_rows > 0 ? lm_rows : decode, m);
+    return rows;
+}
+
+double median(std::vector<double> values) {
+    if (values.empty()) return 0.0;
+    std::sort(values.begin(), values.end());
+    const size_t n = values.size();
+    return n % 2 == 1 ? values[n / 2] : 0.5 * (values[n / 2 - 1] + values[n / 2]);
+}
+
+}  // namespace
+
+double effective_expert_tflops(const GpuSpec& gpu, MathRate rate) {
+    GpuSpec experts = gpu;  // a GpuSpec built in code may leave the optional figure at 0: matmul_efficiency
+    if (gpu.expert_matmul_efficiency.value > 0) experts.matmul_efficiency = gpu.expert_matmul_efficiency;
+    return effective_tflops(experts, rate);
+}
+
+double kernel_fixed_us(const GpuSpec& gpu) {
+    return gpu.graph_kernel_us.value + gpu.kernel_latency_us.value;
+}
+
+StepBreakdown mixed_step(const CostInputs& in, int64_t decode_rows, int64_t prefill_rows,
+                         double decode_context, double prefill_context, int64_t lm_rows) {
+    StageCost cost(in);
+    const int m = micro_batches_of(in, decode_rows + prefill_rows);
+    StepBreakdown step;
+    price_step(cost, layout_stages(*in.model, in.layout.pp),
+               split_rows(in, decode_rows, prefill_rows, decode_context, prefill_context, lm_rows, m), m,
+               step);
+    return step;
+}
+
+ClosedLoopResult closed_loop_run(const CostInputs& in, int64_t concurrency) {
+    ClosedLoopResult r;
+    const int64_t G = ceil_div(concurrency, in.layout.attn_dp);
+    const int64_t P = in.input_len, O = in.output_len, S = in.max_step_tokens;
+    r.requests_per_group = G;
+    if (G < 1 || P < 1 || O < 2 || S < 1) return r;
+    StageCost cost(in);
+    const std::vector<PipelineStage> stages = layout_stages(*in.model, in.layout.pp);
+    std::vector<int64_t> prompt_done(static_cast<size_t>(G), 0), generated(static_cast<size_t>(G), 0);
+    std::vector<double> first_us(static_cast<size_t>(G), -1.0), finish_us(static_cast<size_t>(G), -1.0);
+    std::vector<int64_t> decoding, completing;
+    int64_t finished = 0;
+    double now_us = 0.0;
+    while (finished < G) {
+        // Every decoding request takes one token of the budget, in arrival order; prompt chunks the rest.
+        int64_t budget = S;
+        double decode_context = 0.0, prefill_context = 0.0;
+        decoding.clear();
+        completing.clear();
+        for (int64_t i = 0; i < G && budget > 0; ++i) {
+            const size_t u = static_cast<size_t>(i);
+            if (prompt_done[u] < P || finish_us[u] >= 0) continue;
+            decoding.push_back(i);
+            decode_context += static_cast<double>(P + generated[u]);
+            --budget;
+        }
+        int64_t prefill = 0, prefill_seqs = 0;
+        for (int64_t i = 0; i < G && budget > 0; ++i) {
+            const size_t u = static_cast<size_t>(i);
+            if (prompt_done[u] >= P) continue;
+            const int64_t n = std::min(P - prompt_done[u], budget);
+            prefill_context += static_cast<double>(n) * (static_cast<double>(prompt_done[u]) + n / 2.0);
+            prompt_done[u] += n;
+            budget -= n;
+            prefill += n;
+            ++prefill_seqs;
+            if (prompt_done[u] == P) completing.push_back(i);
+        }
+        const int64_t decode = static_cast<int64_t>(decoding.size());
+        const int m = micro_batches_of(in, decode + prefill);
+        StepBreakdown step;
+        price_step(cost, stages,
+                   split_rows(in, decode, prefill, decode > 0 ? decode_context / decode : 0.0,
+                              prefill > 0 ? prefill_context / prefill : 0.0, decode + prefill_seqs, m),
+                   m, step);
+        now_us += step.step_us;
+        ++r.steps;
+        if (prefill > 0) ++r.mixed_steps;
+        for (int64_t i : decoding) {
+            const size_t u = static_cast<size_t>(i);
+            if (++generated[u] == O) {
+                finish_us[u] = now_us;
+                ++finished;
+            }
+        }
+        for (int64_t i : completing) {
+            first_us[static_cast<size_t>(i)] = now_us;
+            generated[static_cast<size_t>(i)] = 1;
+        }
+    }
+    std::vector<double> tpot_us, ttft_us;
+    for (size_t u = 0; u < static_cast<size_t>(G); ++u) {
+        tpot_us.push_back((finish_us[u] - first_us[u]) / static_cast<double>(O - 1));
+        ttft_us.push_back(first_us[u]);
+    }
+    r.duration_ms = now_us / 1e3;
+    r.tpot_ms = median(tpot_us) / 1e3;
+    r.ttft_ms = median(ttft_us) / 1e3;
+    r.tokens_per_s = now_us > 0 ? static_cast<double>(concurrency * O) / now_us * 1e6 : 0.0;
+    return r;
+}
+
 DecodeResult decode_step(const CostInputs& in, int64_t concurrency, int64_t kv_tokens_per_rank) {
     DecodeResult result;
     result.concurrency = concurrency;
@@ -389,26 +546,24 @@ DecodeResult decode_step(const CostInputs& in, int64_t concurrency, int64_t kv_t
     result.kv_tokens_needed_per_rank = ceil_div(concurrency, l.attn_dp) * in.context_tokens;
     result.kv_fits = result.kv_tokens_needed_per_rank <= kv_tokens_per_rank;
 
-    int m = in.micro_batches > 0 ? in.micro_batches : l.pp;
-    m = static_cast<int>(std::clamp<int64_t>(m, 1, concurrency));
-    StepBreakdown& step = result.step;
-    step.micro_batches = m;
-    step.tokens = ceil_div(concurrency, m);
-    step.tokens_per_attn_rank = ceil_div(step.tokens, l.attn_dp);
-
-    StageCost cost(in, Phase::kDecode);
-    std::vector<double> stage_us;
-    for (const PipelineStage& stage : layout_stages(*in.model, in.layout.pp)) {
-        stage_us.push_back(cost.run(stage, step.tokens, step.tokens_per_attn_rank,
-                                    static_cast<double>(in.context_tokens), step));
+    const int m = micro_batches_of(in, concurrency);
+    StageRows rows;
+    rows.tokens = ceil_div(concurrency, m);
+    rows.decode = ceil_div(rows.tokens, l.attn_dp);
+    rows.decode_context = static_cast<double>(in.context_tokens);
+    rows.lm_rows = rows.decode;
+    StageCost cost(in);
+    price_step(cost, layout_stages(*in.model, l.pp), rows, m, result.step);
+    result.decode_step_ms = result.step.step_us / 1e3;
+    result.tpot_ms = result.decode_step_ms;
+    result.tokens_per_s =
+        result.step.step_us > 0 ? static_cast<double>(concurrency) / result.step.step_us * 1e6 : 0.0;
+    if (in.output_len > 0) {
+        result.has_closed_loop = true;
+        result.closed_loop = closed_loop_run(in, concurrency);
+        result.tpot_ms = result.closed_loop.tpot_ms;
+        result.tokens_per_s = result.closed_loop.tokens_per_s;
     }
-    PipelineTiming timing = pipeline_timing(stage_us, m);
-    step.path_us = timing.path_us;
-    step.pipeline_wait_us = timing.wait_us;
-    step.bubble_us = timing.bubble_us;
-    step.step_us = timing.step_us;
-    result.tpot_ms = step.step_us / 1e3;
-    result.tokens_per_s = step.step_us > 0 ? static_cast<double>(concurrency) / step.step_us * 1e6 : 0.0;
     return result;
 }
 
@@ -416,27 +571,24 @@ PrefillResult prefill_step(const CostInputs& in, int64_t input_len) {
     PrefillResult result;
     result.input_len = input_len;
     const ParallelLayout& l = in.layout;
-    int m = in.micro_batches > 0 ? in.micro_batches : l.pp;
-    m = static_cast<int>(std::clamp<int64_t>(m, 1, input_len));
+    const int m = micro_batches_of(in, input_len);
+    StageRows rows;
+    rows.prefill = ceil_div(input_len, m);
+    rows.tokens = rows.prefill * l.attn_dp;
+    rows.prefill_context = static_cast<double>(input_len) / 2.0;
+    rows.lm_rows = 1;  // the last token's logits
+    StageCost cost(in);
     StepBreakdown& step = result.step;
+    price_step(cost, layout_stages(*in.model, l.pp), rows, 1, step);
     step.micro_batches = m;
-    step.tokens_per_attn_rank = ceil_div(input_len, m);
-    step.tokens = step.tokens_per_attn_rank * l.attn_dp;
-
-    StageCost cost(in, Phase::kPrefill);
-    std::vector<double> stage_us;
-    for (const PipelineStage& stage : layout_stages(*in.model, in.layout.pp)) {
-        stage_us.push_back(cost.run(stage, step.tokens, step.tokens_per_attn_rank,
-                                    static_cast<double>(input_len) / 2.0, step));
-    }
     // Chunks follow one another through the stages: TTFT = path + (m − 1) · bottleneck.
-    PipelineTiming timing = pipeline_timing(stage_us, 1);
-    step.path_us = timing.path_us;
-    step.pipeline_wait_us = (m - 1) * timing.bottleneck_us;
-    step.bubble_us = timing.path_us - timing.bottleneck_us;
-    step.step_us = step.path_us + step.pipeline_wait_us;
+    const double path = step.path_us;
+    const double bottleneck = path - step.bubble_us;  // price_step with one micro-batch: bubble = path − max
+    step.pipeline_wait_us = (m - 1) * bottleneck;
+    step.bubble_us = path - bottleneck;
+    step.step_us = path + step.pipeline_wait_us;
     result.ttft_ms = step.step_us / 1e3;
-    double busy_us = m * timing.bottleneck_us;
+    const double busy_us = m * bottleneck;
     result.tokens_per_s = busy_us > 0 ? static_cast<double>(input_len) * l.attn_dp / busy_us * 1e6 : 0.0;
     return result;
 }

@@ -10,11 +10,15 @@
 //   roofline of one op: max(bytes / (BW · mem_eff), FLOPs / (rate · mm_eff))
 //   pipeline of stage times t_s and m micro-batches: step = max(Σ t_s, m · max t_s),
 //       bubble = step − m · max t_s
+//   activations: the bytes engine_facts.h counts per token (and per routed pair) at the memory roofline
+//   kernels: the engine's kernels (engine_facts.h) + one per collective, each graph_kernel_us +
+//       kernel_latency_us
 // Routed experts run at the pace of the busiest EP rank: it reads E[max] touched local experts (binomial
 // above) and computes μ + σ·E[max of moe_ep normals] token-expert pairs, μ = T·K·n/E, σ² = μ·(1 − n/E).
 // One decode step of C requests in flight (never divided by pp: ARCHITECTURE.md §5) runs m micro-batches
 // of ⌈C/m⌉ requests (m = pp by default); each stage's time per micro-batch is the sum over its layers of
-// attention, expert GEMMs, dense parts, collectives and kernel launches, with no overlap between them.
+// attention, expert GEMMs, dense parts, activation traffic, collectives and kernels, with no overlap
+// between them. A closed-loop run (closed_loop_run) replays the engine's scheduler over such steps.
 #pragma once
 
 #include <cstdint>
@@ -22,6 +26,7 @@
 #include <vector>
 
 #include "parallel/layout.h"
+#include "planner/engine_facts.h"
 #include "planner/hardware_profile.h"
 #include "planner/model_costs.h"
 #include "planner/weight_format.h"
@@ -62,10 +67,15 @@ struct Roofline {
 // `bandwidth_gbps` in GB/s and `tflops` in TFLOP/s, both already effective (× efficiency).
 Roofline roofline(double bytes, double flops, double bandwidth_gbps, double tflops);
 
-// Achievable rates of `gpu`: bandwidth × memory_efficiency; the rate of `rate` × matmul_efficiency, falling
-// back to bf16 when the GPU lacks fp8/fp4 tensor cores.
+// Achievable rates of `gpu`: bandwidth × memory_efficiency; the rate of `rate` × matmul_efficiency (or
+// × expert_matmul_efficiency for the routed experts' grouped GEMMs), falling back to bf16 when the GPU
+// lacks fp8/fp4 tensor cores.
 double effective_bandwidth_gbps(const GpuSpec& gpu);
 double effective_tflops(const GpuSpec& gpu, MathRate rate);
+double effective_expert_tflops(const GpuSpec& gpu, MathRate rate);
+
+// Fixed time of one kernel of a step: graph_kernel_us + kernel_latency_us.
+double kernel_fixed_us(const GpuSpec& gpu);
 
 struct PipelineTiming {
     int micro_batches = 1;
@@ -97,9 +107,11 @@ struct StepBreakdown {
     int64_t tokens_per_attn_rank = 0;  // ⌈tokens / attn_dp⌉
     int micro_batches = 1;
     double attention_us = 0.0;
-    double experts_us = 0.0;  // routed-expert GEMMs
-    double dense_us = 0.0;    // dense MLPs, shared experts, routers, LM head
-    double launch_us = 0.0;
+    double experts_us = 0.0;      // routed-expert GEMMs
+    double dense_us = 0.0;        // dense MLPs, shared experts, routers, LM head
+    double activations_us = 0.0;  // activation reads and writes of the engine's kernels (engine_facts.h)
+    int64_t kernels = 0;          // kernels along the path of one micro-batch (collectives included)
+    double launch_us = 0.0;       // kernels × kernel_fixed_us
     std::vector<CollectiveTerm> collectives;
     double path_us = 0.0;           // sum of the above
     double pipeline_wait_us = 0.0;  // step − path
@@ -116,12 +128,32 @@ struct StepBreakdown {
     double collectives_us() const;
 };
 
+// A closed-loop run as `epinfer bench` drives it: C requests of input_len prompt tokens queued at t = 0,
+// all admitted (max_running = C); each step the engine's scheduler (engine/scheduler.cc) gives every
+// decoding request one token and fills the rest of max_step_tokens per attention-DP group with prompt
+// chunks in arrival order; a prompt's last chunk yields its first token, output_len − 1 decode steps
+// follow. Each step is priced by mixed_step; decode rows attend over their true context (prompt + tokens
+// so far), a chunk's rows over its offset + half its length.
+struct ClosedLoopResult {
+    int64_t requests_per_group = 0;  // ⌈C / attn_dp⌉, the busiest attention-DP group, simulated
+    int64_t steps = 0;
+    int64_t mixed_steps = 0;  // steps that carried prompt tokens
+    double duration_ms = 0.0;
+    double tpot_ms = 0.0;       // median request: (finish − first token) / (output_len − 1)
+    double ttft_ms = 0.0;       // median request: first token − 0
+    double tokens_per_s = 0.0;  // C · output_len / duration, the whole layout
+};
+
 struct DecodeResult {
     int64_t concurrency = 0;
     bool kv_fits = false;  // ⌈C / attn_dp⌉ · context ≤ KV tokens per rank
     int64_t kv_tokens_needed_per_rank = 0;
-    StepBreakdown step;         // step_us = TPOT
-    double tokens_per_s = 0.0;  // output tokens/s of the whole layout: C / TPOT
+    StepBreakdown step;            // one decode step of C requests over context_tokens each
+    double decode_step_ms = 0.0;   // step.step_us / 1e3
+    bool has_closed_loop = false;  // CostInputs::output_len > 0
+    ClosedLoopResult closed_loop;
+    // Headline figures: the closed loop's when run, else the decode step's (TPOT = step, C / step).
+    double tokens_per_s = 0.0;  // output tokens/s of the whole layout
     double tpot_ms = 0.0;
 };
 
@@ -138,14 +170,31 @@ struct CostInputs {
     ParallelLayout layout;
     int nodes = 1;  // the layout's ranks split evenly over this many nodes, rank-major
     WeightFormats weights;
-    int kv_bytes_per_element = 2;
+    int kv_bytes_per_element = kEngineKvBytesPerElement;
+    int activation_bytes_per_element = kEngineActivationBytesPerElement;  // in memory and on the wire
     int64_t context_tokens = 4096;  // KV tokens each decoding request attends over
     int micro_batches = 0;          // 0 = pp
+    // Closed loop (decode_step): 0 = off; else C requests of input_len prompt tokens produce output_len
+    // tokens each, in steps of at most max_step_tokens tokens per attention-DP group.
+    int64_t input_len = 0;
+    int64_t output_len = 0;
+    int64_t max_step_tokens = kEngineMaxStepTokens;
 };
 
-// One decode step with `concurrency` requests in flight; `kv_tokens_per_rank` from plan_memory.
+// One forward of `decode_rows` decode rows (per attention-DP rank, context_tokens of KV each, or
+// `decode_context` when > 0) and `prefill_rows` prompt rows per rank attending over `prefill_context`
+// tokens on average, with logits for `lm_rows` rows per rank (0 = the decode rows), in micro-batches as a
+// decode step. Requires a validated layout and decode_rows + prefill_rows ≥ 1.
+StepBreakdown mixed_step(const CostInputs& inputs, int64_t decode_rows, int64_t prefill_rows,
+                         double decode_context, double prefill_context, int64_t lm_rows);
+
+// One decode step with `concurrency` requests in flight; `kv_tokens_per_rank` from plan_memory; and the
+// closed-loop run when inputs.output_len > 0 (needs input_len ≥ 1, output_len ≥ 2, max_step_tokens ≥ 1).
 // Requires a validated layout, concurrency ≥ 1 and hardware->inter_node when nodes > 1.
 DecodeResult decode_step(const CostInputs& inputs, int64_t concurrency, int64_t kv_tokens_per_rank);
+
+// The closed loop described at ClosedLoopResult, `concurrency` requests over the whole layout.
+ClosedLoopResult closed_loop_run(const CostInputs& inputs, int64_t concurrency);
 
 // Prefill of one prompt of `input_len` tokens per attention-DP rank, in m chunks through the pipeline.
 PrefillResult prefill_step(const CostInputs& inputs, int64_t input_len);

@@ -164,10 +164,10 @@ Result<LinkSpec> parse_link(const ObjectReader& reader, std::initializer_list<Li
 }
 
 Result<GpuSpec> parse_gpu(const ObjectReader& r) {
-    EPI_RETURN_IF_ERROR(
-        r.check_keys({"name", "memory_bytes", "usable_memory_fraction", "memory_bandwidth_gbps",
-                      "bf16_tflops", "fp8_tflops", "fp4_tflops", "kernel_launch_us", "graph_kernel_us",
-                      "memory_efficiency", "matmul_efficiency"}));
+    EPI_RETURN_IF_ERROR(r.check_keys({"name", "memory_bytes", "usable_memory_fraction",
+                                      "memory_bandwidth_gbps", "bf16_tflops", "fp8_tflops", "fp4_tflops",
+                                      "kernel_launch_us", "graph_kernel_us", "kernel_latency_us",
+                                      "memory_efficiency", "matmul_efficiency", "expert_matmul_efficiency"}));
     GpuSpec gpu;
     EPI_ASSIGN_OR_RETURN(gpu.name, r.string("name"));
     EPI_ASSIGN_OR_RETURN(gpu.memory_bytes, r.figure("memory_bytes", 0.0, true));
@@ -180,6 +180,17 @@ Result<GpuSpec> parse_gpu(const ObjectReader& r) {
     EPI_ASSIGN_OR_RETURN(gpu.graph_kernel_us, r.figure("graph_kernel_us", 0.0, false));
     EPI_ASSIGN_OR_RETURN(gpu.memory_efficiency, r.figure("memory_efficiency", 0.0, true, 1.0));
     EPI_ASSIGN_OR_RETURN(gpu.matmul_efficiency, r.figure("matmul_efficiency", 0.0, true, 1.0));
+    if (r.has("kernel_latency_us")) {
+        EPI_ASSIGN_OR_RETURN(gpu.kernel_latency_us, r.figure("kernel_latency_us", 0.0, false));
+    } else {
+        gpu.kernel_latency_us = Figure{0.0, Provenance::kUnspecified, "absent: 0"};
+    }
+    if (r.has("expert_matmul_efficiency")) {
+        EPI_ASSIGN_OR_RETURN(gpu.expert_matmul_efficiency,
+                             r.figure("expert_matmul_efficiency", 0.0, true, 1.0));
+    } else {
+        gpu.expert_matmul_efficiency = gpu.matmul_efficiency;
+    }
     return gpu;
 }
 

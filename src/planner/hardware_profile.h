@@ -1,11 +1,12 @@
 // Hardware profiles: the figures of one machine that the planner's cost and memory models read.
 //
 // A profile is a JSON file (schema in docs/planner.md, "epinfer.hardware_profile/1"): one GPU (memory,
-// usable fraction, memory bandwidth, dense bf16/fp8/fp4 matrix rates, kernel launch overheads), the
-// intra-node link and optionally the inter-node link, each with a latency and a bus bandwidth per
-// collective (all_reduce, all_gather, all_to_all, send_recv) and optionally a table of measured times over
-// message size. Every figure records where it came from (datasheet, measured, estimate) and its source.
-// Shipped profiles live in the project's profiles/ folder; `epinfer bench comm` writes the same format.
+// usable fraction, memory bandwidth, dense bf16/fp8/fp4 matrix rates, kernel launch overheads and latency,
+// efficiencies), the intra-node link and optionally the inter-node link, each with a latency and a bus
+// bandwidth per collective (all_reduce, all_gather, all_to_all, send_recv) and optionally a table of
+// measured times over message size. Every figure records where it came from (datasheet, measured, estimate)
+// and its source. Shipped profiles live in the project's profiles/ folder; `epinfer bench comm` writes the
+// same format.
 #pragma once
 
 #include <array>
@@ -77,8 +78,13 @@ struct GpuSpec {
     Figure fp4_tflops;              // 0 = no fp4 tensor cores
     Figure kernel_launch_us;        // back-to-back launches from the host (eager)
     Figure graph_kernel_us;         // per kernel node inside a CUDA graph (decode runs under graphs)
-    Figure memory_efficiency;       // achievable fraction of memory_bandwidth_gbps in GEMV-like kernels
-    Figure matmul_efficiency;       // achievable fraction of the tensor-core rates in GEMMs
+    // Optional (absent: 0). A dependent kernel's own shortest time beyond bytes / bandwidth and FLOPs / rate
+    // (DRAM round trips, ramp-up, tail); each kernel of a step costs graph_kernel_us + kernel_latency_us.
+    Figure kernel_latency_us;
+    Figure memory_efficiency;  // achievable fraction of memory_bandwidth_gbps in GEMV-like kernels
+    Figure matmul_efficiency;  // achievable fraction of the tensor-core rates in GEMMs
+    // Optional (absent: matmul_efficiency). The fraction the routed experts' grouped GEMMs reach.
+    Figure expert_matmul_efficiency;
 
     // memory_bytes · usable_memory_fraction.
     int64_t usable_bytes() const;

@@ -9,7 +9,8 @@
 //   activations   max_prefill_tokens · 8 · H hidden-state buffers
 //                 + max(MoE rows · (3·I/moe_tp + 2·H), max_prefill_tokens · 3 · width/attn_tp),
 //                   MoE rows = max_prefill_tokens · attn_dp · K · local_experts / E, width the larger of
-//                   the dense MLP and the shared experts, all at activation_bytes_per_element (bf16)
+//                   the dense MLP and the shared experts, all at activation_bytes_per_element (the
+//                   engine's fp32 by default, engine_facts.h)
 //                 + max_batch_requests_per_rank · V/attn_tp fp32 logits
 //   CUDA graphs   a fixed reserve (cuda_graph_bytes)
 //   KV cache      the rest of usable = memory · usable fraction; per token: layers of the stage ·
@@ -25,6 +26,7 @@
 
 #include "checkpoint/model_config.h"
 #include "parallel/layout.h"
+#include "planner/engine_facts.h"
 #include "planner/hardware_profile.h"
 #include "planner/model_costs.h"
 #include "planner/weight_format.h"
@@ -33,13 +35,13 @@ namespace epinfer::planner {
 
 struct MemoryOptions {
     WeightFormats weights;
-    int64_t context_tokens = 4096;                // KV tokens one request holds (prompt + output)
-    int kv_bytes_per_element = 2;                 // 2 = bf16, 1 = fp8, 4 = the engine's fp32 cache
-    int activation_bytes_per_element = 2;         // 2 = bf16 (GPU plans), 4 = the engine's fp32 activations
-    int64_t max_prefill_tokens = 8192;            // tokens per attention-DP rank per forward
-    int64_t max_dispatch_tokens_per_rank = 4096;  // EP dispatch/combine buffer rows (× K)
-    int64_t max_batch_requests_per_rank = 1024;   // decode rows per rank (logits buffer)
-    int64_t cuda_graph_bytes = int64_t{1} << 30;  // estimate: captured graphs and their pools
+    int64_t context_tokens = 4096;                        // KV tokens one request holds (prompt + output)
+    int kv_bytes_per_element = kEngineKvBytesPerElement;  // 4 = the engine's fp32 cache; 2 bf16, 1 fp8
+    int activation_bytes_per_element = kEngineActivationBytesPerElement;  // 4 = the engine's fp32; 2 bf16
+    int64_t max_prefill_tokens = kEngineMaxStepTokens;            // tokens per attention-DP rank per forward
+    int64_t max_dispatch_tokens_per_rank = kEngineMaxStepTokens;  // EP dispatch/combine buffer rows (× K)
+    int64_t max_batch_requests_per_rank = 1024;                   // decode rows per rank (logits buffer)
+    int64_t cuda_graph_bytes = int64_t{1} << 30;                  // estimate: captured graphs and their pools
 };
 
 struct WeightBytes {

@@ -52,12 +52,20 @@ ModelCosts model_costs(const ModelConfig& c) {
         const int64_t o = Nh * c.v_head_dim * H;
         m.attn_split_params = q_split + kv_b + o;
         m.attn_replicated_params = q_replicated + kv_a;
+        m.head_dim = qk_head;
+        m.v_head_dim = c.v_head_dim;
+        m.q_lora_rank = c.q_lora_rank;
+        m.kv_lora_rank = c.kv_lora_rank;
+        m.qk_rope_dim = c.qk_rope_head_dim;
         m.kv_elems_per_token_per_layer = c.kv_lora_rank + c.qk_rope_head_dim;
         m.decode_score_flops_per_ctx = 2.0 * Nh * (2.0 * c.kv_lora_rank + c.qk_rope_head_dim);
         m.prefill_score_flops_per_ctx = 2.0 * Nh * (qk_head + c.v_head_dim);
     } else {
         const int64_t D = c.head_dim;
         m.num_kv_heads = c.num_key_value_heads;
+        m.head_dim = D;
+        m.v_head_dim = D;
+        m.qk_norm = c.qk_norm != QkNormKind::kNone;
         m.attn_split_params = 2 * H * Nh * D;  // q_proj, o_proj
         m.attn_kv_head_params = 2 * H * c.num_key_value_heads * D;
         m.attn_replicated_params = c.qk_norm == QkNormKind::kPerHead ? 2 * D : 0;
@@ -76,6 +84,7 @@ ModelCosts model_costs(const ModelConfig& c) {
     } else if (c.shared_expert_intermediate_size > 0) {
         m.shared_width = c.shared_expert_intermediate_size;
         m.shared_expert_params = 3 * H * m.shared_width + H;  // + shared_expert_gate
+        m.shared_expert_gate = true;
     }
     m.router_params =
         c.n_routed_experts * H + (c.router.has_correction_bias || c.router_bias ? c.n_routed_experts : 0);

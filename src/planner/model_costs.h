@@ -38,6 +38,14 @@ struct ModelCosts {
     int64_t dense_width = 0;         // dense MLP intermediate size (0 = no dense layers)
     int64_t shared_width = 0;        // total shared-expert width per MoE layer (0 = none)
     bool mla = false;
+    // Attention widths the engine's activation traffic needs (engine_facts.h).
+    int64_t head_dim = 0;             // GQA D; MLA qk_nope + qk_rope
+    int64_t v_head_dim = 0;           // GQA D; MLA v_head_dim
+    int64_t q_lora_rank = 0;          // MLA (0 = q_proj)
+    int64_t kv_lora_rank = 0;         // MLA
+    int64_t qk_rope_dim = 0;          // MLA
+    bool qk_norm = false;             // q/k RMSNorms before RoPE (Qwen3-MoE, GLM-4.5)
+    bool shared_expert_gate = false;  // a sigmoid gate on the shared expert (Qwen2-MoE)
 
     // Parameters (elements).
     int64_t embedding_params = 0;  // V·H

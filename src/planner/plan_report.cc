@@ -23,6 +23,10 @@ std::string model_summary(const Plan& plan) {
                        m.top_k, m.mla ? "MLA" : "GQA", static_cast<double>(m.total_params()) / 1e9);
 }
 
+const char* kv_dtype_name(int bytes_per_element) {
+    return bytes_per_element == 1 ? "fp8" : bytes_per_element == 2 ? "bf16" : "fp32";
+}
+
 std::string decode_cell(const LayoutPlan& lp, const DecodeResult& d) {
     if (!lp.memory.fits) return "-";
     if (!d.kv_fits) return "KV full";
@@ -51,7 +55,9 @@ Json step_json(const StepBreakdown& s) {
                 {"attention_us", s.attention_us},
                 {"experts_us", s.experts_us},
                 {"dense_us", s.dense_us},
+                {"activations_us", s.activations_us},
                 {"collectives_us", s.collectives_us()},
+                {"kernels", s.kernels},
                 {"launch_us", s.launch_us},
                 {"path_us", s.path_us},
                 {"pipeline_wait_us", s.pipeline_wait_us},
@@ -115,10 +121,15 @@ std::string plan_to_text(const Plan& plan) {
                            ? fmt::format(", {} nodes over {}", r.nodes, link_kind_name(hw.inter_node->kind))
                            : std::string());
     out += fmt::format(
-        "weights   {} · KV {} · context {} tokens/request · prefill {} tokens · micro-batches {}\n\n",
-        weight_formats_to_string(r.memory.weights), r.memory.kv_bytes_per_element == 1 ? "fp8" : "bf16",
+        "weights   {} · KV {} · context {} tokens/request · prefill {} tokens · micro-batches {}{}\n\n",
+        weight_formats_to_string(r.memory.weights), kv_dtype_name(r.memory.kv_bytes_per_element),
         r.memory.context_tokens, r.input_len,
-        r.micro_batches > 0 ? std::to_string(r.micro_batches) : std::string("= pp"));
+        r.micro_batches > 0 ? std::to_string(r.micro_batches) : std::string("= pp"),
+        r.output_len > 0
+            ? fmt::format("\ncells     closed loop: C requests of {} + {} tokens started together, "
+                          "steps of {} tokens; TPOT of the median request",
+                          r.input_len, r.output_len, r.max_step_tokens)
+            : std::string());
 
     size_t width = 8;
     for (const LayoutPlan& lp : plan.layouts) width = std::max(width, lp.spec.size() + 2);
@@ -191,20 +202,35 @@ std::string plan_to_json(const Plan& plan) {
                           {"nodes", r.nodes},
                           {"context_tokens", r.memory.context_tokens},
                           {"input_len", r.input_len},
+                          {"output_len", r.output_len},
+                          {"max_step_tokens", r.max_step_tokens},
                           {"kv_bytes_per_element", r.memory.kv_bytes_per_element},
+                          {"activation_bytes_per_element", r.memory.activation_bytes_per_element},
                           {"micro_batches", r.micro_batches},
                           {"concurrency", r.concurrency}};
     Json layouts = Json::array();
     for (const LayoutPlan& lp : plan.layouts) {
         Json decode = Json::array();
         for (const DecodeResult& d : lp.decode) {
-            decode.push_back(Json{{"concurrency", d.concurrency},
-                                  {"fits", lp.memory.fits && d.kv_fits},
-                                  {"kv_fits", d.kv_fits},
-                                  {"kv_tokens_needed_per_rank", d.kv_tokens_needed_per_rank},
-                                  {"tokens_per_s", d.tokens_per_s},
-                                  {"tpot_ms", d.tpot_ms},
-                                  {"breakdown", step_json(d.step)}});
+            Json entry{{"concurrency", d.concurrency},
+                       {"fits", lp.memory.fits && d.kv_fits},
+                       {"kv_fits", d.kv_fits},
+                       {"kv_tokens_needed_per_rank", d.kv_tokens_needed_per_rank},
+                       {"tokens_per_s", d.tokens_per_s},
+                       {"tpot_ms", d.tpot_ms},
+                       {"decode_step_ms", d.decode_step_ms},
+                       {"breakdown", step_json(d.step)}};
+            if (d.has_closed_loop) {
+                const ClosedLoopResult& c = d.closed_loop;
+                entry["closed_loop"] = Json{{"requests_per_group", c.requests_per_group},
+                                            {"steps", c.steps},
+                                            {"mixed_steps", c.mixed_steps},
+                                            {"duration_ms", c.duration_ms},
+                                            {"tpot_ms", c.tpot_ms},
+                                            {"ttft_ms", c.ttft_ms},
+                                            {"tokens_per_s", c.tokens_per_s}};
+            }
+            decode.push_back(std::move(entry));
         }
         const ParallelLayout& l = lp.layout;
         layouts.push_back(Json{{"spec", lp.spec},

@@ -33,7 +33,9 @@ std::vector<Term> terms_of(const LayoutPlan& lp, const DecodeResult& r) {
                      s.expert_bytes_per_layer / 1e6, s.moe_layers)});
     terms.push_back({"dense", s.dense_us,
                      fmt::format("dense parts (shared experts, routers, LM head) {}", ms(s.dense_us))});
-    terms.push_back({"launch", s.launch_us, fmt::format("kernel launches {}", ms(s.launch_us))});
+    terms.push_back({"activations", s.activations_us,
+                     fmt::format("activation reads and writes {}", ms(s.activations_us))});
+    terms.push_back({"launch", s.launch_us, fmt::format("{} kernels {}", s.kernels, ms(s.launch_us))});
     terms.push_back({"pipeline", s.pipeline_wait_us,
                      fmt::format("pipeline wait {} ({} micro-batches over {} stages)", ms(s.pipeline_wait_us),
                                  s.micro_batches, lp.layout.pp)});
@@ -86,6 +88,13 @@ Status validate_request(const HardwareProfile& hw, const PlanRequest& r) {
         return invalid_argument(fmt::format("--context {}: must be >= 1", r.memory.context_tokens));
     }
     if (r.input_len < 1) return invalid_argument(fmt::format("--input-len {}: must be >= 1", r.input_len));
+    if (r.output_len < 0 || r.output_len == 1) {
+        return invalid_argument(
+            fmt::format("--output-len {}: must be 0 (no closed loop) or >= 2", r.output_len));
+    }
+    if (r.max_step_tokens < 1) {
+        return invalid_argument(fmt::format("--max-step-tokens {}: must be >= 1", r.max_step_tokens));
+    }
     if (r.micro_batches < 0) {
         return invalid_argument(fmt::format("--micro-batches {}: must be >= 0", r.micro_batches));
     }
@@ -208,8 +217,12 @@ Result<Plan> make_plan(const ModelConfig& config, const HardwareProfile& hardwar
         in.nodes = request.nodes;
         in.weights = request.memory.weights;
         in.kv_bytes_per_element = request.memory.kv_bytes_per_element;
+        in.activation_bytes_per_element = request.memory.activation_bytes_per_element;
         in.context_tokens = request.memory.context_tokens;
         in.micro_batches = request.micro_batches;
+        in.input_len = request.input_len;
+        in.output_len = request.output_len;
+        in.max_step_tokens = request.max_step_tokens;
         for (int64_t c : request.concurrency)
             lp.decode.push_back(decode_step(in, c, lp.memory.kv_tokens_per_rank));
         lp.prefill = prefill_step(in, request.input_len);

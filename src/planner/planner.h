@@ -10,6 +10,7 @@
 #include "core/status.h"
 #include "parallel/layout.h"
 #include "planner/cost_model.h"
+#include "planner/engine_facts.h"
 #include "planner/hardware_profile.h"
 #include "planner/memory_model.h"
 #include "planner/model_costs.h"
@@ -21,10 +22,12 @@ struct PlanRequest {
     int gpus = 0;             // all GPUs of the run
     int nodes = 1;            // the GPUs split evenly over this many nodes
     std::vector<int64_t> concurrency = {1, 8, 32, 64, 256, 1024};
-    int64_t input_len = 2048;             // prompt tokens for the prefill estimate
-    int micro_batches = 0;                // pipeline micro-batches; 0 = pp
-    MemoryOptions memory;                 // weights, context, KV dtype, buffers
-    std::vector<ParallelLayout> layouts;  // empty = every layout enumerate_layouts() finds
+    int64_t input_len = 2048;  // prompt tokens for the prefill estimate and the closed loop
+    int64_t output_len = 0;    // > 0: TPOT of a closed-loop run (cost_model.h ClosedLoopResult)
+    int64_t max_step_tokens = kEngineMaxStepTokens;  // the engine's --max-step-tokens (closed loop)
+    int micro_batches = 0;                           // pipeline micro-batches; 0 = pp
+    MemoryOptions memory;                            // weights, context, KV dtype, buffers
+    std::vector<ParallelLayout> layouts;             // empty = every layout enumerate_layouts() finds
 };
 
 struct LayoutPlan {
@@ -55,7 +58,8 @@ struct Plan {
 
 // Errors: kInvalidArgument, one line naming the flag and value, for gpus < 1, nodes < 1, GPUs that do not
 // split evenly over the nodes or exceed the profile's gpus_per_node, several nodes on a profile without an
-// inter-node link, a concurrency, context or input length < 1, a requested layout the model or the GPU
+// inter-node link, a concurrency, context or input length < 1, an output length of 1 or < 0, a
+// max_step_tokens < 1, a requested layout the model or the GPU
 // count does not admit (validate_layout's message), or no admissible layout at all.
 Result<Plan> make_plan(const ModelConfig& config, const HardwareProfile& hardware,
                        const PlanRequest& request);

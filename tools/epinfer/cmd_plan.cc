@@ -2,7 +2,8 @@
 //
 //   epinfer plan --model kimi_k2/config.json --hardware rtx_pro_6000 --gpus 8 [--nodes 1] [--context 4096]
 //                [--input-len 2048] [--concurrency 1,8,32,64,256,1024] [--weight-dtype experts=int4]
-//                [--kv-dtype bf16] [--layout tp8,dp8-ep8] [--micro-batches 0] [--json]
+//                [--output-len 0] [--max-step-tokens 2048] [--kv-dtype fp32] [--layout tp8,dp8-ep8]
+//                [--micro-batches 0] [--json]
 // --model is a config.json or a checkpoint folder; --hardware a shipped profile name (profiles/*.json,
 // EPINFER_PROFILES_DIR) or a profile file. Errors print one line and exit 1.
 #include <fmt/format.h>
@@ -17,6 +18,7 @@
 
 #include "checkpoint/hf_config.h"
 #include "commands.h"
+#include "planner/engine_facts.h"
 #include "planner/layouts.h"
 #include "planner/plan_report.h"
 #include "planner/planner.h"
@@ -33,9 +35,11 @@ struct PlanArgs {
     int nodes = 1;
     int64_t context = 4096;
     int64_t input_len = 2048;
+    int64_t output_len = 0;
+    int64_t max_step_tokens = planner::kEngineMaxStepTokens;
     std::vector<int64_t> concurrency = {1, 8, 32, 64, 256, 1024};
     std::string weight_dtype;
-    std::string kv_dtype = "bf16";
+    std::string kv_dtype = "fp32";
     std::string layouts;
     int micro_batches = 0;
     bool json = false;
@@ -79,6 +83,10 @@ Status run_plan(const PlanArgs& args) {
     request.nodes = args.nodes;
     request.concurrency = args.concurrency;
     request.input_len = args.input_len;
+    request.output_len = args.output_len;
+    request.max_step_tokens = args.max_step_tokens;
+    request.memory.max_prefill_tokens = args.max_step_tokens;  // the engine sizes its buffers so
+    request.memory.max_dispatch_tokens_per_rank = args.max_step_tokens;
     request.micro_batches = args.micro_batches;
     request.memory.context_tokens = args.context;
     request.memory.weights = planner::checkpoint_weight_formats(config);
@@ -86,12 +94,14 @@ Status run_plan(const PlanArgs& args) {
         EPI_ASSIGN_OR_RETURN(request.memory.weights,
                              planner::parse_weight_dtype(args.weight_dtype, request.memory.weights));
     }
-    if (args.kv_dtype == "bf16") {
+    if (args.kv_dtype == "fp32") {
+        request.memory.kv_bytes_per_element = planner::kEngineKvBytesPerElement;
+    } else if (args.kv_dtype == "bf16") {
         request.memory.kv_bytes_per_element = 2;
     } else if (args.kv_dtype == "fp8") {
         request.memory.kv_bytes_per_element = 1;
     } else {
-        return invalid_argument(fmt::format("--kv-dtype '{}': expected bf16 or fp8", args.kv_dtype));
+        return invalid_argument(fmt::format("--kv-dtype '{}': expected fp32, bf16 or fp8", args.kv_dtype));
     }
     if (!args.layouts.empty()) {
         std::stringstream specs(args.layouts);
@@ -119,7 +129,16 @@ void add_plan_command(CLI::App& app) {
     cmd->add_option("--nodes", args->nodes, "nodes the GPUs split evenly over")->capture_default_str();
     cmd->add_option("--context", args->context, "KV tokens per request (prompt + output)")
         ->capture_default_str();
-    cmd->add_option("--input-len", args->input_len, "prompt tokens for the prefill estimate")
+    cmd->add_option("--input-len", args->input_len,
+                    "prompt tokens for the prefill estimate and the closed loop")
+        ->capture_default_str();
+    cmd->add_option(
+           "--output-len", args->output_len,
+           "output tokens per request: > 0 predicts a closed-loop run of C requests started together "
+           "(TPOT of the median request, prompt chunks mixed into decode steps); 0 = one decode step")
+        ->capture_default_str();
+    cmd->add_option("--max-step-tokens", args->max_step_tokens,
+                    "the engine's tokens per step: closed-loop chunks, activation and EP buffer rows")
         ->capture_default_str();
     cmd->add_option("--concurrency", args->concurrency, "requests in flight, comma separated")
         ->delimiter(',')
@@ -127,7 +146,8 @@ void add_plan_command(CLI::App& app) {
     cmd->add_option("--weight-dtype", args->weight_dtype,
                     "bf16|fp8|int4|nvfp4|mxfp4 for every linear weight, or experts=D,dense=D "
                     "(default: the checkpoint's)");
-    cmd->add_option("--kv-dtype", args->kv_dtype, "bf16|fp8")->capture_default_str();
+    cmd->add_option("--kv-dtype", args->kv_dtype, "fp32 (the engine's cache)|bf16|fp8")
+        ->capture_default_str();
     cmd->add_option("--layout", args->layouts,
                     "only these layouts, comma separated (e.g. tp8,dp8-ep8,pp2-tp4)");
     cmd->add_option("--micro-batches", args->micro_batches, "pipeline micro-batches (0 = pp)")

@@ -17,6 +17,7 @@
 #include "checkpoint/safetensors.h"
 #include "checkpoint/weight_names.h"
 #include "models/model_registry.h"
+#include "planner/engine_facts.h"
 #include "planner/fit_check.h"
 #include "planner/layouts.h"
 #include "planner/weight_format.h"
@@ -29,7 +30,6 @@ namespace epinfer::cli {
 namespace {
 
 constexpr int kMaxThreads = 256;
-constexpr int kFp32Bytes = 4;  // the engine's KV cache and activations are fp32
 
 using Clock = std::chrono::steady_clock;
 
@@ -290,12 +290,14 @@ Result<ModelSetup> start_model(const ModelSetupFlags& flags) {
     fit.memory.context_tokens = v.kv_cache_tokens > 0 ? v.kv_cache_tokens : config.max_position_embeddings;
     fit.kv_tokens_source =
         v.kv_cache_tokens > 0 ? "--kv-cache-tokens" : "one request of max_position_embeddings";
-    fit.memory.kv_bytes_per_element = kFp32Bytes;
-    fit.memory.activation_bytes_per_element = kFp32Bytes;
+    fit.memory.kv_bytes_per_element = planner::kEngineKvBytesPerElement;
+    fit.memory.activation_bytes_per_element = planner::kEngineActivationBytesPerElement;
     fit.memory.max_prefill_tokens = v.engine.max_step_tokens;
     fit.memory.max_dispatch_tokens_per_rank = v.engine.max_step_tokens;
     fit.memory.max_batch_requests_per_rank = v.engine.max_running;
-    fit.memory.cuda_graph_bytes = 0;  // the engine captures no CUDA graph yet
+    // Decode graphs (CUDA, one rank) keep their buckets' temporaries: the planner's reserve for them.
+    const bool decode_graphs = v.cuda && !flags.no_decode_graphs && setup.layout.world_size() == 1;
+    if (!decode_graphs) fit.memory.cuda_graph_bytes = 0;
     Result<planner::MemoryPlan> plan = planner::check_fits(config, setup.layout, fit);
     if (!plan.is_ok()) {
         const Status& s = plan.status();

@@ -8,6 +8,7 @@
 
 #include "planner/calibration.h"
 #include "planner/cost_model.h"
+#include "planner/hardware_profile.h"
 
 namespace epinfer::planner {
 namespace {
@@ -142,6 +143,64 @@ TEST(CalibratedProfile, Errors) {
     auto bad = calibrated_profile_json("{\"schema\": 1}", "base.json", Calibration{});
     ASSERT_FALSE(bad.is_ok());
     EXPECT_EQ(bad.status().message().rfind("base.json: schema", 0), 0u) << bad.status().message();
+}
+
+TEST(EngineCalibration, MoeLayerFitByHand) {
+    // Exact line: 10 µs + 1000 B per µs (1 GB/s) for T ≤ 8; at T 64, 1e6 FLOP in 10 + 1 µs → 1e6 FLOP/µs.
+    std::vector<MeasuredMoeLayer> layers = {
+        {1, 1000, 10, 11}, {8, 3000, 80, 13}, {64, 3000, 1e6, 11}};  // the last is not memory-bound
+    auto fit = fit_moe_layers(layers, 8, 64);
+    ASSERT_TRUE(fit.is_ok()) << fit.status().message();
+    EXPECT_NEAR(fit->latency_us, 10.0, 1e-9);
+    EXPECT_NEAR(fit->bandwidth_gbps, 1.0, 1e-12);
+    EXPECT_NEAR(fit->expert_tflops, 1.0, 1e-12);
+    EXPECT_NE(fit_moe_layers(layers, 8, 128).status().message().find("no layer of T 128"), std::string::npos);
+    layers[2].time_us = 9;  // faster than the fitted latency
+    EXPECT_FALSE(fit_moe_layers(layers, 8, 64).is_ok());
+    // (Σ durations − bytes / bandwidth) / kernels: (12 + 8 − 4000 B / 1 GB/s) / 2 = 8 µs.
+    auto latency = engine_kernel_latency_us({12, 8}, 4000, 1.0);
+    ASSERT_TRUE(latency.is_ok());
+    EXPECT_NEAR(*latency, 8.0, 1e-12);
+    EXPECT_FALSE(engine_kernel_latency_us({1, 1}, 4000, 1.0).is_ok());
+    EXPECT_FALSE(engine_kernel_latency_us({}, 0, 1.0).is_ok());
+}
+
+TEST(EngineCalibration, MeasuredH200ProfileComesFromItsSources) {
+    // profiles/measured/h200_epinfer_2026-11-29.json: its GPU figures from docs/benchmarks/moe_h200.md
+    // (Qwen3-30B-A3B layer, uniform: experts touched × 9,437,184 B, layer µs) and the Nsight Compute kernel
+    // durations of one decode layer at batch 1 (docs/benchmarks/planner.md).
+    const double expert_bytes = 3.0 * 2048 * 768 * 2;
+    const double flops_1024 = 2.0 * 1024 * 8 * 3 * 2048 * 768;
+    auto fit = fit_moe_layers({{1, 8 * expert_bytes, 0.1e9, 72.4},
+                               {8, 50 * expert_bytes, 0.6e9, 194.9},
+                               {64, 127 * expert_bytes, 4.8e9, 379.9},
+                               {256, 128 * expert_bytes, 19.3e9, 367.0},
+                               {1024, 128 * expert_bytes, flops_1024, 515.0}},
+                              256, 1024);
+    ASSERT_TRUE(fit.is_ok()) << fit.status().message();
+    EXPECT_NEAR(fit->latency_us, 59.96, 0.01);
+    EXPECT_NEAR(fit->bandwidth_gbps, 3814.6, 0.1);
+    EXPECT_NEAR(fit->expert_tflops, 169.9, 0.1);
+    // q, k, v, o (18,874,368 params), router (128·2048) and 8 experts, bf16.
+    const double layer_bytes = (18874368.0 + 128 * 2048 + 8 * 3 * 2048 * 768) * 2;
+    auto latency = engine_kernel_latency_us({9.3, 8.2, 6.7, 2.9, 2.8, 6.4, 7.3, 3.4, 3.0,  2.8, 41, 10.9,
+                                             2.4, 9.3, 6.4, 9.5, 2.3, 4.9, 27,  7.6, 14.2, 10,  2.3},
+                                            layer_bytes, fit->bandwidth_gbps);
+    ASSERT_TRUE(latency.is_ok()) << latency.status().message();
+
+    auto p = load_hardware_profile_file(std::string(EPINFER_TEST_DATA_DIR) +
+                                        "/../../profiles/measured/h200_epinfer_2026-11-29.json");
+    ASSERT_TRUE(p.is_ok()) << p.status().message();
+    const GpuSpec& g = p->gpu;
+    EXPECT_NEAR(g.memory_efficiency.value, fit->bandwidth_gbps / g.memory_bandwidth_gbps.value, 1e-4);
+    EXPECT_NEAR(g.expert_matmul_efficiency.value, fit->expert_tflops / g.bf16_tflops.value, 1e-4);
+    EXPECT_NEAR(g.matmul_efficiency.value, 797.0 / 989.4, 1e-4);  // cuBLAS 8192³ of the same run
+    EXPECT_NEAR(g.kernel_latency_us.value, *latency, 0.005);
+    for (const Figure* f :
+         {&g.memory_efficiency, &g.matmul_efficiency, &g.expert_matmul_efficiency, &g.kernel_latency_us}) {
+        EXPECT_EQ(f->provenance, Provenance::kMeasured);
+        EXPECT_FALSE(f->source.empty());
+    }
 }
 
 }  // namespace

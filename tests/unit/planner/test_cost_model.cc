@@ -41,25 +41,31 @@ TEST_F(RoundModel, Tp2DecodeOneRequest) {
     DecodeResult r = decode_step(inputs(ParallelLayout{1, 2, 1, 2, 1}), 1, 1 << 30);
     const StepBreakdown& s = r.step;
     // Attention per layer on one rank: q,o 2·1024·1024/2 + k,v 4 of 8 heads · 2·1024·128 = 2,097,152 params
-    // = 4,194,304 B at 1000 GB/s = 4.194304 µs; KV 100 tokens · 4 heads · 2 · 128 · 2 B = 204,800 B
-    // = 0.2048 µs. Four layers: 4 · 4.399104.
-    EXPECT_NEAR(s.attention_us, 17.596416, 1e-9);
+    // = 4,194,304 B at 1000 GB/s = 4.194304 µs; KV in the engine's fp32: 100 tokens · 4 heads · 2 · 128 · 4 B
+    // = 409,600 B = 0.4096 µs. Four layers: 4 · 4.603904.
+    EXPECT_NEAR(s.attention_us, 18.415616, 1e-9);
     // Experts: one token touches 2 of 8 experts; each rank reads half of each: 2 · 3·1024·512/2 · 2 B
     // = 3,145,728 B = 3.145728 µs per layer.
     EXPECT_NEAR(s.experts_us, 4 * 3.145728, 1e-9);
     EXPECT_NEAR(s.experts_touched_per_rank, 2.0, 1e-12);
     // Dense: routers 8·1024·2 B = 0.016384 µs per layer; LM head 500·1024·2 B = 1.024 µs.
     EXPECT_NEAR(s.dense_us, 4 * 0.016384 + 1.024, 1e-9);
-    // Two all-reduces per layer of one token's hidden state, 2048 B: 10 + 2048 · 2·1/2 / 1e5 µs.
+    // Activations (engine_facts.h, fp32, one row): attention 4·(9·1024 + 6·512 + 8·512) = 65,536 B; MoE
+    // 4·(8·1024 + 2·8) + 2·1024 = 34,880 B + 2 pairs · 2·(5·1024 + 2·512/2) = 22,528 B; per layer 122,944 B
+    // = 0.122944 µs. Head: 4·(4·1024 + 2·1000/2) = 20,384 B = 0.020384 µs.
+    EXPECT_NEAR(s.activations_us, 4 * 0.122944 + 0.020384, 1e-9);
+    // Two all-reduces per layer of one token's fp32 hidden state, 4096 B: 10 + 4096 · 2·1/2 / 1e5 µs.
     const CollectiveTerm* attn = term(s, "attention all_reduce");
     const CollectiveTerm* moe = term(s, "MoE all_reduce");
     ASSERT_TRUE(attn && moe);
     EXPECT_EQ(attn->calls, 4);
     EXPECT_EQ(moe->calls, 4);
-    EXPECT_NEAR(attn->us_per_call, 10.02048, 1e-9);
+    EXPECT_NEAR(attn->us_per_call, 10.04096, 1e-9);
     EXPECT_EQ(s.collectives.size(), 2u);
+    // Kernels: 4 · (GQA 11 + MoE 10 + 2 all-reduces) + head 4; the round profile prices them at 0.
+    EXPECT_EQ(s.kernels, 96);
     EXPECT_DOUBLE_EQ(s.launch_us, 0.0);
-    const double step = 17.596416 + 12.582912 + 1.089536 + 8 * 10.02048;
+    const double step = 18.415616 + 12.582912 + 1.089536 + (4 * 0.122944 + 0.020384) + 8 * 10.04096;
     EXPECT_NEAR(s.step_us, step, 1e-9);
     EXPECT_NEAR(r.tpot_ms, step / 1e3, 1e-12);
     EXPECT_NEAR(r.tokens_per_s, 1e6 / step, 1e-6);
@@ -67,8 +73,8 @@ TEST_F(RoundModel, Tp2DecodeOneRequest) {
 
 TEST_F(RoundModel, DpAttentionDispatchCombine) {
     // dp2-ep2, two requests: one per rank, no attention all-reduce. A token's 2 experts land on
-    // 2·(1 − C(4,2)/C(8,2)) = 44/28 EP ranks; half of them are the sender itself, so 22/28 rows of
-    // 2048 B leave each rank: 1609.142857 B, at 20 µs + bytes / (50 GB/s).
+    // 2·(1 − C(4,2)/C(8,2)) = 44/28 EP ranks; half of them are the sender itself, so 22/28 fp32 rows of
+    // 4096 B leave each rank: 3218.285714 B, at 20 µs + bytes / (50 GB/s).
     DecodeResult r = decode_step(inputs(ParallelLayout{1, 1, 2, 1, 2}), 2, 1 << 30);
     const StepBreakdown& s = r.step;
     EXPECT_EQ(term(s, "attention all_reduce"), nullptr);
@@ -78,7 +84,7 @@ TEST_F(RoundModel, DpAttentionDispatchCombine) {
     ASSERT_TRUE(dispatch && combine);
     EXPECT_EQ(dispatch->calls, 4);
     EXPECT_EQ(combine->calls, 4);
-    const double remote = 22.0 / 28.0 * 2048.0;
+    const double remote = 22.0 / 28.0 * 4096.0;
     EXPECT_NEAR(dispatch->size_bytes, remote * 2, 1e-9);  // nccl-tests size: remote · n/(n−1)
     EXPECT_NEAR(dispatch->us_per_call, 20.0 + remote / 5e4, 1e-9);
     // Each rank attends over its own request only: the attention of the TP2 case without the split.
@@ -110,16 +116,56 @@ TEST_F(RoundModel, KvCapacityBoundsConcurrency) {
 }
 
 TEST_F(RoundModel, GroupsAcrossNodesUseTheInterNodeLink) {
-    // 8 ranks over 2 nodes of 4: a TP8 all-reduce spans both nodes → 50 µs + 2048 · 1.75 / 1e4.
+    // 8 ranks over 2 nodes of 4: a TP8 all-reduce of 4096 B spans both nodes → 50 µs + 4096 · 1.75 / 1e4.
     DecodeResult r = decode_step(inputs(ParallelLayout{1, 8, 1, 8, 1}, 2), 1, 1 << 30);
     const CollectiveTerm* attn = term(r.step, "attention all_reduce");
     ASSERT_NE(attn, nullptr);
     EXPECT_TRUE(attn->inter_node);
-    EXPECT_NEAR(attn->us_per_call, 50.0 + 2048 * 1.75 / 1e4, 1e-9);
+    EXPECT_NEAR(attn->us_per_call, 50.0 + 4096 * 1.75 / 1e4, 1e-9);
     // pp2 × tp4 over the same nodes: TP stays inside a node, the stage boundary crosses.
     DecodeResult pp = decode_step(inputs(ParallelLayout{2, 4, 1, 4, 1}, 2), 1, 1 << 30);
     EXPECT_FALSE(term(pp.step, "attention all_reduce")->inter_node);
     EXPECT_TRUE(term(pp.step, "stage send")->inter_node);
+}
+
+TEST_F(RoundModel, ClosedLoopReplaysTheScheduler) {
+    // Two requests of 3 prompt tokens and 3 output tokens, steps of 4 tokens, decode first:
+    //   step 1: prompt 0 (3 tokens) + 1 token of prompt 1 → request 0's first token; context (3·1.5 + 0.5)/4
+    //   step 2: request 0 decodes (context 4) + prompt 1's last 2 tokens (context 1 + 1) → request 1's first
+    //   step 3: both decode (contexts 5 and 4) → request 0 done
+    //   step 4: request 1 decodes (context 5) → done
+    CostInputs in = inputs(ParallelLayout{1, 1, 1, 1, 1});
+    in.input_len = 3;
+    in.output_len = 3;
+    in.max_step_tokens = 4;
+    const double t1 = mixed_step(in, 0, 4, 0.0, 1.25, 2).step_us;
+    const double t2 = mixed_step(in, 1, 2, 4.0, 2.0, 2).step_us;
+    const double t3 = mixed_step(in, 2, 0, 4.5, 0.0, 2).step_us;
+    const double t4 = mixed_step(in, 1, 0, 5.0, 0.0, 1).step_us;
+    ClosedLoopResult r = closed_loop_run(in, 2);
+    EXPECT_EQ(r.steps, 4);
+    EXPECT_EQ(r.mixed_steps, 2);
+    // TPOT (t2 + t3)/2 and (t3 + t4)/2, median of two = their mean; TTFT t1 and t1 + t2.
+    EXPECT_NEAR(r.tpot_ms * 1e3, (t2 + 2 * t3 + t4) / 4, 1e-9);
+    EXPECT_NEAR(r.ttft_ms * 1e3, t1 + t2 / 2, 1e-9);
+    EXPECT_NEAR(r.duration_ms * 1e3, t1 + t2 + t3 + t4, 1e-9);
+    EXPECT_NEAR(r.tokens_per_s, 6 / (t1 + t2 + t3 + t4) * 1e6, 1e-6);
+    // decode_step reports the closed loop as its headline when output_len > 0.
+    DecodeResult d = decode_step(in, 2, 1 << 30);
+    EXPECT_TRUE(d.has_closed_loop);
+    EXPECT_DOUBLE_EQ(d.tpot_ms, r.tpot_ms);
+    EXPECT_NEAR(d.decode_step_ms, d.step.step_us / 1e3, 1e-12);
+}
+
+TEST_F(RoundModel, MixedStepSumsDecodeAndPromptRows) {
+    // A pure decode mixed step is decode_step's step; prompt rows add their work on top.
+    CostInputs in = inputs(ParallelLayout{1, 2, 1, 2, 1});
+    const StepBreakdown decode = mixed_step(in, 4, 0, 0.0, 0.0, 0);
+    EXPECT_NEAR(decode.step_us, decode_step(in, 4, 1 << 30).step.step_us, 1e-9);
+    const StepBreakdown mixed = mixed_step(in, 4, 60, 0.0, 30.0, 5);
+    EXPECT_EQ(mixed.tokens, 64);
+    EXPECT_GT(mixed.step_us, decode.step_us);
+    EXPECT_GT(mixed.experts_touched_per_rank, decode.experts_touched_per_rank);
 }
 
 TEST_F(RoundModel, PrefillIsComputeBound) {

@@ -70,6 +70,26 @@ TEST(HardwareProfile, ShippedFiguresFromFacts) {
     EXPECT_EQ(rtx4090->intra_node.kind, LinkKind::kPcieNoP2p);
 }
 
+TEST(HardwareProfile, OptionalKernelFigures) {
+    // Absent: no kernel latency, and the grouped expert GEMMs at matmul_efficiency.
+    auto round = parse_hardware_profile(testing::round_profile_json(), "round.json");
+    ASSERT_TRUE(round.is_ok()) << round.status().message();
+    EXPECT_EQ(round->gpu.kernel_latency_us.value, 0.0);
+    EXPECT_EQ(round->gpu.expert_matmul_efficiency.value, round->gpu.matmul_efficiency.value);
+    nlohmann::json doc = nlohmann::json::parse(testing::round_profile_json());
+    doc["gpu"]["kernel_latency_us"] = 2.5;
+    doc["gpu"]["expert_matmul_efficiency"] = 0.25;
+    auto both = parse_hardware_profile(doc.dump(), "both.json");
+    ASSERT_TRUE(both.is_ok()) << both.status().message();
+    EXPECT_EQ(both->gpu.kernel_latency_us.value, 2.5);
+    EXPECT_EQ(both->gpu.expert_matmul_efficiency.value, 0.25);
+    // The shipped H200 carries the measured floor of a kernel that touches memory.
+    auto h200 = load_hardware_profile_file(kProfilesDir + "/h200_sxm.json");
+    ASSERT_TRUE(h200.is_ok());
+    EXPECT_EQ(h200->gpu.kernel_latency_us.value, 2.3);
+    EXPECT_EQ(h200->gpu.kernel_latency_us.provenance, Provenance::kMeasured);
+}
+
 // Applies `edit` to the round profile, parses it as "bad.json" and returns the error message.
 template <typename Edit>
 std::string error_after(Edit edit) {
@@ -89,6 +109,10 @@ TEST(HardwareProfile, ErrorsNameFileAndKey) {
               "bad.json: gpu.usable_memory_fraction: must be > 0 and <= 1 (got 1.5)");
     EXPECT_EQ(error_after([](json& d) { d["gpu"]["hbm_bandwith_gbps"] = 1; }),
               "bad.json: gpu.hbm_bandwith_gbps: unknown key");
+    EXPECT_EQ(error_after([](json& d) { d["gpu"]["kernel_latency_us"] = -1; }),
+              "bad.json: gpu.kernel_latency_us: must be >= 0 (got -1)");
+    EXPECT_EQ(error_after([](json& d) { d["gpu"]["expert_matmul_efficiency"] = 0; }),
+              "bad.json: gpu.expert_matmul_efficiency: must be > 0 and <= 1 (got 0)");
     EXPECT_EQ(error_after([](json& d) { d["intra_node"]["kind"] = "infiniband"; }),
               "bad.json: intra_node.kind: 'infiniband' is not one of nvlink, pcie_p2p, pcie_no_p2p");
     EXPECT_EQ(error_after([](json& d) { d["intra_node"]["all_to_all"]["latency_us"] = "fast"; }),

@@ -32,21 +32,21 @@ TEST(MemoryPlan, KimiTp8TermsByHand) {
     // Embedding and LM head: 163840/8 rows · 7168 · 2 B each.
     EXPECT_EQ(s.weights.embedding, 20480LL * 7168 * 2);
     EXPECT_EQ(s.weights.lm_head, 20480LL * 7168 * 2);
-    // MLA latent is not split by heads: 61 · 576 · 2 B per token on every rank.
-    EXPECT_EQ(s.kv_bytes_per_token, 70272);
+    // MLA latent is not split by heads: 61 · 576 · 4 B (the engine's fp32 cache) per token on every rank.
+    EXPECT_EQ(s.kv_bytes_per_token, 140544);
     // No all-to-all under TP attention: no EP buffers.
     EXPECT_EQ(s.ep_buffer_bytes, 0);
     EXPECT_FALSE(plan.fits);
     EXPECT_EQ(plan.largest_term, "routed experts");
-    EXPECT_EQ(plan.margin_bytes, plan.usable_bytes - s.non_kv_bytes() - 4096 * 70272);
+    EXPECT_EQ(plan.margin_bytes, plan.usable_bytes - s.non_kv_bytes() - 4096 * 140544);
 }
 
 TEST(MemoryPlan, EpBuffersUnderDpAttention) {
     HardwareProfile hw = rtx_pro_6000();
     MemoryOptions o;
     MemoryPlan plan = plan_memory(testing::kimi_k2_config(), ParallelLayout{1, 1, 8, 1, 8}, hw.gpu, o);
-    // Dispatch + combine: 2 · 4096 tokens · K 8 · H 7168 · 2 B.
-    EXPECT_EQ(plan.stages[0].ep_buffer_bytes, 2LL * 4096 * 8 * 7168 * 2);
+    // Dispatch + combine: 2 · 2048 tokens (the engine's step) · K 8 · H 7168 · 4 B (the engine's fp32 rows).
+    EXPECT_EQ(plan.stages[0].ep_buffer_bytes, 2LL * 2048 * 8 * 7168 * 4);
     // 384 / 8 = 48 whole bf16 experts per rank; every rank holds all of the attention (DP attention).
     EXPECT_EQ(plan.stages[0].weights.routed_experts, 60LL * 48 * 44040192 * 2);
     EXPECT_EQ(plan.stages[0].weights.attention, 61LL * 101124096 * 2);

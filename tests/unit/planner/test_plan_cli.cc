@@ -29,8 +29,12 @@ const std::string kProfilesDir = std::string(EPINFER_TEST_DATA_DIR) + "/../../pr
 using epinfer::testing::CliResult;
 using epinfer::testing::expect_one_line_error;
 
-std::string read_all(const fs::path& path) { return epinfer::testing::read_text_file(path); }
-fs::path scratch_dir() { return epinfer::testing::cli_scratch_dir("epinfer_plan_cli"); }
+std::string read_all(const fs::path& path) {
+    return epinfer::testing::read_text_file(path);
+}
+fs::path scratch_dir() {
+    return epinfer::testing::cli_scratch_dir("epinfer_plan_cli");
+}
 
 // Runs `epinfer plan ARGS` with the shipped profiles folder in EPINFER_PROFILES_DIR.
 CliResult run_plan(const std::string& args) {
@@ -81,7 +85,8 @@ TEST(PlanCli, EveryConfigOnEveryProfile) {
 // FACTS.md A.4 [S21]): 0.53125 bytes per expert parameter (4 bits + one 8-bit scale per 32), 2 per other
 // parameter; 117B parameters in all (A.4 [S21]), 24.88M per expert and 114.7B in the experts (A.6).
 TEST(PlanCli, GptOss120bBytesPerParameter) {
-    CliResult r = run_plan("--model '" + kConfigsDir + "/gpt_oss_120b.json' --hardware h100_sxm --gpus 1 --json");
+    CliResult r =
+        run_plan("--model '" + kConfigsDir + "/gpt_oss_120b.json' --hardware h100_sxm --gpus 1 --json");
     ASSERT_EQ(r.exit_code, 0) << r.err;
     const nlohmann::json doc = nlohmann::json::parse(r.out);
     const nlohmann::json& model = doc["model"];
@@ -133,6 +138,35 @@ TEST(PlanCli, ModelFolder) {
     nlohmann::json doc = nlohmann::json::parse(r.out);
     EXPECT_EQ(doc["model"]["label"], "kimi_k2");
     EXPECT_EQ(doc["layouts"].size(), 1u);
+}
+
+TEST(PlanCli, ClosedLoopOnTheMeasuredProfile) {
+    // The issue-6 comparison (docs/benchmarks/planner.md): a profile path, the engine's fp32 KV by default,
+    // and with --output-len each cell is the closed loop's median TPOT.
+    CliResult r =
+        run_plan("--model '" + kConfigsDir + "/qwen3_30b_a3b.json' --hardware '" + kProfilesDir +
+                 "/measured/h200_epinfer_2026-11-29.json' --gpus 1 --concurrency 1,256 --context 256 "
+                 "--input-len 128 --output-len 128 --json");
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    nlohmann::json doc = nlohmann::json::parse(r.out);
+    EXPECT_EQ(doc["hardware"]["name"], "h200_sxm_measured");
+    EXPECT_EQ(doc["options"]["kv_bytes_per_element"], 4);
+    EXPECT_EQ(doc["options"]["output_len"], 128);
+    EXPECT_EQ(doc["options"]["max_step_tokens"], 2048);
+    const auto& decode = doc["layouts"][0]["decode"];
+    ASSERT_EQ(decode.size(), 2u);
+    for (const auto& d : decode) {
+        ASSERT_TRUE(d.contains("closed_loop"));
+        EXPECT_DOUBLE_EQ(d["tpot_ms"].get<double>(), d["closed_loop"]["tpot_ms"].get<double>());
+    }
+    // C = 256: 32,768 prompt tokens need at least 16 steps of 2048, then 127 decode steps.
+    EXPECT_GE(decode[1]["closed_loop"]["mixed_steps"].get<int>(), 16);
+    expect_one_line_error(run_plan("--model '" + kConfigsDir +
+                                   "/qwen3_30b_a3b.json' --hardware h200_sxm --gpus 1 --output-len 1"),
+                          "--output-len 1: must be 0 (no closed loop) or >= 2");
+    expect_one_line_error(run_plan("--model '" + kConfigsDir +
+                                   "/qwen3_30b_a3b.json' --hardware h200_sxm --gpus 1 --kv-dtype fp16"),
+                          "--kv-dtype 'fp16': expected fp32, bf16 or fp8");
 }
 
 TEST(PlanCli, BadInputsFailInOneLine) {

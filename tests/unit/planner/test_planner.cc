@@ -82,8 +82,8 @@ TEST(Planner, ExplainsTheWinnerWithNumbers) {
 
 TEST(Planner, AllReduceTermNamedWhenItDecides) {
     // The round profile with slow all-reduces (100 µs): TP8's 8 all-reduces (4 layers × 2) of 8 tokens'
-    // hidden states, 100 + 16384 · 1.75 / 1e5 = 100.3 µs each, decide against EP with DP attention, whose
-    // 8 all-to-alls take about 20 µs each.
+    // fp32 hidden states, 100 + 32768 · 1.75 / 1e5 = 100.6 µs each, decide against EP with DP attention,
+    // whose 8 all-to-alls take about 20 µs each.
     nlohmann::json doc = nlohmann::json::parse(testing::round_profile_json());
     doc["gpus_per_node"] = 8;
     doc["intra_node"]["all_reduce"]["latency_us"] = 100;
@@ -103,7 +103,7 @@ TEST(Planner, AllReduceTermNamedWhenItDecides) {
     ASSERT_EQ(rec.layout, 1) << why;
     EXPECT_EQ(why.rfind("dp8-ep8: ", 0), 0u) << why;
     EXPECT_NE(why.find("tp8 ("), std::string::npos) << why;
-    EXPECT_NE(why.find("loses at C=8: 8 all_reduce × 100.3 µs = 0.80 ms per step (dp8-ep8: none"),
+    EXPECT_NE(why.find("loses at C=8: 8 all_reduce × 100.6 µs = 0.80 ms per step (dp8-ep8: none"),
               std::string::npos)
         << why;
 }

@@ -1,0 +1,78 @@
+// What epinfer's runtime does per forward step, as the planner prices it: element sizes, the kernels one
+// layer launches and the activation bytes its kernels move. `epinfer plan` reads them (cost_model.h,
+// memory_model.h defaults); the runtime's start-up memory check (tools/epinfer/model_setup.cc) sets the same
+// fp32 sizes and should read these constants.
+//
+// Read off the engine (docs/planner.md §6 "Engine facts"); when the engine changes, change this file and
+// tests/unit/planner/test_engine_facts.cc:
+//   KV cache          fp32 k/v pools (layers/kv_cache.h LayerKvCache::k_pool, v_pool)
+//   activations       fp32 [T, width] rows between ops and on the wire (models/model.cc, all_reduce_sum_f32,
+//                     ep_dispatch rows of H·4 bytes); the MoE's permuted rows, gate_up output and down output
+//                     are bf16 (the grouped GEMM's operands, backend/cuda moe_experts)
+//   small matmuls     up to 16 rows: one fp32-activation kernel that reads W once
+//                     (backend/cuda/kernels/matmul_small_t.cuh kMatmulSmallTMaxRows); above, an f32→bf16
+//                     conversion of x and a cuBLAS GEMM: one more kernel per projection
+// Kernels per layer (one rank), `qkn` = 1 with per-head/full q/k norms, `big` = 1 when rows > 16:
+//   GQA attention  11 + 2·qkn + 4·big   input norm, q, k, v, [q_norm, k_norm], rope q, rope k, kv store k,
+//                                       kv store v, attention, o_proj, residual add
+//   MLA attention  12 + 4·big (10 + 3·big without q_lora)   input norm, q_a, q_a norm, q_b, rope q, kv_a,
+//                                       kv_a norm, rope latent, kv store, attention, o_proj, add; the per-
+//                                       sequence latent expansion (attention_mla.cc) is not counted
+//   MoE            10 + big             post norm, router, top-k, f32→bf16, permute, grouped gate_up,
+//                                       split-K reduce, grouped down, combine, residual add
+//                  + 5 + 3·big per layer with shared experts (gate, up, silu·mul, down, add; + 1 + big
+//                                       with a sigmoid shared-expert gate)
+//   dense MLP      6 + 3·big            post norm, gate, up, silu·mul, down, add
+//   head           4 + big              embedding, final norm, LM head, argmax
+// Qwen3-30B-A3B at batch 1: 13 + 10 = 23 kernels per layer, as Nsight Compute lists them.
+#pragma once
+
+#include <cstdint>
+
+#include "planner/model_costs.h"
+
+namespace epinfer::planner {
+
+inline constexpr int kEngineKvBytesPerElement = 4;          // fp32 KV cache
+inline constexpr int kEngineActivationBytesPerElement = 4;  // fp32 activations
+inline constexpr int kEngineExpertRowBytesPerElement = 2;   // bf16 rows inside the grouped expert GEMMs
+inline constexpr int64_t kEngineSmallMatmulMaxRows = 16;    // matmul rows of the fp32 small-T kernel
+inline constexpr int64_t kEngineMaxStepTokens = 2048;       // default --max-step-tokens (prefill chunk)
+
+// Kernels one layer (or the head) launches on one rank for `rows` token rows.
+struct EngineKernels {
+    int64_t attention = 0;  // GQA or MLA block, input norm to residual add
+    int64_t moe = 0;        // MoE block, post-attention norm to residual add, shared experts included
+    int64_t dense_mlp = 0;  // dense MLP block, post-attention norm to residual add
+    int64_t head = 0;       // embedding, final norm, LM head, sampling
+};
+EngineKernels engine_kernels(const ModelCosts& model, int64_t rows);
+
+// Activation bytes one token's rows move through memory per layer on one rank (reads + writes of the
+// engine's kernels, weights and KV reads excluded), by block. `act` = activation bytes per element,
+// `e` = kEngineExpertRowBytesPerElement, widths of this rank: q_w = Nh·D/attn_tp (GQA; MLA Nh·(nope +
+// rope)/attn_tp), kv_w = KV heads on the rank · D, v_w = Nh·v_head/attn_tp (MLA), F = MLP or shared width
+// / attn_tp; `big` (rows > 16) adds, per projection input element, the cuBLAS path's bf16 copy written by
+// the f32→bf16 kernel and read back by the GEMM (2 + 2 bytes):
+//   GQA attention  act·(9H + (6 + 2·qkn)·q_w + (8 + 2·qkn)·kv_w) + big·4·(3H + q_w)
+//   MLA attention  act·(8H + 4·q_lora + 4·q_w + 5·(kv_lora + rope) + 2·v_w) + big·4·(2H + q_lora + v_w)
+//                  (without q_lora the q_lora terms drop)
+//   MoE per token  act·(8H + 2E) + e·H + big·4·H                  norm, router, top-k, f32→bf16, combine, add
+//     per routed (token, expert) pair on the rank  e·(5H + 2I/moe_tp)   permute r/w, gate_up r/w, down r/w,
+//                                                                        combine read
+//     shared experts  act·(6H + 6F) + big·4·(2H + F)   (+ act·H + big·4·H for a sigmoid gate)
+//   dense MLP      act·(8H + 6F) + big·4·(2H + F)
+//   head per row   act·(4H + 2·V/attn_tp) + big·4·H      embedding write, final norm, LM head read and fp32
+//                                                       logits write, argmax read of the logits
+struct EngineActivationBytes {
+    double attention_per_token = 0.0;
+    double moe_per_token = 0.0;        // router to combine and the residual add, shared experts included
+    double moe_per_pair = 0.0;         // per routed (token, expert) pair on the rank
+    double dense_mlp_per_token = 0.0;  // dense layers
+    double head_per_row = 0.0;         // per row whose logits are computed
+};
+// `attn_tp`, `moe_tp`: the layout's splits; `kv_heads_per_rank` from RankShare (GQA); `act` bytes/element.
+EngineActivationBytes engine_activation_bytes(const ModelCosts& model, int attn_tp, int moe_tp,
+                                              int64_t kv_heads_per_rank, int act, int64_t rows);
+
+}  // namespace epinfer::planner

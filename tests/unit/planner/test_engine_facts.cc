@@ -1,0 +1,137 @@
+// The engine's facts (engine_facts.h) pinned to hand counts, and what they make of one Qwen3-30B-A3B decode
+// step on the measured H200 profile (profiles/measured/h200_epinfer_2026-11-29.json).
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <sstream>
+#include <string>
+
+#include "checkpoint/hf_config.h"
+#include "planner/cost_model.h"
+#include "planner/engine_facts.h"
+#include "planner/hardware_profile.h"
+#include "planner/model_costs.h"
+#include "planner_test_util.h"
+
+namespace epinfer::planner {
+namespace {
+
+const std::string kDataDir = std::string(EPINFER_TEST_DATA_DIR);
+
+ModelCosts qwen3_30b() {
+    const std::string path = kDataDir + "/configs/qwen3_30b_a3b.json";
+    std::ifstream in(path, std::ios::binary);
+    std::stringstream text;
+    text << in.rdbuf();
+    auto config = parse_hf_config(text.str(), path);
+    EXPECT_TRUE(config.is_ok()) << config.status().message();
+    return config.is_ok() ? model_costs(*config) : ModelCosts{};
+}
+
+TEST(EngineFacts, KernelsPerLayerQwen3) {
+    // Batch 1: input norm, q, k, v, q_norm, k_norm, 2 rope, 2 kv store, attention, o_proj, add = 13; post
+    // norm, router, top-k, f32→bf16, permute, gate_up, reduce, down, combine, add = 10: the 23 Nsight lists.
+    ModelCosts m = qwen3_30b();
+    EngineKernels one = engine_kernels(m, 1);
+    EXPECT_EQ(one.attention, 13);
+    EXPECT_EQ(one.moe, 10);
+    EXPECT_EQ(one.head, 4);
+    // Past 16 rows each projection (q, k, v, o, router, LM head) adds its f32→bf16 conversion.
+    EXPECT_EQ(engine_kernels(m, 16).attention, 13);
+    EngineKernels big = engine_kernels(m, 17);
+    EXPECT_EQ(big.attention, 17);
+    EXPECT_EQ(big.moe, 11);
+    EXPECT_EQ(big.head, 5);
+}
+
+TEST(EngineFacts, KernelsPerLayerKimiK2) {
+    // MLA with q_lora: 12; MoE 10 + one shared expert's gate, up, silu·mul, down, add; dense MLP 6.
+    ModelCosts m = model_costs(testing::kimi_k2_config());
+    EngineKernels one = engine_kernels(m, 1);
+    EXPECT_EQ(one.attention, 12);
+    EXPECT_EQ(one.moe, 15);
+    EXPECT_EQ(one.dense_mlp, 6);
+    EngineKernels big = engine_kernels(m, 64);
+    EXPECT_EQ(big.attention, 16);
+    EXPECT_EQ(big.moe, 19);
+    EXPECT_EQ(big.dense_mlp, 9);
+}
+
+TEST(EngineFacts, ActivationBytesQwen3) {
+    // H 2048, q_w 32·128 = 4096, kv_w 4·128 = 512, E 128, I 768, V 151936, fp32 (4 B), one rank.
+    ModelCosts m = qwen3_30b();
+    EngineActivationBytes one = engine_activation_bytes(m, 1, 1, 4, 4, 1);
+    // 4·(9·2048 + 8·4096 + 10·512) = 4·56,320.
+    EXPECT_DOUBLE_EQ(one.attention_per_token, 225280.0);
+    // 4·(8·2048 + 2·128) + 2·2048 = 70,656; per pair 2·(5·2048 + 2·768) = 23,552.
+    EXPECT_DOUBLE_EQ(one.moe_per_token, 70656.0);
+    EXPECT_DOUBLE_EQ(one.moe_per_pair, 23552.0);
+    EXPECT_DOUBLE_EQ(one.dense_mlp_per_token, 0.0);
+    // 4·(4·2048 + 2·151936) = 1,248,256.
+    EXPECT_DOUBLE_EQ(one.head_per_row, 1248256.0);
+    // Past 16 rows: + 4·(3·2048 + 4096) for q, k, v, o; + 4·2048 for the router and for the LM head.
+    EngineActivationBytes big = engine_activation_bytes(m, 1, 1, 4, 4, 17);
+    EXPECT_DOUBLE_EQ(big.attention_per_token, 225280.0 + 40960.0);
+    EXPECT_DOUBLE_EQ(big.moe_per_token, 70656.0 + 8192.0);
+    EXPECT_DOUBLE_EQ(big.head_per_row, 1248256.0 + 8192.0);
+    // Attention TP 2 halves q_w and the vocab slice: 4·(9·2048 + 8·2048 + 10·256).
+    EXPECT_DOUBLE_EQ(engine_activation_bytes(m, 2, 1, 2, 4, 1).attention_per_token,
+                     4.0 * (18432 + 16384 + 2560));
+}
+
+class Qwen3OnMeasuredH200 : public ::testing::Test {
+protected:
+    void SetUp() override {
+        auto profile =
+            load_hardware_profile_file(kDataDir + "/../../profiles/measured/h200_epinfer_2026-11-29.json");
+        ASSERT_TRUE(profile.is_ok()) << profile.status().message();
+        hw_ = *profile;
+        model_ = qwen3_30b();
+        in_.model = &model_;
+        in_.hardware = &hw_;
+        in_.layout = ParallelLayout{1, 1, 1, 1, 1};
+        in_.context_tokens = 256;
+    }
+    HardwareProfile hw_;
+    ModelCosts model_;
+    CostInputs in_;
+};
+
+TEST_F(Qwen3OnMeasuredH200, KernelsAtTheMeasuredLatency) {
+    // 48 layers · 23 + head 4 = 1108 kernels, each graph_kernel_us 0.5 + kernel_latency_us 7.42.
+    DecodeResult one = decode_step(in_, 1, 1 << 30);
+    EXPECT_EQ(one.step.kernels, 1108);
+    EXPECT_NEAR(one.step.launch_us, 1108 * 7.92, 1e-6);
+    // 1024 rows: 48 · 28 + 5 = 1349 kernels.
+    DecodeResult big = decode_step(in_, 1024, 1 << 30);
+    EXPECT_EQ(big.step.kernels, 1349);
+}
+
+TEST_F(Qwen3OnMeasuredH200, ExpertsAtTheGroupedGemmRate) {
+    // 1024 tokens touch 128·(1 − (120/128)^1024) ≈ 128 experts: 1.208 GB at 4800 · 0.7947 GB/s = 316.7 µs;
+    // 2·1024·8·4,718,592 = 77.31 GFLOP at 989.4 · 0.1717 TFLOP/s = 455.1 µs: compute-bound, per layer.
+    DecodeResult r = decode_step(in_, 1024, 1 << 30);
+    const double flops = 2.0 * 1024 * 8 * 4718592;
+    EXPECT_FALSE(r.step.experts_memory_bound);
+    EXPECT_NEAR(r.step.experts_us, 48 * flops / (989.4 * 0.1717 * 1e6), 1e-6);
+    // The dense projections stay at cuBLAS's rate: 2·18,874,368·1024 FLOP at 989.4 · 0.8055 vs 37.7 MB.
+    EXPECT_NEAR(effective_tflops(hw_.gpu, MathRate::kBf16), 989.4 * 0.8055, 1e-9);
+    EXPECT_NEAR(effective_expert_tflops(hw_.gpu, MathRate::kBf16), 989.4 * 0.1717, 1e-9);
+}
+
+TEST_F(Qwen3OnMeasuredH200, ClosedLoopAddsPromptChunksToDecode) {
+    // 256 requests of 128 prompt tokens: 32,768 prompt tokens in steps of ≤ 2048, decode first. The median
+    // request's window holds prompt chunks, so its TPOT exceeds a pure decode step over the same contexts.
+    in_.input_len = 128;
+    in_.output_len = 128;
+    ClosedLoopResult r = closed_loop_run(in_, 256);
+    EXPECT_EQ(r.requests_per_group, 256);
+    EXPECT_GE(r.mixed_steps, 16);  // ≥ 32,768 / 2048
+    EXPECT_EQ(r.steps, r.mixed_steps + 127);
+    StepBreakdown decode = mixed_step(in_, 256, 0, 128 + 64, 0.0, 0);
+    EXPECT_GT(r.tpot_ms, decode.step_us / 1e3);
+    EXPECT_NEAR(r.tokens_per_s, 256.0 * 128 / (r.duration_ms / 1e3), 1e-6);
+}
+
+}  // namespace
+}  // namespace epinfer::planner
