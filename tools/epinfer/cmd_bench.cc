@@ -13,6 +13,10 @@
 //   epinfer bench comm --ranks 2 --min-bytes 1K --max-bytes 64M --iters 20 --json comm.json
 //   epinfer bench comm --ranks 8 --max-bytes 256M --profile-out mine.json --base-profile h200_sxm
 // Without MPI around it and with --ranks > 1 it relaunches itself through mpirun (mpi_launch.h).
+// --device cuda: the ops run through NCCL on GPU buffers, rank i of a host on its GPU i (the MPI world
+// only bootstraps NCCL and carries the barriers and the timing exchange):
+//   epinfer bench comm --ranks 2 --device cuda --max-bytes 256M
+//   NCCL_P2P_DISABLE=1 epinfer bench comm --ranks 2 --device cuda   (traffic through host memory)
 #include <fmt/format.h>
 #include <unistd.h>
 
@@ -25,9 +29,15 @@
 #include <string>
 #include <vector>
 
+#include "backend/backend.h"
+#if EPINFER_WITH_CUDA
+#include "backend/cuda/cuda_backend.h"
+#endif
 #include "comm/communicator.h"
+#include "comm/nccl_communicator.h"
 #include "core/env.h"
 #include "commands.h"
+#include "model_setup.h"
 #include "mpi_launch.h"
 #include "profile_out.h"
 
@@ -44,6 +54,7 @@ struct BenchCommOptions {
     std::string json_path;
     std::string profile_out;   // write a hardware profile here (rank 0)
     std::string base_profile;  // ... starting from this one (name or file), required with profile_out
+    std::string device = "cpu";  // cpu: MPI on host buffers; cuda: NCCL on GPU buffers, one GPU per rank
 };
 
 enum class BenchOp { kAllReduce, kAllGather, kAllToAllV };
@@ -88,10 +99,12 @@ float a2a_input(int src, int dst, int64_t i) {
     return static_cast<float>(src * 1024 + dst * 32 + i % 31);
 }
 
-// One op at one size: buffers, the op itself, and the expected result.
+// One op at one size: buffers, the op itself, and the expected result. With a device backend the op runs
+// on copies of the buffers in its memory (NCCL), read back for the check.
 class OpCase {
 public:
-    OpCase(Communicator& comm, BenchOp op, int64_t count) : comm_(comm), op_(op), count_(count) {
+    OpCase(Communicator& comm, BenchOp op, int64_t count, Backend* device)
+        : comm_(comm), op_(op), count_(count), device_(device) {
         const int n = comm.size(), r = comm.rank();
         if (op == BenchOp::kAllReduce) {
             send_.resize(static_cast<size_t>(count));
@@ -113,17 +126,33 @@ public:
         }
     }
 
+    // Device copies of the buffers (a no-op on the host).
+    Status upload() {
+        if (device_ == nullptr) return Status::ok();
+        EPI_ASSIGN_OR_RETURN(send_dev_, DeviceBuffer::alloc(*device_, send_.size() * sizeof(float)));
+        EPI_ASSIGN_OR_RETURN(recv_dev_, DeviceBuffer::alloc(*device_, recv_.size() * sizeof(float)));
+        EPI_RETURN_IF_ERROR(device_->copy_to_device(send_dev_.data(), send_.data(), send_.size() * sizeof(float)));
+        return device_->synchronize();
+    }
+
     Status run() {
+        float* send = device_ != nullptr ? send_dev_.f32() : send_.data();
+        float* recv = device_ != nullptr ? recv_dev_.f32() : recv_.data();
         switch (op_) {
             case BenchOp::kAllReduce:
-                return comm_.all_reduce(send_.data(), recv_.data(), count_, DType::kF32, ReduceOp::kSum);
+                return comm_.all_reduce(send, recv, count_, DType::kF32, ReduceOp::kSum);
             case BenchOp::kAllGather:
-                return comm_.all_gather(send_.data(), recv_.data(), count_, DType::kF32);
+                return comm_.all_gather(send, recv, count_, DType::kF32);
             case BenchOp::kAllToAllV:
-                return comm_.all_to_all_v(
-                    {send_.data(), counts_, displs_, recv_.data(), counts_, displs_, DType::kF32});
+                return comm_.all_to_all_v({send, counts_, displs_, recv, counts_, displs_, DType::kF32});
         }
         return internal_error("unknown bench op");
+    }
+
+    // Brings the device result back to recv_ (a no-op on the host).
+    Status download() {
+        if (device_ == nullptr) return Status::ok();
+        return device_->copy_to_host(recv_.data(), recv_dev_.data(), recv_.size() * sizeof(float));
     }
 
     // Elements of the last result that differ from the expected value on this rank.
@@ -146,29 +175,39 @@ public:
         return wrong;
     }
 
-    void clear_result() { std::fill(recv_.begin(), recv_.end(), -1.0f); }
+    Status clear_result() {
+        std::fill(recv_.begin(), recv_.end(), -1.0f);
+        if (device_ == nullptr) return Status::ok();
+        return device_->copy_to_device(recv_dev_.data(), recv_.data(), recv_.size() * sizeof(float));
+    }
 
 private:
     Communicator& comm_;
     BenchOp op_;
     int64_t count_;
+    Backend* device_;
     std::vector<float> send_, recv_;
     std::vector<int64_t> counts_, displs_;
+    DeviceBuffer send_dev_, recv_dev_;
 };
 
-Result<BenchRow> bench_one(Communicator& comm, BenchOp op, uint64_t bytes, const BenchCommOptions& opts) {
+// `comm` carries the op (MPI, or NCCL with `device`); `world` (MPI) the barriers and the result exchange.
+Result<BenchRow> bench_one(Communicator& world, Communicator& comm, Backend* device, BenchOp op, uint64_t bytes,
+                           const BenchCommOptions& opts) {
     const int n = comm.size();
     // Elements per rank (per peer for all-to-all), at least one; size is then what nccl-tests reports.
     const int64_t total_floats = static_cast<int64_t>(bytes / sizeof(float));
     const int64_t count = std::max<int64_t>(1, op == BenchOp::kAllReduce ? total_floats : total_floats / n);
     const int64_t size_bytes =
         static_cast<int64_t>(sizeof(float)) * (op == BenchOp::kAllReduce ? count : count * n);
-    OpCase c(comm, op, count);
+    OpCase c(comm, op, count, device);
+    EPI_RETURN_IF_ERROR(c.upload());
     for (int i = 0; i < opts.warmup_iters; ++i) EPI_RETURN_IF_ERROR(c.run());
-    c.clear_result();
+    EPI_RETURN_IF_ERROR(c.clear_result());
+    if (device != nullptr) EPI_RETURN_IF_ERROR(device->synchronize());
     std::vector<double> times_us(static_cast<size_t>(opts.iters));
     for (int i = 0; i < opts.iters; ++i) {
-        EPI_RETURN_IF_ERROR(comm.barrier());
+        EPI_RETURN_IF_ERROR(world.barrier());
         const auto start = std::chrono::steady_clock::now();
         EPI_RETURN_IF_ERROR(c.run());
         times_us[static_cast<size_t>(i)] =
@@ -176,12 +215,13 @@ Result<BenchRow> bench_one(Communicator& comm, BenchOp op, uint64_t bytes, const
     }
     // The slowest rank's time per iteration, then the median.
     EPI_RETURN_IF_ERROR(
-        comm.all_reduce(times_us.data(), times_us.data(), opts.iters, DType::kF64, ReduceOp::kMax));
+        world.all_reduce(times_us.data(), times_us.data(), opts.iters, DType::kF64, ReduceOp::kMax));
     std::sort(times_us.begin(), times_us.end());
     const size_t mid = times_us.size() / 2;
     const double median_us = times_us.size() % 2 ? times_us[mid] : 0.5 * (times_us[mid - 1] + times_us[mid]);
+    EPI_RETURN_IF_ERROR(c.download());
     int64_t wrong = c.count_wrong();
-    EPI_RETURN_IF_ERROR(comm.all_reduce(&wrong, &wrong, 1, DType::kI64, ReduceOp::kSum));
+    EPI_RETURN_IF_ERROR(world.all_reduce(&wrong, &wrong, 1, DType::kI64, ReduceOp::kSum));
     const double algbw_gbps = static_cast<double>(size_bytes) / (median_us * 1e-6) / 1e9;
     return BenchRow{op, size_bytes, count, median_us, algbw_gbps, algbw_gbps * bus_factor(op, n), wrong};
 }
@@ -295,22 +335,38 @@ Status run_bench_comm(const BenchCommOptions& opts) {
         return invalid_argument(
             fmt::format("--profile-out: needs 2 or more ranks (the MPI world has {})", comm->size()));
     }
+    // --device cuda: one GPU per rank of a host, NCCL over the same ranks (bootstrapped over the world).
+    std::unique_ptr<Backend> device;
+    std::unique_ptr<Communicator> nccl;
+    if (opts.device == "cuda") {
+        EPI_ASSIGN_OR_RETURN(const HostRanks host, host_ranks(comm.get()));
+#if EPINFER_WITH_CUDA
+        EPI_ASSIGN_OR_RETURN(device, make_cuda_backend(host.index));
+        NcclOptions nccl_options;
+        nccl_options.device = host.index;
+        EPI_ASSIGN_OR_RETURN(nccl, create_nccl_communicator(*comm, nccl_options));
+#else
+        (void)host;
+        return not_supported("--device cuda: this build has no CUDA (configure with -DEPINFER_CUDA=ON)");
+#endif
+    }
+    Communicator& op_comm = nccl != nullptr ? *nccl : *comm;
     std::vector<BenchRow> rows;
     for (BenchOp op : {BenchOp::kAllReduce, BenchOp::kAllGather, BenchOp::kAllToAllV}) {
         for (uint64_t bytes = opts.min_bytes; bytes <= opts.max_bytes;
              bytes *= static_cast<uint64_t>(opts.step_factor)) {
-            EPI_ASSIGN_OR_RETURN(BenchRow row, bench_one(*comm, op, bytes, opts));
+            EPI_ASSIGN_OR_RETURN(BenchRow row, bench_one(*comm, op_comm, device.get(), op, bytes, opts));
             rows.push_back(row);
         }
     }
     int64_t wrong = 0;
     for (const BenchRow& row : rows) wrong += row.wrong;
     if (comm->rank() == 0) {
-        print_table(*comm, opts, rows);
-        if (!opts.json_path.empty()) EPI_RETURN_IF_ERROR(write_json(opts.json_path, *comm, opts, rows));
+        print_table(op_comm, opts, rows);
+        if (!opts.json_path.empty()) EPI_RETURN_IF_ERROR(write_json(opts.json_path, op_comm, opts, rows));
         if (!opts.profile_out.empty() && wrong == 0) {
             EPI_RETURN_IF_ERROR(
-                write_calibrated_profile(opts.profile_out, base, comm_calibration(*comm, rows)));
+                write_calibrated_profile(opts.profile_out, base, comm_calibration(op_comm, rows)));
         }
     }
     if (wrong > 0) {
@@ -344,6 +400,9 @@ void add_bench_command(CLI::App& app) {
     comm->add_option("--iters", opts->iters, "timed iterations per size (median reported)")
         ->capture_default_str();
     comm->add_option("--warmup-iters", opts->warmup_iters, "untimed iterations first")->capture_default_str();
+    comm->add_option("--device", opts->device,
+                     "cpu: MPI on host buffers; cuda: NCCL on GPU buffers, one GPU per rank (default cpu)")
+        ->check(CLI::IsMember({"cpu", "cuda"}));
     comm->add_option("--json", opts->json_path, "also write the results to this JSON file (rank 0)");
     comm->add_option("--profile-out", opts->profile_out,
                      "also write a hardware profile (for plan --hardware) with the measured intra-node "

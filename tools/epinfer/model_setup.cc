@@ -113,11 +113,7 @@ Result<ModelConfig> read_config_file(const std::string& path) {
     return parse_hf_config(text.str(), path);
 }
 
-// Ranks of this host (a split of the world by host name) and this rank's place among them.
-struct HostRanks {
-    int count = 1;
-    int index = 0;
-};
+}  // namespace
 
 Result<HostRanks> host_ranks(Communicator* world) {
     if (world == nullptr || world->size() == 1) return HostRanks{};
@@ -127,6 +123,8 @@ Result<HostRanks> host_ranks(Communicator* world) {
     EPI_ASSIGN_OR_RETURN(std::unique_ptr<Communicator> same_host, world->split(color, world->rank(), "host"));
     return HostRanks{same_host->size(), same_host->rank()};
 }
+
+namespace {
 
 Result<std::unique_ptr<Backend>> make_backend(const SetupValues& v, int device_index) {
     if (!v.cuda) return make_cpu_backend(v.threads);

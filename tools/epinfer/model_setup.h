@@ -55,6 +55,14 @@ struct ModelSetupFlags {
     bool no_decode_graphs = false;         // --no-decode-graphs (Model::set_decode_graphs(false))
 };
 
+// Ranks of this host (a split of the world by host name) and this rank's place among them: a rank's GPU is
+// device `index`. One rank (or no world): {1, 0}. Collective over `world`.
+struct HostRanks {
+    int count = 1;
+    int index = 0;
+};
+Result<HostRanks> host_ranks(Communicator* world);
+
 // Registers the flags above on `cmd`. allow_random_weights: also --config, --random-weights, --num-layers,
 // --weights-seed and --random-dtype (then --model is optional); otherwise --model is required.
 void add_model_setup_flags(CLI::App& cmd, ModelSetupFlags& flags, bool allow_random_weights);
