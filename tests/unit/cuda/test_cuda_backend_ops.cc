@@ -56,6 +56,25 @@ protected:
     }
     // A GPU buffer of n floats set to NaN, so unwritten outputs show.
     DeviceBuffer nan_gpu(size_t n) { return to_gpu(std::vector<float>(n, std::numeric_limits<float>::quiet_NaN())); }
+    // One query of one head (D = 64) over K/V rows of 128 floats (K, then V), contiguous (no block table).
+    static AttentionArgs one_head_attention(const DeviceBuffer& q, const DeviceBuffer& kv, const DeviceBuffer& pos,
+                                            const DeviceBuffer& out, int64_t num_kv_tokens) {
+        AttentionArgs args;
+        args.q = q.f32();
+        args.k = kv.f32();
+        args.v = kv.f32() + 64;
+        args.positions = static_cast<const int32_t*>(pos.data());
+        args.out = out.f32();
+        args.num_tokens = 1;
+        args.num_kv_tokens = num_kv_tokens;
+        args.num_heads = args.num_kv_heads = 1;
+        args.head_dim_qk = args.head_dim_v = 64;
+        args.q_token_stride = args.q_head_stride = 64;
+        args.k_token_stride = args.v_token_stride = 128;
+        args.k_head_stride = args.v_head_stride = 64;
+        args.out_token_stride = args.out_head_stride = 64;
+        return args;
+    }
     // n floats of a GPU buffer, after synchronize() (which must succeed).
     std::vector<float> from_gpu(const DeviceBuffer& buffer, size_t n) {
         const Status synced = gpu_->synchronize();
@@ -490,24 +509,11 @@ TEST_F(CudaBackendTest, AttentionPagedNegativeBlockIdFailsAtSynchronize) {
     const std::vector<float> q = random_floats(64, 1), pool = random_floats(8 * 128, 2);
     DeviceBuffer d_q = to_gpu(q), d_pool = to_gpu(pool), d_pos = to_gpu(std::vector<int32_t>{5});
     DeviceBuffer d_table = to_gpu(std::vector<int32_t>{1, -1}), d_out = nan_gpu(64);
-    AttentionArgs args;
-    args.q = d_q.f32();
-    args.k = d_pool.f32();
-    args.v = d_pool.f32() + 64;
+    AttentionArgs args = one_head_attention(d_q, d_pool, d_pos, d_out, 6);
     args.kv_block_tables = static_cast<const int32_t*>(d_table.data());
     args.num_sequences = 1;
     args.block_table_stride = 2;
     args.kv_block_size = 4;
-    args.positions = static_cast<const int32_t*>(d_pos.data());
-    args.out = d_out.f32();
-    args.num_tokens = 1;
-    args.num_kv_tokens = 6;
-    args.num_heads = args.num_kv_heads = 1;
-    args.head_dim_qk = args.head_dim_v = 64;
-    args.q_token_stride = args.q_head_stride = 64;
-    args.k_token_stride = args.v_token_stride = 128;
-    args.k_head_stride = args.v_head_stride = 64;
-    args.out_token_stride = args.out_head_stride = 64;
     ASSERT_TRUE(gpu_->attention(args).is_ok());
     const Status st = gpu_->synchronize();
     EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
@@ -517,20 +523,7 @@ TEST_F(CudaBackendTest, AttentionPagedNegativeBlockIdFailsAtSynchronize) {
 TEST_F(CudaBackendTest, AttentionBadPositionFailsAtSynchronize) {
     const std::vector<float> q = random_floats(64, 1), kv = random_floats(4 * 128, 2);
     DeviceBuffer d_q = to_gpu(q), d_kv = to_gpu(kv), d_pos = to_gpu(std::vector<int32_t>{4}), d_out = nan_gpu(64);
-    AttentionArgs args;
-    args.q = d_q.f32();
-    args.k = d_kv.f32();
-    args.v = d_kv.f32() + 64;
-    args.positions = static_cast<const int32_t*>(d_pos.data());
-    args.out = d_out.f32();
-    args.num_tokens = 1;
-    args.num_kv_tokens = 4;
-    args.num_heads = args.num_kv_heads = 1;
-    args.head_dim_qk = args.head_dim_v = 64;
-    args.q_token_stride = args.q_head_stride = 64;
-    args.k_token_stride = args.v_token_stride = 128;
-    args.k_head_stride = args.v_head_stride = 64;
-    args.out_token_stride = args.out_head_stride = 64;
+    const AttentionArgs args = one_head_attention(d_q, d_kv, d_pos, d_out, 4);  // position 4 of 4 rows
     ASSERT_TRUE(gpu_->attention(args).is_ok());
     EXPECT_EQ(gpu_->synchronize().code(), StatusCode::kInvalidArgument);
 }
