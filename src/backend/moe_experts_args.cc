@@ -18,6 +18,7 @@ Status moe_experts_check(const MoeExpertsArgs& a) {
     if (a.top_k < 1) return bad("top_k must be ≥ 1, got " + std::to_string(a.top_k));
     if (a.num_experts < 1) return bad("num_experts must be ≥ 1, got " + std::to_string(a.num_experts));
     if (a.hidden < 1) return bad("hidden must be ≥ 1, got " + std::to_string(a.hidden));
+    if (a.first_expert < 0) return bad("first_expert must be ≥ 0, got " + std::to_string(a.first_expert));
     if (a.intermediate < 1) return bad("intermediate must be ≥ 1, got " + std::to_string(a.intermediate));
     if (a.num_tokens > std::numeric_limits<int32_t>::max() / a.top_k) {
         return bad("num_tokens " + std::to_string(a.num_tokens) + " × top_k " + std::to_string(a.top_k) +

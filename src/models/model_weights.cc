@@ -287,9 +287,12 @@ Status bind_moe(WeightBinder& b, const ModelConfig& c, const ShardPlan& sp, int6
     if (sp.placement != nullptr) {
         const std::span<const int32_t> held = sp.placement->local_experts(sp.moe_ep_rank);
         local_experts.assign(held.begin(), held.end());
-        w.local_slot_of_expert.assign(static_cast<size_t>(c.n_routed_experts), -1);
-        for (size_t slot = 0; slot < local_experts.size(); ++slot)
-            w.local_slot_of_expert[static_cast<size_t>(local_experts[slot])] = static_cast<int32_t>(slot);
+        w.first_local_expert = local_experts.empty() ? 0 : local_experts.front();
+        for (size_t slot = 0; slot < local_experts.size(); ++slot) {
+            if (local_experts[slot] != w.first_local_expert + static_cast<int64_t>(slot))
+                return internal_error("moe: the expert placement of ep rank " + std::to_string(sp.moe_ep_rank) +
+                                      " is not one contiguous block (the experts op takes one)");
+        }
     } else {
         for (int64_t e = 0; e < c.n_routed_experts; ++e) local_experts.push_back(static_cast<int32_t>(e));
     }

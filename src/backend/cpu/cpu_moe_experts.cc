@@ -10,7 +10,9 @@ namespace epinfer {
 void cpu_moe_experts(const MoeExpertsArgs& a, ThreadPool& pool) {
     const int64_t T = a.num_tokens, K = a.top_k, E = a.num_experts, H = a.hidden, I = a.intermediate;
     if (T == 0) return;
-    const MoeRoutePlan plan = moe_permute_plan(a.topk_ids, T, K, E);
+    std::vector<int32_t> local_ids(a.topk_ids, a.topk_ids + T * K);  // [T, K] ids − first_expert
+    for (int32_t& id : local_ids) id = id < a.first_expert ? -1 : static_cast<int32_t>(id - a.first_expert);
+    const MoeRoutePlan plan = moe_permute_plan(local_ids.data(), T, K, E);
     const int64_t S = plan.num_slots();
     std::vector<float> x_perm(static_cast<size_t>(S * H));  // [S, H]
     std::vector<float> y_perm(static_cast<size_t>(S * H));  // [S, H]

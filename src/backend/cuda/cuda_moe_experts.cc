@@ -159,6 +159,7 @@ Status CudaMoeExperts::run_grouped(Backend& backend, const MoeExpertsArgs& a, co
 
     MoePermuteArgs permute;
     permute.topk_ids = a.topk_ids;
+    permute.first_expert = a.first_expert;
     permute.num_tokens = T;
     permute.top_k = K;
     permute.num_experts = E;
@@ -231,6 +232,7 @@ Status CudaMoeExperts::run_general(Backend& backend, const MoeExpertsArgs& a, cu
     const int64_t T = a.num_tokens, K = a.top_k, E = a.num_experts, H = a.hidden, I = a.intermediate;
     MoePermuteArgs permute;
     permute.topk_ids = a.topk_ids;
+    permute.first_expert = a.first_expert;
     permute.num_tokens = T;
     permute.top_k = K;
     permute.num_experts = E;

@@ -52,9 +52,9 @@ Result<MoeRouting> moe_route(Backend& backend, const MoeBlockWeights& w, const M
     return routing;
 }
 
-Status moe_experts_forward(Backend& backend, const std::vector<DenseFfnWeights>& experts, const int32_t* topk_ids,
-                           const float* topk_weights, const float* x, int64_t num_rows, int64_t hidden,
-                           int64_t top_k, float* out) {
+Status moe_experts_forward(Backend& backend, const std::vector<DenseFfnWeights>& experts, int64_t first_expert,
+                           const int32_t* topk_ids, const float* topk_weights, const float* x, int64_t num_rows,
+                           int64_t hidden, int64_t top_k, float* out) {
     if (num_rows == 0) return Status::ok();
     if (experts.empty()) return invalid_argument("moe: no local expert to run");
     const Linear& first = experts.front().gate_proj;
@@ -83,6 +83,7 @@ Status moe_experts_forward(Backend& backend, const std::vector<DenseFfnWeights>&
     args.num_tokens = num_rows;
     args.top_k = top_k;
     args.num_experts = static_cast<int64_t>(experts.size());
+    args.first_expert = first_expert;
     args.hidden = hidden;
     args.intermediate = first.out_features;
     return backend.moe_experts(args);
@@ -104,10 +105,11 @@ namespace {
 
 // The picks of `topk_ids` ([n, K] global ids) that live on this rank, as local slots (−1 elsewhere).
 std::vector<int32_t> local_slots_of(const MoeBlockWeights& w, const std::vector<int32_t>& topk_ids) {
+    const int64_t first = w.first_local_expert, count = static_cast<int64_t>(w.experts.size());
     std::vector<int32_t> slots(topk_ids.size());
     for (size_t i = 0; i < topk_ids.size(); ++i) {
-        const int32_t id = topk_ids[i];
-        slots[i] = id < 0 ? -1 : w.local_slot_of_expert[static_cast<size_t>(id)];
+        const int64_t slot = int64_t{topk_ids[i]} - first;
+        slots[i] = topk_ids[i] >= 0 && slot >= 0 && slot < count ? static_cast<int32_t>(slot) : -1;
     }
     return slots;
 }
@@ -269,24 +271,9 @@ Status moe_block_forward(Backend& backend, const MoeBlockWeights& w, const MoeRo
     }
     if (T == 0) return Status::ok();
     EPI_ASSIGN_OR_RETURN(MoeDeviceRouting routing, moe_route_on_device(backend, w, p, x, T));
-    if (!w.local_slot_of_expert.empty()) {
-        // Global ids → local slots (−1: another EP rank's expert), in place.
-        if (!backend.host_accessible()) {
-            return not_supported(std::string("moe: expert placement maps ids on host memory; backend ") +
-                                 backend.name() + " is not host-accessible");
-        }
-        int32_t* ids = routing.ids();  // [T, K] int32
-        for (int64_t i = 0; i < T * p.top_k; ++i) {
-            ids[i] = ids[i] < 0 ? -1 : w.local_slot_of_expert[static_cast<size_t>(ids[i])];
-        }
-        if (w.experts.empty()) {  // no expert here: the routed part is zero on this rank
-            std::fill(out, out + T * H, 0.0f);
-            EPI_RETURN_IF_ERROR(add_shared_experts(backend, w, x, T, H, out));
-            return all_reduce_sum_f32(parallel != nullptr ? parallel->stage : nullptr, out, T * H);
-        }
-    }
-    EPI_RETURN_IF_ERROR(moe_experts_forward(backend, w.experts, routing.ids(), routing.topk_weights.f32(), x, T, H,
-                                            p.top_k, out));
+    // Global ids: the op runs the picks of this rank's block [first_local_expert, +experts.size()).
+    EPI_RETURN_IF_ERROR(moe_experts_forward(backend, w.experts, w.first_local_expert, routing.ids(),
+                                            routing.topk_weights.f32(), x, T, H, p.top_k, out));
     EPI_RETURN_IF_ERROR(add_shared_experts(backend, w, x, T, H, out));
     return all_reduce_sum_f32(parallel != nullptr ? parallel->stage : nullptr, out, T * H);
 }

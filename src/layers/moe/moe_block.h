@@ -42,9 +42,9 @@ struct MoeBlockWeights {
     Linear router;                                   // [E, H]
     const float* e_score_correction_bias = nullptr;  // [E] fp32 device, or nullptr
     std::vector<DenseFfnWeights> experts;            // [local slots]: gate/up [I, H], down [H, I] (I/moe_tp)
-    // [E] local slot of each global expert, −1 = held by another EP rank; empty = every expert is local
-    // and slot = expert id.
-    std::vector<int32_t> local_slot_of_expert;
+    // Global id of experts[0]: this rank holds the contiguous block [first_local_expert,
+    // first_local_expert + experts.size()) of the E routed experts (all of them without EP).
+    int64_t first_local_expert = 0;
     SharedExpertMode shared_mode = SharedExpertMode::kNone;
     DenseFfnWeights shared;  // shared expert(s)
     Linear shared_gate;      // [1, H] (kSigmoidGated)
@@ -84,12 +84,13 @@ Result<MoeRouting> moe_route(Backend& backend, const MoeBlockWeights& weights, c
                              const float* x, int64_t num_rows);
 
 // The routed experts through the backend's moe_experts op (backend/moe_experts_args.h): out = Σ_k w ·
-// expert(x) in k order. experts: [E_loc], all of one shape and dtype; topk_ids: [T, K] int32 device, ids in
-// [0, E_loc) (others dropped); topk_weights: [T, K] fp32 device; x, out: [T, H] fp32 device.
+// expert(x) in k order. experts: [E_loc], all of one shape and dtype, global ids [first_expert,
+// first_expert + E_loc); topk_ids: [T, K] int32 device, global ids (picks outside the block are dropped);
+// topk_weights: [T, K] fp32 device; x, out: [T, H] fp32 device.
 // Errors: kInvalidArgument when there is no expert or the experts differ in shape or dtype; op errors.
-Status moe_experts_forward(Backend& backend, const std::vector<DenseFfnWeights>& experts, const int32_t* topk_ids,
-                           const float* topk_weights, const float* x, int64_t num_rows, int64_t hidden,
-                           int64_t top_k, float* out);
+Status moe_experts_forward(Backend& backend, const std::vector<DenseFfnWeights>& experts, int64_t first_expert,
+                           const int32_t* topk_ids, const float* topk_weights, const float* x, int64_t num_rows,
+                           int64_t hidden, int64_t top_k, float* out);
 
 // y_perm = SwiGLU_e(x_perm) over the slots of every expert e with at least one slot.
 // x_perm, y_perm: [S, H] fp32 device, in plan slot order.

@@ -92,10 +92,9 @@ MoeBlockWeights block_weights(const Probe& p, const ParallelContext* ctx,
     const int moe_tp = ctx ? ctx->layout.moe_tp : 1, moe_tp_rank = ctx ? ctx->coords.moe_tp_rank : 0;
     const int attn_tp = ctx ? ctx->layout.attn_tp : 1, attn_tp_rank = ctx ? ctx->coords.attn_tp_rank : 0;
     if (ctx != nullptr) {
-        w.local_slot_of_expert.assign(kE, -1);
         const auto held = ctx->placement.local_experts(ctx->coords.moe_ep_rank);
+        w.first_local_expert = held.front();
         for (size_t s = 0; s < held.size(); ++s) {
-            w.local_slot_of_expert[static_cast<size_t>(held[s])] = static_cast<int32_t>(s);
             w.experts.push_back(
                 slice_ffn(p.experts[static_cast<size_t>(held[s])], kI, moe_tp, moe_tp_rank, store));
         }

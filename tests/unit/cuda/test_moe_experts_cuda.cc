@@ -1,7 +1,8 @@
 // The routed-experts op (backend/moe_experts_args.h) on the CUDA backend against the CPU reference backend,
 // on fresh random inputs: the grouped path (BF16 weights, H and I multiples of 8: narrow tile, split-K,
 // wide tile) and the general path (F32/F16 weights, odd H and I), with zero-token experts, all tokens on
-// one expert, K = E and dropped picks (−1). Each expert's tensors are separate device buffers, as the model
+// one expert, K = E and dropped picks (−1), and an expert-parallel block (global ids, first_expert > 0,
+// picks of other ranks' experts dropped; the CPU reference runs the same picks as local ids). Each expert's tensors are separate device buffers, as the model
 // loader makes them. Bounds: tolerances.h "moe_experts_cuda" (BF16: the grouped path rounds x, h and y to
 // bf16; F16/F32: fp32 activations). Each case prints its measured error.
 #include <gtest/gtest.h>
@@ -38,6 +39,7 @@ struct ExpertsCase {
     int64_t tokens, experts, top_k, hidden, intermediate;
     DType dtype;
     Routing routing;
+    int64_t first_expert = 0;  // > 0: ids are global over first_expert + experts + first_expert experts
 };
 
 void PrintTo(const ExpertsCase& c, std::ostream* os) {
@@ -62,7 +64,7 @@ std::vector<uint8_t> random_weights(size_t n, uint32_t seed, float scale, DType 
 std::vector<int32_t> make_ids(const ExpertsCase& c, uint32_t seed) {
     std::mt19937 rng(seed);
     std::vector<int32_t> ids(static_cast<size_t>(c.tokens * c.top_k));
-    std::vector<int32_t> order(static_cast<size_t>(c.experts));
+    std::vector<int32_t> order(static_cast<size_t>(c.experts + 2 * c.first_expert));
     for (int64_t t = 0; t < c.tokens; ++t) {
         std::iota(order.begin(), order.end(), 0);
         std::shuffle(order.begin(), order.end(), rng);
@@ -96,7 +98,12 @@ TEST_P(MoeExpertsCudaTest, MatchesCpuReference) {
     for (uint32_t seed : {1u, 2u}) {  // fresh inputs each run of the loop
         const uint32_t base = seed * 7919u + static_cast<uint32_t>(T * 131 + E * 17 + H);
         const std::vector<float> x = random_floats(static_cast<size_t>(T * H), base, -1.0f, 1.0f);
-        const std::vector<int32_t> ids = make_ids(c, base + 1);
+        const std::vector<int32_t> ids = make_ids(c, base + 1);  // global ids
+        std::vector<int32_t> local_ids(ids.size());              // the reference's: id − first, −1 outside
+        for (size_t i = 0; i < ids.size(); ++i) {
+            const int64_t local = int64_t{ids[i]} - c.first_expert;
+            local_ids[i] = ids[i] >= 0 && local >= 0 && local < E ? static_cast<int32_t>(local) : -1;
+        }
         const std::vector<float> weights = random_floats(static_cast<size_t>(T * K), base + 2, 0.0f, 1.0f);
         std::vector<std::vector<uint8_t>> gate(E), up(E), down(E);
         std::vector<MoeExpertWeights> host_table(E);
@@ -109,7 +116,7 @@ TEST_P(MoeExpertsCudaTest, MatchesCpuReference) {
         std::vector<float> want(static_cast<size_t>(T * H), std::numeric_limits<float>::quiet_NaN());
         MoeExpertsArgs args;
         args.x = x.data();
-        args.topk_ids = ids.data();
+        args.topk_ids = local_ids.data();
         args.topk_weights = weights.data();
         args.experts = host_table.data();
         args.weight_dtype = c.dtype;
@@ -138,6 +145,7 @@ TEST_P(MoeExpertsCudaTest, MatchesCpuReference) {
         args.topk_weights = d_w.f32();
         args.experts = gpu_table.data();
         args.out = d_out.f32();
+        args.first_expert = c.first_expert;
         for (int run = 0; run < 2; ++run) {  // the second run reuses the cached pointer table
             ASSERT_TRUE(gpu_->moe_experts(args).is_ok());
             ASSERT_TRUE(gpu_->synchronize().is_ok());
@@ -171,7 +179,10 @@ INSTANTIATE_TEST_SUITE_P(
         ExpertsCase{"general_bf16_odd_h", 9, 6, 2, 70, 36, DType::kBF16, Routing::kRandom},
         ExpertsCase{"general_f32", 19, 7, 3, 72, 40, DType::kF32, Routing::kRandom},
         ExpertsCase{"general_f16_odd", 5, 4, 4, 33, 17, DType::kF16, Routing::kWithDrops},
-        ExpertsCase{"general_f32_all_on_one", 40, 5, 1, 64, 24, DType::kF32, Routing::kAllOnOne}),
+        ExpertsCase{"general_f32_all_on_one", 40, 5, 1, 64, 24, DType::kF32, Routing::kAllOnOne},
+        ExpertsCase{"grouped_ep_block", 29, 6, 4, 64, 32, DType::kBF16, Routing::kRandom, 5},
+        ExpertsCase{"grouped_ep_block_cub_plan", 300, 8, 4, 64, 32, DType::kBF16, Routing::kRandom, 3},
+        ExpertsCase{"general_f32_ep_block", 17, 5, 3, 40, 24, DType::kF32, Routing::kWithDrops, 2}),
     [](const ::testing::TestParamInfo<ExpertsCase>& info) { return info.param.name; });
 
 class MoeExpertsCudaApiTest : public CudaTest {};

@@ -62,7 +62,7 @@ __global__ void permute_keys_kernel(MoePermuteArgs args, uint32_t* keys, int32_t
     const int64_t n = num_picks > args.num_tokens ? num_picks : args.num_tokens;
     for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x) {
         if (i < num_picks) {
-            const int32_t id = args.topk_ids[i];
+            const int64_t id = int64_t{args.topk_ids[i]} - args.first_expert;
             keys[i] = (id >= 0 && id < args.num_experts) ? static_cast<uint32_t>(id)
                                                            : static_cast<uint32_t>(args.num_experts);
             vals[i] = static_cast<int32_t>(i);
@@ -163,9 +163,9 @@ __global__ void __launch_bounds__(kFinalizeThreads) permute_small_kernel(MoePerm
     for (int64_t e = threadIdx.x; e < num_experts; e += kFinalizeThreads) counts[e] = 0;
     __syncthreads();
     for (int64_t i = threadIdx.x; i < num_picks; i += kFinalizeThreads) {
-        const int32_t id = args.topk_ids[i];
+        const int64_t id = int64_t{args.topk_ids[i]} - args.first_expert;
         const bool valid = id >= 0 && id < num_experts;
-        keys[i] = valid ? id : static_cast<int32_t>(num_experts);
+        keys[i] = valid ? static_cast<int32_t>(id) : static_cast<int32_t>(num_experts);
         if (valid) atomicAdd(&counts[id], 1);
     }
     if (args.shared_group) {

@@ -21,6 +21,7 @@ struct MoePermuteArgs {
     int64_t num_tokens = 0;             // T (0 allowed), T·K < 2^31
     int64_t top_k = 0;                  // K ≥ 1
     int64_t num_experts = 0;            // E ≥ 1
+    int64_t first_expert = 0;           // pick i is expert topk_ids[i] − first_expert (MoeExpertsArgs)
     // The plan (permute.h MoeRoutePlan), device:
     int32_t* expert_counts = nullptr;    // [E] slots per expert
     int32_t* expert_offsets = nullptr;   // [E + 1] exclusive prefix sum; [E] = S
