@@ -11,7 +11,12 @@
 //   MoE, attn_dp>1 each attention-DP group owns its tokens: ep_dispatch over moe_ep → local grouped FFN →
 //                  all-reduce over moe_tp → ep_combine; + shared-expert slice; all-reduce over attn_tp
 //                  (when moe_tp does not divide attn_tp: gather the stage's tokens, as with attn_dp 1)
-//   PP             stage s runs layers stage.layers; [T, H] activations go to the next stage by send/recv
+//   PP             stage s runs layers stage.layers; [T, H] activations go to the next stage by send/recv;
+//                  the last stage broadcasts the step's logits or token ids over host_pipeline
+// The groups that carry activations (stage, attn_tp, moe_tp, moe_ep, pipeline) work on the backend's memory:
+// split from the MPI world for CPU ranks, from an NCCL world over the same ranks for GPU ranks (one GPU per
+// rank, on the backend's stream). host_pipeline is always an MPI group (host memory).
+// DP attention's dispatch and combine (ep_dispatch.h) run on host memory: GPU ranks do not take it yet.
 #pragma once
 
 #include <memory>
@@ -33,6 +38,7 @@ struct ParallelContext {
     std::unique_ptr<Communicator> moe_tp;    // split each routed expert's I
     std::unique_ptr<Communicator> moe_ep;    // split the routed experts
     std::unique_ptr<Communicator> pipeline;  // one rank per stage, same local rank
+    std::unique_ptr<Communicator> host_pipeline;  // the pipeline group over host memory (world's backend)
     ExpertPlacement placement;               // over moe_ep (empty when the model has no routed experts)
     PipelineStage pipeline_stage;            // this rank's layers
 
@@ -41,13 +47,17 @@ struct ParallelContext {
 
 // Checks `layout` against `dims` and world.size() (validate_layout), then splits `world` into the groups
 // of the layout (collective: every rank of `world` must call it with the same layout and dims).
-// Errors: kInvalidArgument with the numbers (validate_layout); errors of Communicator::split.
+// device_world: the world over device memory (NCCL, same ranks in the same order) the activation groups
+// are split from; null: `world` serves for both (CPU ranks).
+// Errors: kInvalidArgument with the numbers (validate_layout) or when device_world's size differs;
+// errors of Communicator::split.
 Result<std::unique_ptr<ParallelContext>> create_parallel_context(Communicator& world,
                                                                  const ParallelLayout& layout,
-                                                                 const LayoutModelDims& dims);
+                                                                 const LayoutModelDims& dims,
+                                                                 Communicator* device_world = nullptr);
 
 // In-place fp32 sum over `comm`; a no-op for a null or one-rank communicator or count 0.
-// buf: [count] fp32 host.
+// buf: [count] fp32 in the communicator's memory (host for MPI, device for NCCL).
 Status all_reduce_sum_f32(Communicator* comm, float* buf, int64_t count);
 
 }  // namespace epinfer

@@ -18,6 +18,14 @@ namespace epinfer {
 
 namespace {
 
+// DP attention's dispatch and combine (layers/moe/ep_dispatch.h) exchange rows in host memory.
+Status check_parallel_backend(const ParallelContext* parallel, const Backend& backend) {
+    if (parallel == nullptr || !parallel->dp_attention() || backend.host_accessible()) return Status::ok();
+    return not_supported(std::string("DP attention (--dp ") + std::to_string(parallel->layout.attn_dp) +
+                         ") dispatches tokens through host memory; backend " + backend.name() +
+                         " runs tp, ep and pp layouts only");
+}
+
 GqaAttentionParams gqa_params(const ModelConfig& c, const ModelWeights& w) {
     const AttentionShard& shard = w.attention_shard;
     GqaAttentionParams p;
@@ -131,10 +139,7 @@ Result<std::unique_ptr<Model>> Model::create_random(const ModelConfig& config, B
                                                     const RandomWeightsOptions& options,
                                                     const ParallelContext* parallel,
                                                     const LoadProgress* progress) {
-    if (parallel != nullptr && !backend.host_accessible()) {
-        return not_supported(std::string("parallel layouts run on host memory; backend ") + backend.name() +
-                             " is not host-accessible");
-    }
+    EPI_RETURN_IF_ERROR(check_parallel_backend(parallel, backend));
     EPI_RETURN_IF_ERROR(check_runtime_support(config));
     std::unique_ptr<Model> model(new Model());
     EPI_ASSIGN_OR_RETURN(model->config_, config_first_layers(config, options.num_layers));
@@ -149,10 +154,7 @@ Result<std::unique_ptr<Model>> Model::create_random(const ModelConfig& config, B
 
 Result<std::unique_ptr<Model>> Model::load(const std::string& model_dir, Backend& backend,
                                            const ParallelContext* parallel, const LoadProgress* progress) {
-    if (parallel != nullptr && !backend.host_accessible()) {
-        return not_supported(std::string("parallel layouts run on host memory; backend ") + backend.name() +
-                             " is not host-accessible");
-    }
+    EPI_RETURN_IF_ERROR(check_parallel_backend(parallel, backend));
     std::error_code ec;
     if (!std::filesystem::is_directory(model_dir, ec)) {
         return not_found(model_dir + (std::filesystem::exists(model_dir, ec) ? ": not a directory"
@@ -241,11 +243,12 @@ Status Model::forward(const ForwardArgs& args) {
     }
     if (pp > 1 && greedy && num_seqs > 0) {
         const int64_t n = static_cast<int64_t>(num_seqs);
-        EPI_RETURN_IF_ERROR(parallel_->pipeline->broadcast(args.greedy_ids, n, DType::kI32, pp - 1));
-        EPI_RETURN_IF_ERROR(parallel_->pipeline->broadcast(args.greedy_non_finite, n, DType::kI32, pp - 1));
+        Communicator& pipeline = *parallel_->host_pipeline;  // the outputs are host memory
+        EPI_RETURN_IF_ERROR(pipeline.broadcast(args.greedy_ids, n, DType::kI32, pp - 1));
+        EPI_RETURN_IF_ERROR(pipeline.broadcast(args.greedy_non_finite, n, DType::kI32, pp - 1));
     } else if (pp > 1 && logits_row_begin.back() > 0) {
         EPI_RETURN_IF_ERROR(
-            parallel_->pipeline->broadcast(args.logits, logits_row_begin.back() * V, DType::kF32, pp - 1));
+            parallel_->host_pipeline->broadcast(args.logits, logits_row_begin.back() * V, DType::kF32, pp - 1));
     }
     for (const SequenceInput& seq : args.sequences)
         for (LayerKvCache& kv : seq.kv) kv.num_tokens += static_cast<int64_t>(seq.token_ids.size());

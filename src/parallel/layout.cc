@@ -89,7 +89,7 @@ Result<ParallelLayout> layout_from_flags(const LayoutFlags& flags) {
     const std::pair<const char*, int> given[] = {
         {"--tp", flags.tp}, {"--ep", flags.ep}, {"--dp", flags.dp}, {"--pp", flags.pp}};
     for (const auto& [flag, value] : given) {
-        if (value < 0) return invalid_argument(fmt::format("{} {}: must be at least 1", flag, value));
+        if (value < 0) return invalid_argument(fmt::format("{} must be ≥ 1, got {}", flag, value));
     }
     const int ep = std::max(flags.ep, 1);
     const int dp = std::max(flags.dp, 1);

@@ -36,7 +36,8 @@
 
 namespace epinfer {
 
-// The --tp/--ep/--dp/--pp flags as given; 0 = not given.
+// The --tp/--ep/--dp/--pp flags as given; 0 = not given. A command line that gives one explicitly must
+// give it ≥ 1: the CLI rejects "--tp 0" before it gets here (tools/epinfer/model_setup.h).
 struct LayoutFlags {
     int tp = 0;
     int ep = 0;
@@ -101,8 +102,8 @@ struct ParallelLayout {
 };
 
 // The layout the flags describe (see the table at the top of this file).
-// Errors: kInvalidArgument, one message with the numbers, when a flag is negative or --ep / --dp does not
-// divide the ranks per stage.
+// Errors: kInvalidArgument, one message with the numbers, when a flag is negative ("--pp must be ≥ 1, got
+// -1") or --ep / --dp does not divide the ranks per stage.
 Result<ParallelLayout> layout_from_flags(const LayoutFlags& flags);
 
 // The model sizes a layout must fit (from ModelConfig; kept here so that parallel/ depends on core only).

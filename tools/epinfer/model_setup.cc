@@ -23,6 +23,7 @@
 #include "planner/weight_format.h"
 #if EPINFER_WITH_CUDA
 #include "backend/cuda/cuda_backend.h"
+#include "comm/nccl_communicator.h"
 #endif
 
 namespace epinfer::cli {
@@ -30,6 +31,7 @@ namespace epinfer::cli {
 namespace {
 
 constexpr int kMaxThreads = 256;
+constexpr int64_t kMaxLayoutSize = int64_t{1} << 20;  // bound of --tp --ep --dp --pp (fits int products)
 
 using Clock = std::chrono::steady_clock;
 
@@ -44,8 +46,24 @@ Result<int64_t> parse_flag_int(const std::string& text, const char* flag, int64_
     return value;
 }
 
+// A layout flag: not given → 0 (LayoutFlags' "not given"); given → an integer in [1, kMaxLayoutSize].
+Result<int> parse_layout_flag(const std::optional<std::string>& text, const char* flag) {
+    if (!text.has_value()) return 0;
+    int64_t value = 0;
+    const char* end = text->data() + text->size();
+    const auto [ptr, ec] = std::from_chars(text->data(), end, value);
+    if (text->empty() || ec != std::errc() || ptr != end)
+        return invalid_argument(fmt::format("{} '{}' is not an integer", flag, *text));
+    if (value < 1) return invalid_argument(fmt::format("{} must be ≥ 1, got {}", flag, value));
+    if (value > kMaxLayoutSize)
+        return invalid_argument(fmt::format("{} must be ≤ {}, got {}", flag, kMaxLayoutSize, value));
+    return static_cast<int>(value);
+}
+
 // The flags as numbers, each checked.
 struct SetupValues {
+    LayoutFlags layout;  // 0 = not given
+    bool layout_given = false;
     int64_t num_layers = 0;
     uint64_t seed = 0;
     DType random_dtype = DType::kBF16;
@@ -67,6 +85,11 @@ Result<SetupValues> parse_values(const ModelSetupFlags& f) {
         if (f.num_layers != "0") return invalid_argument("--num-layers needs --random-weights");
     }
     EPI_ASSIGN_OR_RETURN(v.num_layers, parse_flag_int(f.num_layers, "--num-layers", 0, 1 << 20));
+    EPI_ASSIGN_OR_RETURN(v.layout.tp, parse_layout_flag(f.tp, "--tp"));
+    EPI_ASSIGN_OR_RETURN(v.layout.ep, parse_layout_flag(f.ep, "--ep"));
+    EPI_ASSIGN_OR_RETURN(v.layout.dp, parse_layout_flag(f.dp, "--dp"));
+    EPI_ASSIGN_OR_RETURN(v.layout.pp, parse_layout_flag(f.pp, "--pp"));
+    v.layout_given = f.tp.has_value() || f.ep.has_value() || f.dp.has_value() || f.pp.has_value();
     {
         const char* end = f.seed.data() + f.seed.size();
         const auto [ptr, ec] = std::from_chars(f.seed.data(), end, v.seed);
@@ -133,6 +156,21 @@ Result<std::unique_ptr<Backend>> make_backend(const SetupValues& v, int device_i
 #else
     (void)device_index;
     return not_supported("--device cuda: this build has no CUDA (configure with -DEPINFER_CUDA=ON)");
+#endif
+}
+
+// The NCCL world over the ranks of `world`, on the stream of `backend`, when the ranks are several GPUs;
+// null for CPU ranks and for one rank (its groups have nothing to move).
+Result<std::unique_ptr<Communicator>> make_device_world(Communicator& world, Backend& backend, int device_index) {
+    if (backend.host_accessible() || world.size() == 1) return std::unique_ptr<Communicator>();
+#if EPINFER_WITH_CUDA
+    NcclOptions options;
+    options.device = device_index;
+    options.stream = cuda_stream_of(backend);
+    return create_nccl_communicator(world, options);
+#else
+    (void)device_index;
+    return not_supported(std::string("backend ") + backend.name() + " has no communicator for its memory");
 #endif
 }
 
@@ -219,10 +257,10 @@ void add_model_setup_flags(CLI::App& cmd, ModelSetupFlags& f, bool allow_random_
     }
     cmd.add_option("--device", f.device, "cpu or cuda (default cpu)");
     cmd.add_option("--threads", f.threads, "CPU threads; 0 = up to 8 (default 0)");
-    cmd.add_option("--tp", f.layout.tp, "Ranks per pipeline stage (attention TP × DP = MoE TP × EP)");
-    cmd.add_option("--ep", f.layout.ep, "Expert-parallel ranks per stage (moe_ep)");
-    cmd.add_option("--dp", f.layout.dp, "Data-parallel attention ranks per stage (attn_dp)");
-    cmd.add_option("--pp", f.layout.pp, "Pipeline stages");
+    cmd.add_option("--tp", f.tp, "Ranks per pipeline stage (attention TP × DP = MoE TP × EP), ≥ 1");
+    cmd.add_option("--ep", f.ep, "Expert-parallel ranks per stage (moe_ep), ≥ 1");
+    cmd.add_option("--dp", f.dp, "Data-parallel attention ranks per stage (attn_dp), ≥ 1");
+    cmd.add_option("--pp", f.pp, "Pipeline stages, ≥ 1");
     cmd.add_option("--kv-cache-tokens", f.kv_cache_tokens,
                    "KV cache tokens per rank; 0 = what the memory check leaves (default 0)");
     cmd.add_option("--block-size", f.block_size, "Tokens per KV block (default 16)");
@@ -251,25 +289,29 @@ Result<ModelSetup> start_model(const ModelSetupFlags& flags) {
         EPI_ASSIGN_OR_RETURN(config, config_first_layers(config, v.num_layers));
     }
     const LayoutModelDims dims = layout_model_dims(config);
-    const LayoutFlags& lf = flags.layout;
-    const bool layout_given = lf.tp > 0 || lf.ep > 0 || lf.dp > 0 || lf.pp > 0;
     ModelSetup setup;
-    EPI_ASSIGN_OR_RETURN(setup.layout, layout_from_flags(lf));
-    if (layout_given || launched_by_mpi()) {
+    EPI_ASSIGN_OR_RETURN(setup.layout, layout_from_flags(v.layout));
+    if (v.layout_given || launched_by_mpi()) {
         if (!launched_by_mpi()) {
             EPI_RETURN_IF_ERROR(validate_layout(setup.layout, dims, setup.layout.world_size()));
             EPI_RETURN_IF_ERROR(relaunch_under_mpirun_if_needed(setup.layout.world_size()));
         }
         EPI_ASSIGN_OR_RETURN(setup.world, create_world_communicator());
-        EPI_ASSIGN_OR_RETURN(setup.parallel, create_parallel_context(*setup.world, setup.layout, dims));
+        EPI_RETURN_IF_ERROR(validate_layout(setup.layout, dims, setup.world->size()));
     } else {
         EPI_RETURN_IF_ERROR(validate_layout(setup.layout, dims, 1));
     }
     EPI_ASSIGN_OR_RETURN(const HostRanks host, host_ranks(setup.world.get()));
     const bool driver = setup.is_driver();
 
-    // 2. Backend.
+    // 2. Backend, and the layout's groups: on GPUs the activations travel through NCCL on the backend's
+    // stream (one GPU per rank of a host), the engine's step plans through MPI.
     EPI_ASSIGN_OR_RETURN(setup.backend, make_backend(v, host.index));
+    if (setup.world != nullptr) {
+        EPI_ASSIGN_OR_RETURN(setup.device_world, make_device_world(*setup.world, *setup.backend, host.index));
+        EPI_ASSIGN_OR_RETURN(setup.parallel, create_parallel_context(*setup.world, setup.layout, dims,
+                                                                     setup.device_world.get()));
+    }
 
     // 3. Memory check, before any weight is read.
     EPI_ASSIGN_OR_RETURN(const int64_t device_bytes, rank_memory_bytes(*setup.backend, host, setup.world.get()));

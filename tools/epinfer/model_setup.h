@@ -4,7 +4,8 @@
 //      run, e.g. gpt_oss, stops here with kNotSupported); the layout flags → ParallelLayout, validated
 //      against it; outside MPI, re-run under mpirun on the layout's ranks (mpi_launch.h);
 //   2. the backend (--device cpu: make_cpu_backend(--threads); cuda: make_cuda_backend(this host's rank),
-//      in CUDA builds only);
+//      in CUDA builds only) and the layout's ParallelContext: its activation groups over NCCL (bootstrapped
+//      over MPI, on the backend's stream) when the ranks are several GPUs, over MPI for CPU ranks;
 //   3. the memory check (planner/fit_check.h, the planner's own memory model): this rank's weights (in the
 //      checkpoint's dtypes), buffers, activations (fp32, --max-step-tokens rows) and the KV (fp32) of
 //      --kv-cache-tokens tokens, or of one request of max_position_embeddings tokens when that flag is 0,
@@ -22,6 +23,7 @@
 
 #include <CLI/CLI.hpp>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "backend/backend.h"
@@ -45,7 +47,12 @@ struct ModelSetupFlags {
     std::string random_dtype = "bf16";  // --random-dtype bf16|f16|f32 (random weights)
     std::string device = "cpu";     // --device cpu|cuda
     std::string threads = "0";      // --threads (CPU backend; 0 = up to 8)
-    LayoutFlags layout;             // --tp --ep --pp --dp
+    // --tp --ep --dp --pp as given (nullopt: not given, see parallel/layout.h); a given value must be an
+    // integer ≥ 1 ("--tp 0" is an error, not "not given").
+    std::optional<std::string> tp;
+    std::optional<std::string> ep;
+    std::optional<std::string> dp;
+    std::optional<std::string> pp;
     std::string kv_cache_tokens = "0";     // --kv-cache-tokens per rank (0 = what fits)
     std::string block_size = "16";         // --block-size
     std::string max_running = "256";       // --max-running
@@ -68,11 +75,12 @@ Result<HostRanks> host_ranks(Communicator* world);
 void add_model_setup_flags(CLI::App& cmd, ModelSetupFlags& flags, bool allow_random_weights);
 
 // Everything a command needs to run requests. Members are destroyed in reverse order (model before
-// backend before the layout's groups before world).
+// the layout's groups before the NCCL world before backend before world).
 struct ModelSetup {
-    std::unique_ptr<Communicator> world;        // null for one rank without flags
-    std::unique_ptr<ParallelContext> parallel;  // null for one rank without flags
+    std::unique_ptr<Communicator> world;         // null for one rank without flags
     std::unique_ptr<Backend> backend;
+    std::unique_ptr<Communicator> device_world;  // NCCL over the world's GPU ranks; null for CPU or one rank
+    std::unique_ptr<ParallelContext> parallel;   // null for one rank without flags
     std::unique_ptr<Model> model;
     EngineOptions engine_options;  // every field from the flags; num_kv_blocks sized by step 5
     ParallelLayout layout;         // the layout run (tp1 for one rank)

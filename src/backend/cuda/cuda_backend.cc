@@ -104,6 +104,7 @@ public:
     }
 
     const char* name() const override { return "cuda"; }
+    void* stream() const { return stream_; }
     bool host_accessible() const override { return false; }
     Result<DeviceMemory> memory_info() const override {
         EPI_CUDA_CHECK(cudaSetDevice(device_));
@@ -120,6 +121,7 @@ public:
     // Stream-ordered: the memory may be used by ops issued after alloc; free returns it to the pool once
     // the ops issued before it have run (no synchronisation).
     Result<void*> alloc(size_t num_bytes) override {
+        use_device();
         const size_t bytes = num_bytes == 0 ? 1 : num_bytes;
         void* ptr = nullptr;
         cudaError_t err = cudaMallocFromPoolAsync(&ptr, bytes, pool_, stream_);  // ≥ 256-byte aligned
@@ -138,23 +140,28 @@ public:
         return ptr;
     }
     void free(void* ptr) override {
+        use_device();
         if (ptr == nullptr) return;
         cudaFreeAsync(ptr, stream_);  // after the ops issued before, which may still read it
     }
 
     Status copy_to_device(void* dst, const void* host_src, size_t num_bytes) override {
+        use_device();
         return copy_sync(dst, host_src, num_bytes, cudaMemcpyHostToDevice);
     }
     Status copy_to_host(void* host_dst, const void* src, size_t num_bytes) override {
+        use_device();
         return copy_sync(host_dst, src, num_bytes, cudaMemcpyDeviceToHost);
     }
     Status copy_on_device(void* dst, const void* src, size_t num_bytes) override {
+        use_device();
         if (num_bytes == 0 || dst == src) return Status::ok();
         EPI_CUDA_CHECK(cudaMemcpyAsync(dst, src, num_bytes, cudaMemcpyDeviceToDevice, stream_));
         return Status::ok();
     }
     Status copy_rows_on_device(void* dst, size_t dst_pitch_bytes, const void* src, size_t src_pitch_bytes,
                                size_t row_bytes, size_t num_rows) override {
+        use_device();
         if (num_rows > 0 && (row_bytes > dst_pitch_bytes || row_bytes > src_pitch_bytes)) {
             return invalid_argument("copy_rows: row of " + std::to_string(row_bytes) + " bytes exceeds a pitch");
         }
@@ -165,6 +172,7 @@ public:
     }
 
     Status synchronize() override {
+        use_device();
         EPI_CUDA_CHECK(cudaStreamSynchronize(stream_));
         int32_t flags[kNumFlags] = {};
         EPI_CUDA_CHECK(cudaMemcpy(flags, flags_, sizeof(flags), cudaMemcpyDeviceToHost));
@@ -182,10 +190,12 @@ public:
 
     bool supports_op_graphs() const override { return true; }
     Status begin_capture() override {
+        use_device();
         EPI_CUDA_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
         return Status::ok();
     }
     Result<std::unique_ptr<OpGraph>> end_capture() override {
+        use_device();
         cudaGraph_t graph = nullptr;
         const cudaError_t err = cudaStreamEndCapture(stream_, &graph);
         if (err != cudaSuccess) {
@@ -205,22 +215,26 @@ public:
     }
 
     Status embedding(const EmbeddingArgs& args) override {
+        use_device();
         EPI_RETURN_IF_ERROR(embedding_check(args));
         EPI_CUDA_CHECK(cuda::launch_embedding(args, flags_ + kEmbeddingFlag, stream_));
         return Status::ok();
     }
     Status rms_norm(const RmsNormArgs& args) override {
+        use_device();
         EPI_RETURN_IF_ERROR(rms_norm_check(args));
         EPI_CUDA_CHECK(cuda::launch_rms_norm(args, stream_));
         return Status::ok();
     }
     Status matmul(const MatmulArgs& args) override;
     Status rope(const RopeArgs& args) override {
+        use_device();
         EPI_RETURN_IF_ERROR(rope_check(args));
         EPI_CUDA_CHECK(cuda::launch_rope(args, stream_));
         return Status::ok();
     }
     Status attention(const AttentionArgs& args) override {
+        use_device();
         EPI_RETURN_IF_ERROR(attention_check(args));
         if (args.head_dim_v > cuda::kAttentionMaxHeadDimV) {
             return not_supported("attention: head_dim_v " + std::to_string(args.head_dim_v) +
@@ -232,35 +246,42 @@ public:
         return Status::ok();
     }
     Status kv_cache_store(const KvCacheStoreArgs& args) override {
+        use_device();
         EPI_RETURN_IF_ERROR(kv_cache_store_check(args));
         EPI_CUDA_CHECK(cuda::launch_kv_cache_store(args, flags_ + kKvCacheStoreFlag, stream_));
         return Status::ok();
     }
     Status argmax(const ArgmaxArgs& args) override {
+        use_device();
         EPI_RETURN_IF_ERROR(argmax_check(args));
         EPI_CUDA_CHECK(cuda::launch_argmax(args, stream_));
         return Status::ok();
     }
     Status silu_mul(const SiluMulArgs& args) override {
+        use_device();
         EPI_RETURN_IF_ERROR(silu_mul_check(args));
         EPI_CUDA_CHECK(cuda::launch_silu_mul(args, stream_));
         return Status::ok();
     }
     Status add(const AddArgs& args) override {
+        use_device();
         EPI_RETURN_IF_ERROR(add_check(args));
         EPI_CUDA_CHECK(cuda::launch_add(args, stream_));
         return Status::ok();
     }
     Status add_sigmoid_gated(const AddSigmoidGatedArgs& args) override {
+        use_device();
         EPI_RETURN_IF_ERROR(add_sigmoid_gated_check(args));
         EPI_CUDA_CHECK(cuda::launch_add_sigmoid_gated(args, stream_));
         return Status::ok();
     }
     Status moe_experts(const MoeExpertsArgs& args) override {
+        use_device();
         EPI_RETURN_IF_ERROR(moe_experts_check(args));
         return moe_experts_->run(*this, args, stream_, fp32_activations_);
     }
     Status moe_router_topk(const MoeRouterTopkArgs& args) override {
+        use_device();
         EPI_RETURN_IF_ERROR(moe_router_topk_check(args));
         if (args.num_experts > cuda::kRouterMaxExperts) {
             return not_supported("moe_router_topk: num_experts " + std::to_string(args.num_experts) +
@@ -279,6 +300,13 @@ private:
     }
 
     int device_ = 0;
+
+    // Makes this backend's GPU the calling thread's current device: the engine loop's thread, or any
+    // thread of a process that is one GPU rank of several, starts on device 0.
+    void use_device() const {
+        int current = -1;
+        if (cudaGetDevice(&current) != cudaSuccess || current != device_) cudaSetDevice(device_);
+    }
     bool fp32_activations_ = false;  // CudaBackendOptions::fp32_activations
     cudaStream_t stream_ = nullptr;
     cublasHandle_t cublas_ = nullptr;
@@ -290,6 +318,7 @@ private:
 };
 
 Status CudaBackend::matmul(const MatmulArgs& args) {
+    use_device();
     EPI_RETURN_IF_ERROR(matmul_check(args));
     const int64_t T = args.num_rows, N = args.out_features, K = args.in_features;
     if (T == 0 || N == 0) return Status::ok();
@@ -333,6 +362,11 @@ Status CudaBackend::matmul(const MatmulArgs& args) {
 }
 
 }  // namespace
+
+void* cuda_stream_of(Backend& backend) {
+    auto* cuda = dynamic_cast<CudaBackend*>(&backend);
+    return cuda != nullptr ? cuda->stream() : nullptr;
+}
 
 Result<std::unique_ptr<Backend>> make_cuda_backend(int device) {
     CudaBackendOptions options;

@@ -10,6 +10,8 @@
 // cost no cudaMalloc and no synchronisation; host_accessible() is false. copy_to_device / copy_to_host
 // return when the copy is done (the host buffer may be reused at once); copy_on_device,
 // copy_rows_on_device and the ops are ordered on the backend's stream and finish by synchronize().
+// Every entry point first makes the backend's GPU the calling thread's current device, so any thread may
+// issue ops (the engine loop's thread of a rank on GPU 3, say).
 // Data-dependent errors (a token id outside [0, V), an attention position outside [0, S)) are found on
 // the GPU: the affected rows are written as zeros and the next synchronize() returns kInvalidArgument.
 // matmul, by the number of rows T:
@@ -44,5 +46,9 @@ struct CudaBackendOptions {
 // the CUDA/cuBLAS call that failed.
 Result<std::unique_ptr<Backend>> make_cuda_backend(int device = 0);
 Result<std::unique_ptr<Backend>> make_cuda_backend(const CudaBackendOptions& options);
+
+// The cudaStream_t every op of `backend` runs on, for communicators that must run in the same order
+// (NcclOptions::stream); nullptr when `backend` is not a CUDA backend.
+void* cuda_stream_of(Backend& backend);
 
 }  // namespace epinfer

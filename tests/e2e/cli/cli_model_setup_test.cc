@@ -1,7 +1,7 @@
 // The model start-up shared by the commands (tools/epinfer/model_setup.h), through `epinfer generate`: the
 // memory check refuses a layout that does not fit with one line of breakdown before any weight is read,
-// --device cuda in a build without CUDA is one line, the KV pool is sized from the flags, and rank 0
-// prints one summary line.
+// --device cuda in a build without CUDA is one line, so is a layout flag given as 0, the KV pool is sized
+// from the flags, and rank 0 prints one summary line.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -110,6 +110,22 @@ TEST(CliModelSetup, BadFlagsAreOneLineNamingTheFlag) {
     expect_one_line_error(run_cli(generate(kModel, "--kv-cache-tokens -1")), "--kv-cache-tokens");
     expect_one_line_error(run_cli(generate(kModel, "--kv-cache-tokens 8 --block-size 16")),
                           "a KV cache of 8 tokens per rank holds no block of --block-size 16");
+}
+
+// A layout flag given explicitly must be ≥ 1: "--tp 0" is an error, not "--tp not given" (which the
+// summary line test above covers: layout tp1 ep1 pp1 dp1).
+TEST(CliModelSetup, ExplicitZeroOrNegativeLayoutFlagIsOneLine) {
+    for (const char* flag : {"--tp", "--ep", "--dp", "--pp"}) {
+        SCOPED_TRACE(flag);
+        expect_one_line_error(run_cli(generate(kModel, std::string(flag) + " 0")),
+                              std::string(flag) + " must be ≥ 1, got 0");
+        expect_one_line_error(run_cli(generate(kModel, std::string(flag) + " -2")),
+                              std::string(flag) + " must be ≥ 1, got -2");
+    }
+    expect_one_line_error(run_cli(generate(kModel, "--ep 2 --tp=0")), "--tp must be ≥ 1, got 0");
+    expect_one_line_error(run_cli(generate(kModel, "--dp four")), "--dp 'four' is not an integer");
+    expect_one_line_error(run_cli(generate(kModel, "--tp ''")), "--tp '' is not an integer");
+    expect_one_line_error(run_cli(generate(kModel, "--pp 2000000")), "--pp must be ≤ 1048576, got 2000000");
 }
 
 // gpt-oss is planned, not run: one line naming the architecture, before any weight is read.

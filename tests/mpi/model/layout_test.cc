@@ -15,7 +15,6 @@
 #include <string>
 #include <vector>
 
-#include "backend/cpu/cpu_backend.h"
 #include "checkpoint/hf_config.h"
 #include "checkpoint/safetensors.h"
 #include "common/compare.h"
@@ -101,9 +100,19 @@ TEST_P(LayoutTest, SameTokensAndLogitsAsOneRank) {
         GTEST_SKIP() << "layout '" << layout_text << "' is invalid for " << GetParam() << ": "
                      << valid.message();
     }
-    auto ctx = create_parallel_context(world, *layout, dims);
+    auto rank_backend = test_rank_backend(world);
+    ASSERT_TRUE(rank_backend.is_ok()) << rank_backend.status().to_string();
+    Backend* backend = rank_backend->backend.get();
+    auto ctx = create_parallel_context(world, *layout, dims, rank_backend->device_world.get());
     ASSERT_TRUE(ctx.is_ok()) << ctx.status().to_string();
-    std::unique_ptr<Backend> backend = make_cpu_backend(1);
+    if (layout->attn_dp > 1 && !backend->host_accessible()) {
+        // Refused before any weight is read, naming the flag.
+        auto refused = Model::load(dir, *backend, ctx->get());
+        ASSERT_FALSE(refused.is_ok());
+        EXPECT_EQ(refused.status().code(), StatusCode::kNotSupported) << refused.status().to_string();
+        EXPECT_NE(refused.status().message().find("--dp"), std::string::npos) << refused.status().to_string();
+        GTEST_SKIP() << refused.status().message();
+    }
     auto ref = Model::load(dir, *backend);
     ASSERT_TRUE(ref.is_ok()) << ref.status().to_string();
     auto par = Model::load(dir, *backend, ctx->get());

@@ -5,7 +5,14 @@
 #include <sstream>
 #include <string>
 
+#include "backend/cpu/cpu_backend.h"
 #include "engine/kv_block_pool.h"
+#if EPINFER_WITH_CUDA
+#include <cuda_runtime_api.h>
+
+#include "backend/cuda/cuda_backend.h"
+#include "comm/nccl_communicator.h"
+#endif
 
 namespace epinfer {
 
@@ -22,6 +29,36 @@ LayoutFlags layout_flags_from_env() {
         if (flag == "--pp") f.pp = value;
     }
     return f;
+}
+
+Result<TestRankBackend> test_rank_backend(Communicator& world) {
+    const char* device = std::getenv("EPINFER_TEST_DEVICE");
+    const std::string name = device != nullptr ? device : "cpu";
+    TestRankBackend out;
+    if (name == "cpu" || name.empty()) {
+        out.backend = make_cpu_backend(1);
+        return out;
+    }
+    if (name != "cuda") return invalid_argument("EPINFER_TEST_DEVICE '" + name + "' is not one of cpu, cuda");
+#if EPINFER_WITH_CUDA
+    int num_gpus = 0;
+    if (cudaGetDeviceCount(&num_gpus) != cudaSuccess || num_gpus == 0) return not_supported("no CUDA GPU");
+    const char* local = std::getenv("OMPI_COMM_WORLD_LOCAL_RANK");
+    const int gpu = (local != nullptr ? std::atoi(local) : world.rank()) % num_gpus;
+    CudaBackendOptions options;
+    options.device = gpu;
+    options.fp32_activations = true;
+    EPI_ASSIGN_OR_RETURN(out.backend, make_cuda_backend(options));
+    if (world.size() > 1) {
+        NcclOptions nccl;
+        nccl.device = gpu;
+        nccl.stream = cuda_stream_of(*out.backend);
+        EPI_ASSIGN_OR_RETURN(out.device_world, create_nccl_communicator(world, nccl));
+    }
+    return out;
+#else
+    return not_supported("EPINFER_TEST_DEVICE=cuda: this build has no CUDA");
+#endif
 }
 
 Result<std::vector<float>> prefill_logits(Model& model, const std::vector<std::vector<int32_t>>& prompts) {

@@ -57,7 +57,7 @@ TEST(LayoutFromFlags, Errors) {
 
     r = layout_from_flags({.pp = -1});
     ASSERT_FALSE(r.is_ok());
-    EXPECT_THAT(r.status().message(), HasSubstr("--pp -1: must be at least 1"));
+    EXPECT_THAT(r.status().message(), HasSubstr("--pp must be ≥ 1, got -1"));
 }
 
 TEST(ParallelLayout, CoordsFollowSglangOrder) {
