@@ -72,7 +72,8 @@ void EngineLoop::drain_and_stop(double timeout_s) {
         std::lock_guard<std::mutex> lock(mu_);
         if (!stopping_) {
             stopping_ = true;
-            const double s = std::clamp(timeout_s, 0.0, kMaxDrainSeconds);  // NaN → 0 below
+            // NaN → 0 below; after cut_drain() the drain aborts at once.
+            const double s = drain_cut_ ? 0.0 : std::clamp(timeout_s, 0.0, kMaxDrainSeconds);
             drain_deadline_ = std::chrono::steady_clock::now() +
                               std::chrono::duration_cast<std::chrono::steady_clock::duration>(
                                   std::chrono::duration<double>(s == s ? s : 0.0));
@@ -85,6 +86,14 @@ void EngineLoop::drain_and_stop(double timeout_s) {
     }
     if (run_here) run();
     if (thread_.joinable()) thread_.join();
+}
+
+void EngineLoop::cut_drain() {
+    std::lock_guard<std::mutex> lock(mu_);
+    drain_cut_ = true;
+    drain_deadline_ = std::chrono::steady_clock::now();  // read only once stopping_
+    wake_ = true;
+    cv_.notify_all();
 }
 
 void EngineLoop::run() {

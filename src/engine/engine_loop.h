@@ -48,6 +48,10 @@ public:
     void drain_and_stop(double timeout_s);
     // drain_and_stop(0): aborts everything at once.
     void stop() { drain_and_stop(0.0); }
+    // Cuts a drain short from any thread and returns at once: the requests left are aborted before the
+    // loop's next step, so a drain_and_stop in progress returns after that step. Called before
+    // drain_and_stop, that drain aborts at once. (epinfer serve: a second SIGTERM/SIGINT.)
+    void cut_drain();
 
 private:
     struct Pending {
@@ -68,6 +72,7 @@ private:
     bool stopped_ = false;      // the loop has returned
     bool wake_ = false;         // work arrived
     bool aborted_all_ = false;  // the drain deadline passed
+    bool drain_cut_ = false;    // cut_drain called: the drain deadline is now
     std::chrono::steady_clock::time_point drain_deadline_;
     EngineStats stats_;
     Status error_;

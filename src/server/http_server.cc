@@ -97,6 +97,22 @@ void set_error(httplib::Response& res, int status, const std::string& message) {
     set_json(res, status, error_json(status, message));
 }
 
+// The routes install_routes() registers and the one method each answers; another method on one of these
+// paths → 405 with Allow.
+struct Route {
+    const char* method;
+    const char* path;
+};
+constexpr Route kRoutes[] = {
+    {"POST", "/v1/completions"}, {"GET", "/v1/models"}, {"GET", "/health"}, {"GET", "/metrics"}};
+
+// The method `path` answers, or null for an unknown path.
+const char* route_method(const std::string& path) {
+    for (const Route& route : kRoutes)
+        if (path == route.path) return route.method;
+    return nullptr;
+}
+
 bool write_text(httplib::DataSink& sink, const std::string& text) { return sink.write(text.data(), text.size()); }
 
 std::string sse_event(const json& data) { return "data: " + dump_json(data) + "\n\n"; }
@@ -339,7 +355,13 @@ struct HttpServer::Impl {
             [this](const httplib::Request& req, httplib::Response& res) {
                 if (!res.body.empty()) return httplib::Server::HandlerResponse::Unhandled;
                 std::string message;
-                if (res.status == 404) {
+                const char* allowed = res.status == 404 ? route_method(req.path) : nullptr;
+                if (allowed != nullptr) {  // a known path, another method (HEAD goes with GET)
+                    res.status = 405;
+                    res.set_header("Allow", allowed);
+                    message = req.method + " is not allowed on " + req.path + ": it answers " + allowed +
+                              " only";
+                } else if (res.status == 404) {
                     message = "no route for " + req.method + " " + req.path;
                 } else if (res.status == 413 && req.get_header_value("Content-Type").starts_with(
                                                         "application/x-www-form-urlencoded")) {
@@ -368,7 +390,7 @@ struct HttpServer::Impl {
             set_error(res, 500, message);
         });
         http.set_logger([this](const httplib::Request& req, const httplib::Response& res) {
-            if (req.path == "/v1/completions") metrics.count_response(res.status);
+            if (req.method == "POST" && req.path == "/v1/completions") metrics.count_response(res.status);
         });
     }
 
@@ -438,5 +460,6 @@ int HttpServer::port() const { return impl_->port; }
 bool HttpServer::healthy() const { return impl_->healthy(); }
 Status HttpServer::engine_error() const { return impl_->loop.error(); }
 void HttpServer::shutdown(double drain_timeout_s) { impl_->shutdown(drain_timeout_s); }
+void HttpServer::cut_drain() { impl_->loop.cut_drain(); }
 
 }  // namespace epinfer::server

@@ -7,8 +7,9 @@
 //   GET  /health          200 while the engine loop is healthy and the server is not draining, else 503
 //   GET  /metrics         Prometheus text (server/server_metrics.h)
 // Errors are {"error": {"message", "type", "code"}}: 400 bad request (JSON, field type, prompt, token id,
-// context, max_tokens), 404 unknown path or model, 413 body over max_body_bytes, 503 queue full or
-// draining, 504 request timeout, 500 engine failure.
+// context, max_tokens), 404 unknown path or model, 405 another method on a known path (with an `Allow:`
+// header naming the route's method), 413 body over max_body_bytes, 503 queue full or draining, 504
+// request timeout, 500 engine failure.
 //
 // Each request holds one HTTP worker thread while it runs. A streaming client that goes away (a write
 // fails) cancels its request, so its KV blocks are freed at the next engine step; a non-streaming request
@@ -56,6 +57,10 @@ public:
     // (then aborts the rest), waits (bounded) for their responses to be written, shuts the engine down
     // (followers return from run_follower) and stops listening. Idempotent.
     void shutdown(double drain_timeout_s);
+    // Cuts a drain short from any thread (e.g. while another thread is in shutdown()) and returns at once:
+    // the requests left are aborted at the engine's next step and get their final (aborted) response,
+    // so shutdown() returns promptly. Called before shutdown(), that shutdown aborts at once.
+    void cut_drain();
 
 private:
     HttpServer() = default;

@@ -8,13 +8,16 @@
 // Rank 0 serves; under a layout the other ranks run the driver's engine steps (Engine::run_follower).
 // When ready, one stderr line "epinfer serve: listening on http://HOST:PORT" (--port 0: a free port, the
 // line names it). SIGTERM or SIGINT: new requests get 503, running ones finish (at most --drain-timeout-s,
-// then they are aborted), the followers are released, exit status 0. A fatal engine error stops the server
-// with "epinfer: error: ..." and exit status 1.
+// then they are aborted), the followers are released, exit status 0. A second SIGTERM or SIGINT during
+// that drain cuts it short: the requests left are aborted at the next engine step (their clients get
+// finish_reason "abort"), then the same orderly stop, exit status 0 (as when --drain-timeout-s runs out).
+// A fatal engine error stops the server with "epinfer: error: ..." and exit status 1.
 #include <charconv>
 #include <chrono>
 #include <cmath>
 #include <csignal>
 #include <cstdio>
+#include <atomic>
 #include <memory>
 #include <string>
 #include <thread>
@@ -28,9 +31,16 @@ namespace epinfer::cli {
 
 namespace {
 
-volatile std::sig_atomic_t g_stop_signal = 0;
+volatile std::sig_atomic_t g_stop_signal = 0;       // the last SIGTERM or SIGINT
+volatile std::sig_atomic_t g_num_stop_signals = 0;  // how many have come
 
-extern "C" void on_stop_signal(int signal_number) { g_stop_signal = signal_number; }
+// Both signals are blocked while it runs (install_stop_handlers), so the count is not torn.
+extern "C" void on_stop_signal(int signal_number) {
+    g_stop_signal = signal_number;
+    g_num_stop_signals = g_num_stop_signals + 1;
+}
+
+const char* signal_name(int signal_number) { return signal_number == SIGINT ? "SIGINT" : "SIGTERM"; }
 
 struct ServeFlags {
     ModelSetupFlags setup;
@@ -92,6 +102,8 @@ void install_stop_handlers() {
     struct sigaction action {};
     action.sa_handler = on_stop_signal;
     sigemptyset(&action.sa_mask);
+    sigaddset(&action.sa_mask, SIGTERM);
+    sigaddset(&action.sa_mask, SIGINT);
     sigaction(SIGTERM, &action, nullptr);
     sigaction(SIGINT, &action, nullptr);
 }
@@ -110,11 +122,30 @@ Status run_serve(const ServeFlags& flags) {
     while (g_stop_signal == 0 && http->engine_error().is_ok())
         std::this_thread::sleep_for(std::chrono::milliseconds(100));
     if (g_stop_signal != 0) {
-        std::fprintf(stderr, "epinfer serve: %s: draining (at most %g s)\n",
-                     g_stop_signal == SIGINT ? "SIGINT" : "SIGTERM", values.drain_timeout_s);
+        std::fprintf(stderr,
+                     "epinfer serve: %s: draining (at most %g s; a second SIGTERM or SIGINT stops at once)\n",
+                     signal_name(g_stop_signal), values.drain_timeout_s);
         std::fflush(stderr);
     }
+    // Any stop signal after the one that started the drain cuts it short (polled, as above; the watcher
+    // ends with the drain).
+    const int signals_at_drain = g_num_stop_signals == 0 ? 0 : 1;
+    std::atomic<bool> drained{false};
+    std::thread watcher([&] {
+        while (!drained.load()) {
+            if (g_num_stop_signals > signals_at_drain) {
+                std::fprintf(stderr, "epinfer serve: %s during the drain: cut short, aborting the requests left\n",
+                             signal_name(g_stop_signal));
+                std::fflush(stderr);
+                http->cut_drain();
+                return;
+            }
+            std::this_thread::sleep_for(std::chrono::milliseconds(50));
+        }
+    });
     http->shutdown(values.drain_timeout_s);
+    drained.store(true);
+    watcher.join();
     EPI_RETURN_IF_ERROR_CTX(http->engine_error(), "engine");
     std::fprintf(stderr, "epinfer serve: stopped\n");
     return Status::ok();
@@ -134,7 +165,8 @@ void add_serve_command(CLI::App& app) {
     cmd->add_option("--request-timeout-s", flags->request_timeout_s,
                     "A request still running after this is cancelled (default 600)");
     cmd->add_option("--drain-timeout-s", flags->drain_timeout_s,
-                    "On SIGTERM/SIGINT, running requests may finish for this long (default 30)");
+                    "On SIGTERM/SIGINT, running requests may finish for this long (default 30); a second "
+                    "SIGTERM/SIGINT aborts them at once");
     cmd->add_option("--http-threads", flags->http_threads,
                     "Connections served at once; each streaming request holds one thread, so keep this above "
                     "the streams expected at once, or /health and 503 replies wait behind them (default 1024)");

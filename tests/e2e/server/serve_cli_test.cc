@@ -1,5 +1,6 @@
 // `epinfer serve` as a user runs it (the built binary, EPINFER_CLI_PATH): --port 0 prints the chosen port,
-// /health and a completion answer, SIGTERM drains and exits 0; a bad flag is one error line.
+// /health and a completion answer, SIGTERM drains and exits 0, a second signal cuts the drain short; a bad
+// flag is one error line.
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <signal.h>
@@ -7,8 +8,10 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <filesystem>
+#include <fstream>
 #include <regex>
 #include <string>
 #include <thread>
@@ -114,11 +117,57 @@ TEST(ServeCli, ServesOnAFreePortAndExitsCleanlyOnSigterm) {
     EXPECT_NE(err.find("epinfer serve: stopped"), std::string::npos) << err;
 }
 
+// SIGTERM starts a drain that would wait for the running request (--drain-timeout-s 600); SIGINT during it
+// aborts that request (its stream ends with finish_reason "abort") and the server stops, exit status 0.
+TEST(ServeCli, SecondSignalCutsTheDrainShort) {
+    // Random weights at the tiny config with a large vocabulary: each step is slow enough that a request
+    // of 500 tokens is still running when the signals come.
+    const std::filesystem::path config_path = cli_scratch_dir("epinfer_serve_cut") / "config.json";
+    json config = json::parse(read_text_file(kTinyModel + "/config.json"));
+    config["vocab_size"] = int64_t{1} << 18;
+    {
+        std::ofstream out(config_path);
+        out << config.dump();
+    }
+    ServeProcess serve({"serve", "--config", config_path.string(), "--random-weights", "--port", "0", "--threads",
+                        "2", "--kv-cache-tokens", "4096", "--max-running", "1", "--drain-timeout-s", "600"});
+    ASSERT_GT(serve.pid(), 0);
+    const int port = serve.wait_for_port(120.0);
+    ASSERT_GT(port, 0) << serve.err();
+
+    const json body = {{"prompt", {5, 6, 7}}, {"max_tokens", 500}, {"temperature", 0}, {"ignore_eos", true},
+                       {"stream", true}};
+    BackgroundStream client(port, body);
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+    EXPECT_TRUE(client.wait_started());
+    EXPECT_EQ(kill(serve.pid(), SIGTERM), 0);
+    while (serve.err().find("SIGTERM: draining") == std::string::npos && std::chrono::steady_clock::now() < deadline)
+        std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    EXPECT_EQ(kill(serve.pid(), SIGINT), 0);
+    EXPECT_EQ(serve.wait_exit(120.0), 0) << serve.err();
+    client.join();
+    const StreamReply& stream = client.reply;
+    std::filesystem::remove_all(config_path.parent_path());
+
+    const std::string err = serve.err();
+    EXPECT_NE(err.find("SIGTERM: draining (at most 600 s"), std::string::npos) << err;
+    EXPECT_NE(err.find("SIGINT during the drain: cut short, aborting the requests left"), std::string::npos) << err;
+    EXPECT_NE(err.find("epinfer serve: stopped"), std::string::npos) << err;
+    EXPECT_EQ(stream.status, 200) << stream.transport_error;
+    EXPECT_TRUE(stream.done);
+    ASSERT_FALSE(stream.chunks.empty());
+    const json& last = stream.chunks.back();
+    EXPECT_EQ(last.at("choices").at(0).at("finish_reason"), "abort") << last.dump();
+    EXPECT_LT(last.at("usage").at("completion_tokens").get<int64_t>(), 500) << last.dump();
+}
+
 TEST(ServeCli, BadFlagIsOneErrorLine) {
     const CliResult r = run_epinfer("serve --model " + kTinyModel + " --port 70000");
     expect_one_line_error(r, "--port must be in [0, 65535], got 70000");
     const CliResult t = run_epinfer("serve --model " + kTinyModel + " --request-timeout-s soon");
     expect_one_line_error(t, "--request-timeout-s 'soon' is not a finite number");
+    const CliResult tp = run_epinfer("serve --model " + kTinyModel + " --tp 0");
+    expect_one_line_error(tp, "--tp must be ≥ 1, got 0");
 }
 
 }  // namespace

@@ -1,7 +1,8 @@
 // The HTTP server over loopback with a real client (httplib::Client), in process, on the bundled
 // deepseek_v3_tiny checkpoint (CPU backend): concurrent greedy completions equal generate(), every bad
-// request gets its status and JSON error, a client that goes away mid-stream frees its KV blocks, a full
-// queue answers 503, draining finishes running requests, and a load loop leaves no block behind.
+// request gets its status and JSON error (405 with Allow for another method on a known path), a client
+// that goes away mid-stream frees its KV blocks, a full queue answers 503, draining finishes running
+// requests, and a load loop leaves no block behind.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -229,7 +230,7 @@ TEST_F(TinyServer, BadRequestsGetStatusAndJsonError) {
     }
     expect_json_error(http_get(port(), "/v1/nothing"), 404, "no route for GET /v1/nothing");
     expect_json_error(http_post(port(), "/v1/chat/completions", "{}"), 404, "no route for POST");
-    expect_json_error(http_get(port(), "/v1/completions"), 404, "no route");
+    expect_json_error(http_get(port(), "/v1/completions"), 405, "GET is not allowed on /v1/completions");
     const std::string big = json{{"prompt", std::vector<int32_t>(10000, 5)}}.dump();  // > 16 KiB
     ASSERT_GT(big.size(), 16u * 1024);
     expect_json_error(http_post(port(), "/v1/completions", big), 413, "16384 bytes");
@@ -268,6 +269,66 @@ TEST_F(TinyServer, BadRequestsGetStatusAndJsonError) {
     EXPECT_EQ(metric_value(metrics.body, "epinfer_kv_blocks_total"), 512.0);
     EXPECT_NE(metrics.body.find("# TYPE epinfer_ttft_seconds histogram"), std::string::npos);
     expect_engine_idle(port());
+}
+
+// `method` on `path` (a JSON body "{}" unless GET or HEAD), and the reply's Allow header.
+struct MethodReply {
+    HttpReply reply;
+    std::string allow;
+};
+MethodReply http_method(int port, const std::string& method, const std::string& path) {
+    auto client = make_client(port);
+    httplib::Request req;
+    req.method = method;
+    req.path = path;
+    if (method != "GET" && method != "HEAD") {
+        req.body = "{}";
+        req.set_header("Content-Type", "application/json");
+    }
+    const httplib::Result r = client->send(req);
+    if (!r) return {HttpReply{-1, "", "", httplib::to_string(r.error())}, ""};
+    return {HttpReply{r->status, r->body, r->get_header_value("Content-Type"), ""},
+            r->get_header_value("Allow")};
+}
+
+TEST_F(TinyServer, WrongMethodOnAKnownPathIs405WithAllow) {
+    struct Case {
+        const char* method;
+        const char* path;
+        const char* allow;
+    };
+    const Case cases[] = {
+        {"GET", "/v1/completions", "POST"}, {"PUT", "/v1/completions", "POST"},
+        {"DELETE", "/v1/completions", "POST"}, {"POST", "/health", "GET"},
+        {"POST", "/metrics", "GET"}, {"POST", "/v1/models", "GET"},
+        {"PATCH", "/v1/models", "GET"}, {"OPTIONS", "/health", "GET"},
+    };
+    for (const Case& c : cases) {
+        SCOPED_TRACE(std::string(c.method) + " " + c.path);
+        const MethodReply r = http_method(port(), c.method, c.path);
+        expect_json_error(r.reply, 405,
+                          std::string(c.method) + " is not allowed on " + c.path + ": it answers " + c.allow + " only");
+        EXPECT_EQ(r.allow, c.allow);
+    }
+    // HEAD is answered like GET (no body): 405 on the POST route, 200 on a GET route.
+    const MethodReply head = http_method(port(), "HEAD", "/v1/completions");
+    EXPECT_EQ(head.reply.status, 405);
+    EXPECT_EQ(head.allow, "POST");
+    EXPECT_EQ(http_method(port(), "HEAD", "/health").reply.status, 200);
+    // Unknown paths stay 404, without Allow, whatever the method.
+    for (const char* method : {"GET", "POST"}) {
+        for (const char* path : {"/v1/chat/completions", "/v1/completions/", "/healthz"}) {
+            SCOPED_TRACE(std::string(method) + " " + path);
+            const MethodReply r = http_method(port(), method, path);
+            expect_json_error(r.reply, 404, std::string("no route for ") + method + " " + path);
+            EXPECT_EQ(r.allow, "");
+        }
+    }
+    // The routes still answer their own method; the 405s are not counted as completion responses.
+    EXPECT_EQ(http_get(port(), "/health").status, 200);
+    const HttpReply metrics = http_get(port(), "/metrics");
+    ASSERT_EQ(metrics.status, 200);
+    EXPECT_EQ(metric_value(metrics.body, "epinfer_requests_total{status=\"405\"}"), -1.0) << metrics.body;
 }
 
 TEST_F(TinyServer, LoadLoopLeavesNoKvBlocks) {
@@ -400,18 +461,9 @@ TEST(SlowServer, ShutdownRefusesNewRequestsAndFinishesRunningOnes) {
     const int port = stack->port();
     json body = kLongStream;
     body["max_tokens"] = 200;
-    std::atomic<bool> started{false};
-    StreamReply running;
-    std::thread client([&] {
-        running = http_post_stream(port, body, [&](const StreamReply& s) {
-            if (!s.chunks.empty()) started = true;
-            return true;
-        });
-    });
+    BackgroundStream client(port, body);
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
-    while (!started.load() && std::chrono::steady_clock::now() < deadline)
-        std::this_thread::sleep_for(std::chrono::milliseconds(5));
-    ASSERT_TRUE(started.load());
+    ASSERT_TRUE(client.wait_started());
     std::thread stopper([&] { stack->server->shutdown(/*drain_timeout_s=*/120.0); });
     while (stack->server->healthy() && std::chrono::steady_clock::now() < deadline)
         std::this_thread::sleep_for(std::chrono::milliseconds(1));
@@ -420,10 +472,37 @@ TEST(SlowServer, ShutdownRefusesNewRequestsAndFinishesRunningOnes) {
                       "shutting down");
     client.join();
     stopper.join();
+    const StreamReply& running = client.reply;
     const json last = check_stream_shape(running);
     ASSERT_FALSE(last.is_null());
     EXPECT_EQ(last.at("choices").at(0).at("finish_reason"), "length");
     EXPECT_EQ(stream_tokens(running).size(), 200u);
+    EXPECT_EQ(http_get(port, "/health").status, -1);  // no longer listening
+}
+
+TEST(SlowServer, CutDrainAbortsTheRequestsLeft) {
+    auto stack = start_stack(slow_engine_options(), slow_server_options(), kSlowVocab);
+    ASSERT_NE(stack, nullptr);
+    const int port = stack->port();
+    json body = kLongStream;
+    body["max_tokens"] = 500;
+    BackgroundStream client(port, body);
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+    EXPECT_TRUE(client.wait_started());
+    // A drain that would let the request run to its end, cut short while it runs (as a second SIGTERM
+    // does in epinfer serve).
+    std::thread stopper([&] { stack->server->shutdown(/*drain_timeout_s=*/600.0); });
+    while (stack->server->healthy() && std::chrono::steady_clock::now() < deadline)
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    stack->server->cut_drain();
+    stopper.join();
+    client.join();
+    const StreamReply& running = client.reply;
+    const json last = check_stream_shape(running);
+    ASSERT_FALSE(last.is_null());
+    EXPECT_EQ(last.at("choices").at(0).at("finish_reason"), "abort");
+    EXPECT_LT(stream_tokens(running).size(), 500u);
+    EXPECT_EQ(last.at("usage").at("completion_tokens"), static_cast<int64_t>(stream_tokens(running).size()));
     EXPECT_EQ(http_get(port, "/health").status, -1);  // no longer listening
 }
 

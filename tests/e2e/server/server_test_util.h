@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 #include <httplib.h>
 
+#include <atomic>
 #include <chrono>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -162,6 +163,33 @@ StreamReply http_post_stream(int port, const json& body, KeepReading keep_readin
 inline StreamReply http_post_stream(int port, const json& body) {
     return http_post_stream(port, body, [](const StreamReply&) { return true; });
 }
+
+// A streaming completion on its own thread (join() before reading reply), and whether its first chunk came.
+struct BackgroundStream {
+    std::atomic<bool> started{false};
+    StreamReply reply;
+    std::thread thread;
+
+    BackgroundStream(int port, const json& body) {
+        thread = std::thread([this, port, body] {
+            reply = http_post_stream(port, body, [this](const StreamReply& s) {
+                if (!s.chunks.empty()) started = true;
+                return true;
+            });
+        });
+    }
+    ~BackgroundStream() {
+        if (thread.joinable()) thread.join();
+    }
+    // Waits at most timeout_s for the first chunk; true when it came.
+    bool wait_started(double timeout_s = 60.0) {
+        const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
+        while (!started.load() && std::chrono::steady_clock::now() < deadline)
+            std::this_thread::sleep_for(std::chrono::milliseconds(5));
+        return started.load();
+    }
+    void join() { thread.join(); }
+};
 
 // The value of an unlabelled metric or of one exact `name{labels}` series; -1 when absent.
 inline double metric_value(const std::string& text, const std::string& series) {
