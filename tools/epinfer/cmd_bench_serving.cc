@@ -69,7 +69,8 @@ struct BenchServingFlags {
 
 struct BenchServingValues {
     std::vector<int64_t> levels;
-    int64_t input_len = 0, output_len = 0, num_prompts = 0, vocab_size = 0, warmup = 0;
+    std::vector<int64_t> num_prompts;  // [levels]; 0: bench_default_num_prompts
+    int64_t input_len = 0, output_len = 0, vocab_size = 0, warmup = 0;
     uint64_t seed = 0;
     double timeout_s = 0.0;
 };
@@ -90,7 +91,26 @@ Result<BenchServingValues> parse_values(const BenchServingFlags& f) {
     EPI_ASSIGN_OR_RETURN(v.levels, parse_concurrency_list(f.concurrency, "--concurrency", kMaxConcurrency));
     EPI_ASSIGN_OR_RETURN(v.input_len, parse_int(f.input_len, "--input-len", 1, kMaxLen));
     EPI_ASSIGN_OR_RETURN(v.output_len, parse_int(f.output_len, "--output-len", 1, kMaxLen));
-    EPI_ASSIGN_OR_RETURN(v.num_prompts, parse_int(f.num_prompts, "--num-prompts", 0, kMaxPrompts));
+    {  // one value for every level, or one per level
+        std::vector<std::string> items(1);
+        for (const char ch : f.num_prompts) {
+            if (ch == ',') {
+                items.emplace_back();
+            } else {
+                items.back() += ch;
+            }
+        }
+        for (const std::string& item : items) {
+            EPI_ASSIGN_OR_RETURN(const int64_t n, parse_int(item, "--num-prompts", 0, kMaxPrompts));
+            v.num_prompts.push_back(n);
+        }
+        if (v.num_prompts.size() == 1) v.num_prompts.assign(v.levels.size(), v.num_prompts.front());
+        if (v.num_prompts.size() != v.levels.size()) {
+            return invalid_argument(fmt::format("--num-prompts '{}': {} values for {} --concurrency levels (give one, "
+                                                "or one per level)",
+                                                f.num_prompts, items.size(), v.levels.size()));
+        }
+    }
     EPI_ASSIGN_OR_RETURN(const int64_t seed, parse_int(f.seed, "--seed", 0, INT64_MAX));
     v.seed = static_cast<uint64_t>(seed);
     EPI_ASSIGN_OR_RETURN(v.vocab_size, parse_int(f.vocab_size, "--vocab-size", 0, INT32_MAX));
@@ -121,8 +141,9 @@ Result<BenchServingValues> parse_values(const BenchServingFlags& f) {
     return v;
 }
 
-int64_t level_num_prompts(const BenchServingValues& v, int64_t concurrency) {
-    return v.num_prompts > 0 ? v.num_prompts : bench_default_num_prompts(concurrency);
+int64_t level_num_prompts(const BenchServingValues& v, size_t level_idx) {
+    const int64_t n = v.num_prompts[level_idx];
+    return n > 0 ? n : bench_default_num_prompts(v.levels[level_idx]);
 }
 
 // The prompts of level `level_idx` (the warm-up uses its own stream).
@@ -251,7 +272,7 @@ Status run_offline(const BenchServingFlags& flags, BenchServingValues v) {
     }
     for (size_t i = 0; i < v.levels.size() && status.is_ok(); ++i) {
         const int64_t c = v.levels[i];
-        const auto prompts = level_prompts(v, i, level_num_prompts(v, c));
+        const auto prompts = level_prompts(v, i, level_num_prompts(v, i));
         Result<BenchLevelRun> run = run_level(c, prompts, v.seed + 1000003ull * (i + 1));
         if (!run.is_ok()) {
             status = run.status();
@@ -473,7 +494,7 @@ Status run_client(const BenchServingFlags& flags, BenchServingValues v) {
     std::vector<BenchLevelStats> levels;
     for (size_t i = 0; i < v.levels.size(); ++i) {
         const int64_t c = v.levels[i];
-        const auto prompts = level_prompts(v, i, level_num_prompts(v, c));
+        const auto prompts = level_prompts(v, i, level_num_prompts(v, i));
         const BenchLevelRun run = run_http_level(flags.url, served.id, c, prompts, v.output_len,
                                                  v.seed + 1000003ull * (i + 1), v.timeout_s);
         levels.push_back(summarize_bench_level(c, run.requests, run.duration_s));
@@ -500,7 +521,8 @@ void add_bench_serving(CLI::App& bench) {
                      "Tokens produced per request (ignore_eos; default 128)");
     bench.add_option(
         "--num-prompts", flags->num_prompts,
-        "Requests per level; 0 = max(4 x concurrency, 32), at most max(concurrency, 4096) (default 0)");
+        "Requests per level, one value or one per --concurrency level (comma-separated); 0 = max(4 x "
+        "concurrency, 32), at most max(concurrency, 4096) (default 0)");
     bench.add_option("--seed", flags->seed, "Seed of the random prompts and the sampling (default 0)");
     bench.add_option("--json", flags->json_path, "Also write the results to this JSON file");
     bench.add_option("--url", flags->url,
