@@ -81,6 +81,22 @@ TEST(BenchCli, OfflineOnTheTinyFixtureWritesJson) {
     std::filesystem::remove_all(dir);
 }
 
+TEST(BenchCli, NumPromptsPerLevel) {
+    const auto dir = cli_scratch_dir("epinfer_bench_prompts_per_level");
+    const auto json_path = dir / "bench.json";
+    const CliResult r = run_epinfer("bench --model " + kTinyModel +
+                                    " --concurrency 1,2 --num-prompts 2,5 --input-len 4 --output-len 2 --threads 2"
+                                    " --kv-cache-tokens 1024 --warmup 0 --json " +
+                                    json_path.string());
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    const json j = read_json(json_path);
+    ASSERT_EQ(j["results"].size(), 2u) << j.dump();
+    EXPECT_EQ(j["results"][0]["num_requests"], 2);
+    EXPECT_EQ(j["results"][1]["num_requests"], 5);
+    EXPECT_EQ(j["results"][1]["completed"], 5);
+    std::filesystem::remove_all(dir);
+}
+
 // olmoe_1b_7b cut to one layer: 1.3 GB of bf16 weights (the embedding, one MoE layer of 64 experts and
 // the LM head), within the CPU test machine's memory.
 TEST(BenchCli, RandomWeightsOfARealConfigAtOneLayer) {
@@ -137,6 +153,10 @@ TEST(BenchCli, BadFlagsAreOneErrorLine) {
     expect_one_line_error(run_epinfer("bench" + model + " --concurrency 1,0"),
                           "--concurrency '1,0': 0 is outside");
     expect_one_line_error(run_epinfer("bench" + model + " --concurrency 2,x"), "'x' is not an integer");
+    expect_one_line_error(run_epinfer("bench" + model + " --concurrency 1,4 --num-prompts 1,2,3"),
+                          "--num-prompts '1,2,3': 3 values for 2 --concurrency levels");
+    expect_one_line_error(run_epinfer("bench" + model + " --concurrency 1,4 --num-prompts 2,x"),
+                          "--num-prompts 'x' is not an integer");
     expect_one_line_error(run_epinfer("bench" + model + " --input-len 0"), "--input-len 0: must be in [1,");
     expect_one_line_error(run_epinfer("bench" + model + " --output-len many"),
                           "--output-len 'many' is not an integer");
