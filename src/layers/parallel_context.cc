@@ -35,6 +35,7 @@ Result<std::unique_ptr<ParallelContext>> create_parallel_context(Communicator& w
     EPI_ASSIGN_OR_RETURN(ctx->moe_ep, split_group(data, layout, GroupKind::kMoeEp));
     EPI_ASSIGN_OR_RETURN(ctx->pipeline, split_group(data, layout, GroupKind::kPipeline));
     EPI_ASSIGN_OR_RETURN(ctx->host_pipeline, split_group(world, layout, GroupKind::kPipeline));
+    EPI_ASSIGN_OR_RETURN(ctx->host_moe_ep, split_group(world, layout, GroupKind::kMoeEp));
     if (dims.n_routed_experts > 0) {
         EPI_ASSIGN_OR_RETURN(ctx->placement,
                              ExpertPlacement::contiguous(dims.n_routed_experts, layout.moe_ep));

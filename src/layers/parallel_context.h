@@ -15,8 +15,8 @@
 //                  the last stage broadcasts the step's logits or token ids over host_pipeline
 // The groups that carry activations (stage, attn_tp, moe_tp, moe_ep, pipeline) work on the backend's memory:
 // split from the MPI world for CPU ranks, from an NCCL world over the same ranks for GPU ranks (one GPU per
-// rank, on the backend's stream). host_pipeline is always an MPI group (host memory).
-// DP attention's dispatch and combine (ep_dispatch.h) run on host memory: GPU ranks do not take it yet.
+// rank, on the backend's stream). host_pipeline and host_moe_ep are always MPI groups (host memory): the
+// pipeline's host outputs and DP attention's dispatch bookkeeping (layers/moe/moe_dp_device.h).
 #pragma once
 
 #include <memory>
@@ -39,6 +39,7 @@ struct ParallelContext {
     std::unique_ptr<Communicator> moe_ep;    // split the routed experts
     std::unique_ptr<Communicator> pipeline;  // one rank per stage, same local rank
     std::unique_ptr<Communicator> host_pipeline;  // the pipeline group over host memory (world's backend)
+    std::unique_ptr<Communicator> host_moe_ep;    // the moe_ep group over host memory (dispatch bookkeeping)
     ExpertPlacement placement;               // over moe_ep (empty when the model has no routed experts)
     PipelineStage pipeline_stage;            // this rank's layers
 

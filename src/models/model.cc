@@ -18,12 +18,16 @@ namespace epinfer {
 
 namespace {
 
-// DP attention's dispatch and combine (layers/moe/ep_dispatch.h) exchange rows in host memory.
+// DP attention where a moe_tp group spans DP groups (moe_tp not dividing attn_tp) gathers the stage's tokens
+// on host memory (layers/moe/moe_block.h).
 Status check_parallel_backend(const ParallelContext* parallel, const Backend& backend) {
     if (parallel == nullptr || !parallel->dp_attention() || backend.host_accessible()) return Status::ok();
-    return not_supported(std::string("DP attention (--dp ") + std::to_string(parallel->layout.attn_dp) +
-                         ") dispatches tokens through host memory; backend " + backend.name() +
-                         " runs tp, ep and pp layouts only");
+    const ParallelLayout& l = parallel->layout;
+    if (l.attn_tp % l.moe_tp == 0) return Status::ok();
+    return not_supported("DP attention (--dp " + std::to_string(l.attn_dp) + ") with MoE TP " +
+                         std::to_string(l.moe_tp) + " not dividing attention TP " + std::to_string(l.attn_tp) +
+                         " gathers tokens on host memory; backend " + backend.name() +
+                         " needs --ep so that MoE TP divides attention TP");
 }
 
 GqaAttentionParams gqa_params(const ModelConfig& c, const ModelWeights& w) {

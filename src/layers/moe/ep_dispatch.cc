@@ -20,14 +20,12 @@ Status check_args(const Communicator& comm, const ExpertPlacement& placement, co
             fmt::format("ep_dispatch: the EP group has {} ranks but the expert placement {}", comm.size(),
                         placement.ep_size()));
     }
-    if (args.num_tokens < 0 || args.top_k < 1 || args.row_bytes == 0) {
-        return invalid_argument(
-            fmt::format("ep_dispatch: num_tokens {}, top_k {}, row_bytes {}: need T ≥ 0, K ≥ 1, "
-                        "row_bytes ≥ 1",
-                        args.num_tokens, args.top_k, args.row_bytes));
+    if (args.num_tokens < 0 || args.top_k < 1) {
+        return invalid_argument(fmt::format("ep_dispatch: num_tokens {}, top_k {}: need T ≥ 0, K ≥ 1",
+                                            args.num_tokens, args.top_k));
     }
-    if (args.num_tokens > 0 &&
-        (args.x == nullptr || args.topk_ids == nullptr || args.topk_weights == nullptr)) {
+    if (args.num_tokens > 0 && ((args.x == nullptr && args.row_bytes > 0) || args.topk_ids == nullptr ||
+                                args.topk_weights == nullptr)) {
         return invalid_argument(
             fmt::format("ep_dispatch: null x, topk_ids or topk_weights with {} tokens", args.num_tokens));
     }
@@ -106,8 +104,10 @@ Result<EpDispatchOutput> ep_dispatch(Communicator& ep_comm, const ExpertPlacemen
     const auto* x = static_cast<const unsigned char*>(args.x);
     for (int64_t row = 0; row < num_send; ++row) {
         unsigned char* rec = send.data() + static_cast<size_t>(row) * record_bytes;
-        std::memcpy(rec, x + static_cast<size_t>(handle.token_of_send[static_cast<size_t>(row)]) * row_bytes,
-                    row_bytes);
+        if (row_bytes > 0) {
+            std::memcpy(rec, x + static_cast<size_t>(handle.token_of_send[static_cast<size_t>(row)]) * row_bytes,
+                        row_bytes);
+        }
         std::memcpy(rec + row_bytes, send_slots.data() + row * top_k, picks_bytes);
         std::memcpy(rec + row_bytes + picks_bytes, send_weights.data() + row * top_k, picks_bytes);
     }
@@ -172,7 +172,7 @@ Result<EpDispatchOutput> ep_dispatch(Communicator& ep_comm, const ExpertPlacemen
     }
     for (int64_t r = 0; r < num_recv; ++r) {
         const unsigned char* rec = recv.data() + static_cast<size_t>(r) * record_bytes;
-        std::memcpy(out.rows.data() + static_cast<size_t>(r) * row_bytes, rec, row_bytes);
+        if (row_bytes > 0) std::memcpy(out.rows.data() + static_cast<size_t>(r) * row_bytes, rec, row_bytes);
         std::memcpy(out.local_slots.data() + r * top_k, rec + row_bytes, picks_bytes);
         std::memcpy(out.weights.data() + r * top_k, rec + row_bytes + picks_bytes, picks_bytes);
     }

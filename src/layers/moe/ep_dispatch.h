@@ -15,6 +15,9 @@
 // source's token index (ascending); a row's picks keep the token's k order, packed to the front
 // (slot −1, weight 0 after them). Only bookkeeping and byte copies: bit-exact and deterministic.
 // Experts go to their primary replica (ExpertPlacement::primary).
+// Bookkeeping only (row_bytes 0, x null): the records carry the slots and weights alone and `rows` stays
+// empty; the caller moves the rows itself in the handle's order (GPU ranks: one all_to_all_v of device rows
+// over NCCL, the rows packed by gathering x at token_of_send).
 // Source of the scheme: DeepEP's dispatch layout (get_dispatch_layout → dispatch → handle → combine).
 #pragma once
 
@@ -31,7 +34,7 @@ namespace epinfer {
 struct EpDispatchArgs {
     const void* x = nullptr;              // [T, row_bytes] host: this rank's token rows (any dtype)
     int64_t num_tokens = 0;               // T (0 allowed)
-    size_t row_bytes = 0;                 // bytes per token row, e.g. H·4 for fp32
+    size_t row_bytes = 0;                 // bytes per token row, e.g. H·4 for fp32; 0: bookkeeping only
     const int32_t* topk_ids = nullptr;    // [T, K] int32 host: global expert ids; −1 = no expert
     const float* topk_weights = nullptr;  // [T, K] fp32 host
     int64_t top_k = 0;                    // K ≥ 1

@@ -1,10 +1,13 @@
 #include "layers/moe/moe_block.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <string>
 
 #include "layers/moe/ep_combine.h"
 #include "layers/moe/ep_dispatch.h"
+#include "layers/moe/moe_dp_device.h"
 #include "parallel/sharding.h"
 
 namespace epinfer {
@@ -127,9 +130,10 @@ Status run_local_experts(Backend& backend, const MoeBlockWeights& w, const MoeRo
     return Status::ok();
 }
 
-// out += shared expert(s) of x (this rank's slice under TP). x, out: [T, H] fp32 device.
-Status add_shared_experts(Backend& backend, const MoeBlockWeights& w, const float* x, int64_t num_rows,
-                          int64_t hidden, float* out) {
+}  // namespace
+
+Status moe_add_shared_experts(Backend& backend, const MoeBlockWeights& w, const float* x, int64_t num_rows,
+                              int64_t hidden, float* out) {
     const int64_t T = num_rows, H = hidden;
     if (w.shared_mode == SharedExpertMode::kNone || T == 0) return Status::ok();
     EPI_ASSIGN_OR_RETURN(DeviceBuffer shared, DeviceBuffer::alloc_f32(backend, T * H));  // [T, H]
@@ -153,6 +157,8 @@ Status add_shared_experts(Backend& backend, const MoeBlockWeights& w, const floa
     gated.width = H;
     return backend.add_sigmoid_gated(gated);
 }
+
+namespace {
 
 // DP attention: dispatch this rank's share of its tokens to the EP ranks of their experts, run the
 // local experts there, bring the weighted sums home; shared slice and the attn_tp all-reduce.
@@ -194,7 +200,7 @@ Status moe_dp_forward(Backend& backend, const MoeBlockWeights& w, const MoeRoute
 
     std::fill(out, out + T * H, 0.0f);
     if (par.moe_tp_rank == 0) std::copy(share_out.begin(), share_out.end(), out + share.begin * H);
-    EPI_RETURN_IF_ERROR(add_shared_experts(backend, w, x, T, H, out));
+    EPI_RETURN_IF_ERROR(moe_add_shared_experts(backend, w, x, T, H, out));
     return all_reduce_sum_f32(par.attn_tp, out, T * H);
 }
 
@@ -231,7 +237,7 @@ Status moe_gathered_forward(Backend& backend, const MoeBlockWeights& w, const Mo
     std::vector<float> all_out(static_cast<size_t>(T_all * H));  // [T_all, H]
     EPI_RETURN_IF_ERROR(run_local_experts(backend, w, routing.plan, routing.topk_weights.data(), all_x.data(),
                                           H, all_out.data()));
-    EPI_RETURN_IF_ERROR(add_shared_experts(backend, w, x, T, H, all_out.data() + own_begin * H));
+    EPI_RETURN_IF_ERROR(moe_add_shared_experts(backend, w, x, T, H, all_out.data() + own_begin * H));
     EPI_RETURN_IF_ERROR(all_reduce_sum_f32(&stage, all_out.data(), T_all * H));
     std::copy(all_out.begin() + own_begin * H, all_out.begin() + (own_begin + T) * H, out);
     return Status::ok();
@@ -245,6 +251,7 @@ MoeParallel moe_parallel_of(const ParallelContext& par) {
     m.attn_tp = par.attn_tp.get();
     m.moe_tp = par.moe_tp.get();
     m.moe_ep = par.moe_ep.get();
+    m.host_moe_ep = par.host_moe_ep.get();
     m.placement = &par.placement;
     m.dp_attention = par.dp_attention();
     m.attn_tp_rank = par.coords.attn_tp_rank;
@@ -260,21 +267,23 @@ Status moe_block_forward(Backend& backend, const MoeBlockWeights& w, const MoeRo
                          int64_t num_rows, int64_t hidden, float* out, const MoeParallel* parallel) {
     const int64_t T = num_rows, H = hidden;
     if (parallel != nullptr && parallel->dp_attention) {
-        if (!backend.host_accessible()) {
-            return not_supported(std::string("moe: DP attention's dispatch and combine run on host memory; backend ") +
-                                 backend.name() + " is not host-accessible");
+        const bool shares = parallel->attn_tp_size % parallel->moe_tp_size == 0;
+        if (backend.host_accessible())
+            return shares ? moe_dp_forward(backend, w, p, *parallel, x, T, H, out)
+                          : moe_gathered_forward(backend, w, p, *parallel, x, T, H, out);
+        if (!shares) {
+            return not_supported(fmt::format("moe: DP attention with moe_tp {} not dividing attn_tp {} gathers "
+                                             "tokens on host memory; backend {} is not host-accessible",
+                                             parallel->moe_tp_size, parallel->attn_tp_size, backend.name()));
         }
-        if (parallel->attn_tp_size % parallel->moe_tp_size == 0) {
-            return moe_dp_forward(backend, w, p, *parallel, x, T, H, out);
-        }
-        return moe_gathered_forward(backend, w, p, *parallel, x, T, H, out);
+        return moe_dp_forward_device(backend, w, p, *parallel, x, T, H, out);
     }
     if (T == 0) return Status::ok();
     EPI_ASSIGN_OR_RETURN(MoeDeviceRouting routing, moe_route_on_device(backend, w, p, x, T));
     // Global ids: the op runs the picks of this rank's block [first_local_expert, +experts.size()).
     EPI_RETURN_IF_ERROR(moe_experts_forward(backend, w.experts, w.first_local_expert, routing.ids(),
                                             routing.topk_weights.f32(), x, T, H, p.top_k, out));
-    EPI_RETURN_IF_ERROR(add_shared_experts(backend, w, x, T, H, out));
+    EPI_RETURN_IF_ERROR(moe_add_shared_experts(backend, w, x, T, H, out));
     return all_reduce_sum_f32(parallel != nullptr ? parallel->stage : nullptr, out, T * H);
 }
 

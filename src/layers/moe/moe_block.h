@@ -16,8 +16,9 @@
 //     attn_tp. When moe_tp does not divide attn_tp (a moe_tp group spans DP groups) every rank gathers the
 //     stage's tokens instead, runs its local experts on all of them and all-reduces over the stage. A rank
 //     with zero tokens still joins every collective.
-// The one-rank / attn_dp 1 path runs on any backend (the moe_experts op); the DP-attention paths permute and
-// combine on host memory.
+// The one-rank / attn_dp 1 path runs on any backend (the moe_experts op). DP attention on host memory (CPU
+// ranks) permutes and combines on the host; on device memory (GPU ranks) it is moe_dp_device.h. The
+// gathered variant (moe_tp not dividing attn_tp) runs on host memory only.
 // Source: transformers 5.17 DeepseekV3MoE, Qwen2MoeSparseMoeBlock, Qwen3MoeSparseMoeBlock,
 // MixtralSparseMoeBlock (the routing weight scales each expert's output; shared experts are added after).
 #pragma once
@@ -102,7 +103,8 @@ struct MoeParallel {
     Communicator* stage = nullptr;    // all-reduce when tokens are replicated in the stage
     Communicator* attn_tp = nullptr;  // all-reduce of the DP-attention path
     Communicator* moe_tp = nullptr;   // all-reduce of the dispatched rows' partial sums
-    Communicator* moe_ep = nullptr;   // ep_dispatch / ep_combine
+    Communicator* moe_ep = nullptr;   // ep_dispatch / ep_combine (the rows, in the backend's memory)
+    Communicator* host_moe_ep = nullptr;  // the moe_ep group over host memory (the dispatch bookkeeping)
     const ExpertPlacement* placement = nullptr;
     bool dp_attention = false;
     int attn_tp_rank = 0;
@@ -116,13 +118,14 @@ struct MoeParallel {
 // The MoE view of a rank's ParallelContext.
 MoeParallel moe_parallel_of(const ParallelContext& context);
 
+// out += the shared expert(s) of x (this rank's attn_tp slice). x, out: [T, H] fp32 device.
+Status moe_add_shared_experts(Backend& backend, const MoeBlockWeights& weights, const float* x, int64_t num_rows,
+                              int64_t hidden, float* out);
+
 // The whole block. x: [T, H] fp32 device; out: [T, H] fp32 device (must not overlap x). T may be 0 under
 // DP attention (the rank still joins every collective). `parallel` null = one rank.
-// Without DP attention (one rank, or attn_dp 1) the routed experts run through the backend's moe_experts
-// op, so the block runs on any backend; DP attention's dispatch/combine and the id → local-slot map of an
-// expert placement run on host memory.
-// Errors: kNotSupported for DP attention or an expert placement on a backend whose memory is not host
-// memory; op and communicator errors.
+// Errors: kNotSupported for DP attention where moe_tp does not divide attn_tp on a backend whose memory
+// is not host memory; op and communicator errors.
 Status moe_block_forward(Backend& backend, const MoeBlockWeights& weights, const MoeRouterParams& params,
                          const float* x, int64_t num_rows, int64_t hidden, float* out,
                          const MoeParallel* parallel = nullptr);
