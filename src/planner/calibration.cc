@@ -174,7 +174,17 @@ Result<std::string> calibrated_profile_json(const std::string& base_json, const 
             matmul, fmt::format("cuBLAS bf16 GEMM {:.1f} TFLOP/s over gpu.bf16_tflops {:.1f}; {}",
                                 c.gemm_tflops, base.gpu.bf16_tflops.value, calibration.source));
     }
-    doc["name"] = base.name + "_measured";
+    // A base that is itself calibrated keeps its name and its note (chained benches, or a measured base).
+    const std::string suffix = "_measured";
+    const bool measured_base =
+        base.name.size() >= suffix.size() &&
+        base.name.compare(base.name.size() - suffix.size(), suffix.size(), suffix) == 0;
+    doc["name"] = measured_base ? base.name : base.name + suffix;
+    if (doc.contains("note_calibration")) {
+        std::string key = "note_calibration_base";
+        for (int i = 2; doc.contains(key); ++i) key = fmt::format("note_calibration_base{}", i);
+        doc[key] = doc["note_calibration"];
+    }
     std::string replaced;
     for (const MeasuredCollective& m : calibration.collectives) {
         replaced +=

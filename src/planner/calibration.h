@@ -87,7 +87,8 @@ struct Calibration {
 //  - for measured GPU ceilings, gpu.memory_efficiency = stream GB/s / gpu.memory_bandwidth_gbps and
 //    gpu.matmul_efficiency = GEMM TFLOP/s / gpu.bf16_tflops (the base's peaks stay, so fp8/fp4 rates
 //    scale alike), "provenance": "measured";
-//  - name "<base name>_measured" and a note naming the source.
+//  - name "<base name>_measured" (the base's name when it already ends so) and a note_calibration naming
+//    the source; the base's own note_calibration is kept as note_calibration_base (…base2, … when taken).
 // The result is checked with parse_hardware_profile. Errors: kInvalidArgument for a base that does not
 // parse (naming `base_source`), a collective with ranks < 2 or no points, or a ceiling above the base's
 // peak (efficiency > 1: a base profile of another GPU).

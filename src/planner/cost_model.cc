@@ -50,6 +50,12 @@ struct Topology {
     }
 };
 
+// One stage's time for one micro-batch and its send to the next stage.
+struct StageTime {
+    double compute_us = 0.0;  // everything but the send, collectives inside the stage included
+    double send_us = 0.0;     // the synchronous send/recv to the next stage (0 on the last)
+};
+
 // Adds calls to the term with the same description, or a new term.
 void add_term(std::vector<CollectiveTerm>& terms, const CollectiveTerm& term) {
     for (CollectiveTerm& t : terms) {
@@ -72,13 +78,16 @@ public:
         bf16_ = effective_tflops(gpu, MathRate::kBf16);
         dense_rate_ = effective_tflops(gpu, weight_math_rate(in.weights.dense));
         expert_rate_ = effective_expert_tflops(gpu, weight_math_rate(in.weights.routed_experts));
-        kernel_us_ = kernel_fixed_us(gpu);
+        graph_kernel_us_ = kernel_fixed_us(gpu, true);
+        eager_kernel_us_ = kernel_fixed_us(gpu, false);
+        sync_us_ = collective_sync_us(gpu);
         act_bytes_ = in.activation_bytes_per_element;
         max_normal_ = expected_max_standard_normal(l_.moe_ep);
     }
 
-    // Adds one micro-batch of `rows` through `stage` to `out`; returns the stage's time.
-    double run(const PipelineStage& stage, const StageRows& rows, StepBreakdown& out) {
+    // Adds one micro-batch of `rows` through `stage` to `out`; returns the stage's time and its send to the
+    // next stage (0 on the last). `decode_graph`: the micro-batch replays a CUDA graph (engine_facts.h).
+    StageTime run(const PipelineStage& stage, const StageRows& rows, bool decode_graph, StepBreakdown& out) {
         const int W = l_.stage_size(), a = l_.attn_tp, d = l_.attn_dp;
         const int base = stage.stage * W;
         const double H = static_cast<double>(m_.hidden);
@@ -92,12 +101,12 @@ public:
         double attention = 0, experts = 0, dense = 0, activations = 0;
         int64_t kernels = 0;
         std::vector<CollectiveTerm> terms;
+        // Every NCCL call of the engine is synchronous: its measured time plus the sync gap.
         auto collective = [&](const char* what, Collective kind, int ranks, bool inter, double size) {
             if (ranks <= 1) return;
-            CollectiveTerm t{what, kind, ranks, inter, size, 1, 0.0};
-            t.us_per_call = collective_time_us(link(inter)[kind], kind, size, ranks);
+            CollectiveTerm t{what, kind, ranks, inter, size, 1, 0.0, sync_us_};
+            t.us_per_call = collective_time_us(link(inter)[kind], kind, size, ranks) + sync_us_;
             add_term(terms, t);
-            ++kernels;
         };
 
         // Per-layer costs that do not depend on the layer.
@@ -192,9 +201,9 @@ public:
                                      ranks_per_node < W,
                                      a2a_remote_bytes * W / (W - 1),
                                      1,
-                                     alltoallv_us(a2a_remote_bytes, W, ranks_per_node)};
+                                     alltoallv_us(a2a_remote_bytes, W, ranks_per_node) + sync_us_,
+                                     sync_us_};
                     add_term(terms, t);
-                    ++kernels;
                 }
                 if (share_.shared_params > 0) {
                     collective("shared-expert all_reduce", Collective::kAllReduce, a, attn_inter,
@@ -211,27 +220,47 @@ public:
             activations += lm_rows * head.head_per_row / (bw_ * 1e3);
             kernels += engine_kernels(m_, rows.lm_rows).head;
         }
-        if (l_.pp > 1) {
-            // Hidden states to the next stage; the last stage returns the sampled token ids to the first.
-            int peer = stage.has_lm_head ? base - (l_.pp - 1) * W : base + W;
-            bool inter = topo_.node_of(base) != topo_.node_of(peer) || topo_.run_spans_nodes(base, W);
-            double size = stage.has_lm_head ? Tr * kTokenIdBytes : hidden_bytes;
-            collective("stage send", Collective::kSendRecv, 2, inter, size);
-        }
-        const double launch = static_cast<double>(kernels) * kernel_us_;
-
+        const double launch =
+            static_cast<double>(kernels) * (decode_graph ? graph_kernel_us_ : eager_kernel_us_);
         double comm = 0;
-        for (const CollectiveTerm& t : terms) {
-            comm += t.total_us();
-            add_term(out.collectives, t);
+        for (const CollectiveTerm& t : terms) comm += t.total_us();
+        StageTime time;
+        time.compute_us = attention + experts + dense + activations + launch + comm;
+        if (!stage.has_lm_head) {
+            // [T, H] fp32 hidden states to the next stage: one synchronous NCCL send/recv.
+            const int peer = base + W;
+            const bool inter = topo_.node_of(base) != topo_.node_of(peer) || topo_.run_spans_nodes(base, W);
+            CollectiveTerm send{"stage send", Collective::kSendRecv, 2, inter, hidden_bytes, 1, 0.0,
+                                sync_us_};
+            send.us_per_call = collective_time_us(link(inter)[Collective::kSendRecv], Collective::kSendRecv,
+                                                  hidden_bytes, 2) +
+                               sync_us_;
+            time.send_us = send.total_us();
+            terms.push_back(send);
         }
+        for (const CollectiveTerm& t : terms) add_term(out.collectives, t);
         out.attention_us += attention;
         out.experts_us += experts;
         out.dense_us += dense;
         out.activations_us += activations;
         out.kernels += kernels;
         out.launch_us += launch;
-        return attention + experts + dense + activations + launch + comm;
+        return time;
+    }
+
+    // pp > 1: after the last micro-batch the last stage broadcasts the step's sampled ids and non-finite
+    // flags (`sequences` int32 each) to every stage over MPI on the host; priced as the link's send_recv
+    // (not measured; no NCCL sync gap). None when pp = 1.
+    CollectiveTerm output_broadcast(int64_t sequences) const {
+        CollectiveTerm t{"output broadcast", Collective::kSendRecv, l_.pp, false, 0.0, 0, 0.0, 0.0};
+        if (l_.pp <= 1 || sequences <= 0) return t;
+        const int W = l_.stage_size();
+        t.inter_node = topo_.node_of(0) != topo_.node_of((l_.pp - 1) * W);
+        t.size_bytes = static_cast<double>(sequences) * kTokenIdBytes;
+        t.calls = kEngineOutputBroadcasts;
+        t.us_per_call = collective_time_us(link(t.inter_node)[Collective::kSendRecv], Collective::kSendRecv,
+                                           t.size_bytes, 2);
+        return t;
     }
 
 private:
@@ -261,7 +290,8 @@ private:
     const ParallelLayout& l_;
     RankShare share_;
     Topology topo_;
-    double bw_ = 0, bf16_ = 0, dense_rate_ = 0, expert_rate_ = 0, kernel_us_ = 0;
+    double bw_ = 0, bf16_ = 0, dense_rate_ = 0, expert_rate_ = 0;
+    double graph_kernel_us_ = 0, eager_kernel_us_ = 0, sync_us_ = 0;
     int act_bytes_ = kEngineActivationBytesPerElement;
     double max_normal_ = 0;  // E[max of moe_ep standard normals]
 };
@@ -383,17 +413,53 @@ double effective_tflops(const GpuSpec& gpu, MathRate rate) {
     return tflops * gpu.matmul_efficiency.value;
 }
 
-PipelineTiming pipeline_timing(const std::vector<double>& stage_us, int micro_batches) {
+PipelineTiming pipeline_timing(const std::vector<std::vector<double>>& stage_us,
+                               const std::vector<std::vector<double>>& send_us) {
     PipelineTiming t;
-    t.micro_batches = std::max(1, micro_batches);
-    for (double s : stage_us) {
-        t.path_us += s;
-        t.bottleneck_us = std::max(t.bottleneck_us, s);
+    const size_t S = stage_us.size();
+    if (S == 0) return t;
+    const size_t m = stage_us[0].size();
+    t.micro_batches = static_cast<int>(std::max<size_t>(1, m));
+    auto send = [&](size_t s, size_t j) {
+        return s < send_us.size() && j < send_us[s].size() ? send_us[s][j] : 0.0;
+    };
+    for (size_t s = 0; s < S; ++s) {
+        if (m > 0) t.path_us += stage_us[s][0] + (s + 1 < S ? send(s, 0) : 0.0);
+        double busy = 0.0;
+        for (size_t j = 0; j < m; ++j) busy += stage_us[s][j];
+        t.bottleneck_us = std::max(t.bottleneck_us, busy);
     }
-    t.step_us = std::max(t.path_us, t.micro_batches * t.bottleneck_us);
+    // free[s]: when rank s has finished everything of the micro-batches so far (its send included).
+    std::vector<double> free(S, 0.0);
+    for (size_t j = 0; j < m; ++j) {
+        double arrival = free[0];  // stage 0 starts micro-batch j when it is done with j − 1
+        for (size_t s = 0; s < S; ++s) {
+            const double done = std::max(arrival, free[s]) + stage_us[s][j];
+            if (s + 1 == S) {
+                free[s] = done;
+                break;
+            }
+            // The send starts once the next stage has posted its receive (it is done with j − 1) and
+            // occupies both ranks.
+            const double end = std::max(done, free[s + 1]) + send(s, j);
+            free[s] = end;
+            arrival = end;
+        }
+    }
+    t.step_us = free[S - 1];
     t.wait_us = t.step_us - t.path_us;
-    t.bubble_us = t.step_us - t.micro_batches * t.bottleneck_us;
+    t.bubble_us = t.step_us - t.bottleneck_us;
     return t;
+}
+
+PipelineTiming pipeline_timing(const std::vector<double>& stage_us, int micro_batches, double send_us) {
+    const size_t m = static_cast<size_t>(std::max(1, micro_batches));
+    std::vector<std::vector<double>> stages, sends;
+    for (double s : stage_us) {
+        stages.emplace_back(m, s);
+        sends.emplace_back(m, send_us);
+    }
+    return pipeline_timing(stages, sends);
 }
 
 double StepBreakdown::collectives_us() const {
@@ -404,37 +470,77 @@ double StepBreakdown::collectives_us() const {
 
 namespace {
 
-int micro_batches_of(const CostInputs& in, int64_t rows) {
-    const int m = in.micro_batches > 0 ? in.micro_batches : in.layout.pp;
-    return static_cast<int>(std::clamp<int64_t>(m, 1, std::max<int64_t>(1, rows)));
+// One sequence of a step on one attention-DP rank: a decode row or a prompt chunk.
+struct StepSequence {
+    int64_t rows = 1;
+    double context = 0.0;  // decode: KV tokens it attends over; chunk: its rows' mean context
+    bool decode = true;
+};
+
+// The micro-batches of a step as the engine forms them (engine_facts.h): `seqs` in step order (decode
+// first), split by count into min(m, sequences) parts, the first ones one larger.
+std::vector<StageRows> split_micro_batches(const CostInputs& in, const std::vector<StepSequence>& seqs) {
+    const int64_t n = static_cast<int64_t>(seqs.size());
+    const int64_t m_req = in.micro_batches > 0 ? in.micro_batches : in.layout.pp;
+    const int m = static_cast<int>(std::clamp<int64_t>(m_req, 1, std::max<int64_t>(1, n)));
+    std::vector<StageRows> out;
+    int64_t begin = 0;
+    for (int j = 0; j < m; ++j) {
+        const int64_t size = n / m + (j < n % m ? 1 : 0);
+        StageRows r;
+        double decode_ctx = 0.0, prefill_ctx = 0.0;
+        for (int64_t i = begin; i < begin + size; ++i) {
+            const StepSequence& q = seqs[static_cast<size_t>(i)];
+            if (q.decode) {
+                ++r.decode;
+                decode_ctx += q.context;
+            } else {
+                r.prefill += q.rows;
+                prefill_ctx += static_cast<double>(q.rows) * q.context;
+            }
+        }
+        begin += size;
+        r.decode_context = r.decode > 0 ? decode_ctx / static_cast<double>(r.decode) : 0.0;
+        r.prefill_context = r.prefill > 0 ? prefill_ctx / static_cast<double>(r.prefill) : 0.0;
+        r.lm_rows = size;
+        r.tokens = r.per_rank() * in.layout.attn_dp;
+        out.push_back(r);
+    }
+    return out;
 }
 
-// `m` micro-batches of `rows` through every stage, one after another (step = max(path, m · bottleneck)).
-void price_step(StageCost& cost, const std::vector<PipelineStage>& stages, const StageRows& rows, int m,
-                StepBreakdown& step) {
-    step.micro_batches = m;
-    step.tokens = rows.tokens;
-    step.tokens_per_attn_rank = rows.per_rank();
-    std::vector<double> stage_us;
-    for (const PipelineStage& stage : stages) stage_us.push_back(cost.run(stage, rows, step));
-    const PipelineTiming timing = pipeline_timing(stage_us, m);
-    step.path_us = timing.path_us;
-    step.pipeline_wait_us = timing.wait_us;
+// The engine's step: every micro-batch through every stage (breakdown: micro-batch 0's path), the
+// pipeline schedule, then the output broadcast.
+StepBreakdown price_step(StageCost& cost, const CostInputs& in, const std::vector<PipelineStage>& stages,
+                         const std::vector<StageRows>& micro_batches) {
+    StepBreakdown step;
+    step.micro_batches = static_cast<int>(micro_batches.size());
+    if (micro_batches.empty()) return step;
+    step.tokens = micro_batches[0].tokens;
+    step.tokens_per_attn_rank = micro_batches[0].per_rank();
+    const int world = in.layout.world_size();
+    std::vector<std::vector<double>> stage_us(stages.size()), send_us(stages.size());
+    int64_t sequences = 0;
+    for (size_t j = 0; j < micro_batches.size(); ++j) {
+        const StageRows& rows = micro_batches[j];
+        sequences += rows.lm_rows;
+        const bool graph = engine_uses_decode_graph(*in.model, world, rows.decode, rows.prefill);
+        if (j == 0) step.decode_graph = graph;
+        StepBreakdown scratch;
+        for (size_t s = 0; s < stages.size(); ++s) {
+            const StageTime t = cost.run(stages[s], rows, graph, j == 0 ? step : scratch);
+            stage_us[s].push_back(t.compute_us);
+            send_us[s].push_back(t.send_us);
+        }
+    }
+    const PipelineTiming timing = pipeline_timing(stage_us, send_us);
+    const CollectiveTerm broadcast = cost.output_broadcast(sequences);
+    if (broadcast.calls > 0) step.collectives.push_back(broadcast);
+    step.path_us = timing.path_us + broadcast.total_us();
+    step.step_us = timing.step_us + broadcast.total_us();
+    step.pipeline_wait_us = step.step_us - step.path_us;
     step.bubble_us = timing.bubble_us;
-    step.step_us = timing.step_us;
-}
-
-// One micro-batch of a step of `decode` + `prefill` rows per attention-DP rank split m ways.
-StageRows split_rows(const CostInputs& in, int64_t decode, int64_t prefill, double decode_context,
-                     double prefill_context, int64_t lm_rows, int m) {
-    StageRows rows;
-    rows.decode = ceil_div(decode, m);
-    rows.prefill = ceil_div(prefill, m);
-    rows.tokens = rows.per_rank() * in.layout.attn_dp;
-    rows.decode_context = decode_context > 0 ? decode_context : static_cast<double>(in.context_tokens);
-    rows.prefill_context = prefill_context;
-    rows.lm_rows = ceil_div(lm_rows > 0 ? lm_rows : decode, m);
-    return rows;
+    return step;
 }
 
 double median(std::vector<double> values) {
@@ -452,19 +558,28 @@ double effective_expert_tflops(const GpuSpec& gpu, MathRate rate) {
     return effective_tflops(experts, rate);
 }
 
-double kernel_fixed_us(const GpuSpec& gpu) {
-    return gpu.graph_kernel_us.value + gpu.kernel_latency_us.value;
+double kernel_fixed_us(const GpuSpec& gpu, bool decode_graph) {
+    return (decode_graph ? gpu.graph_kernel_us.value : gpu.eager_kernel_us.value) +
+           gpu.kernel_latency_us.value;
+}
+
+double collective_sync_us(const GpuSpec& gpu) {
+    return gpu.collective_sync_us.value;
 }
 
 StepBreakdown mixed_step(const CostInputs& in, int64_t decode_rows, int64_t prefill_rows,
                          double decode_context, double prefill_context, int64_t lm_rows) {
+    std::vector<StepSequence> seqs;
+    const double ctx = decode_context > 0 ? decode_context : static_cast<double>(in.context_tokens);
+    for (int64_t i = 0; i < decode_rows; ++i) seqs.push_back({1, ctx, true});
+    if (prefill_rows > 0) {
+        const int64_t chunks = std::clamp<int64_t>(lm_rows - decode_rows, 1, prefill_rows);
+        for (int64_t c = 0; c < chunks; ++c)
+            seqs.push_back(
+                {prefill_rows / chunks + (c < prefill_rows % chunks ? 1 : 0), prefill_context, false});
+    }
     StageCost cost(in);
-    const int m = micro_batches_of(in, decode_rows + prefill_rows);
-    StepBreakdown step;
-    price_step(cost, layout_stages(*in.model, in.layout.pp),
-               split_rows(in, decode_rows, prefill_rows, decode_context, prefill_context, lm_rows, m), m,
-               step);
-    return step;
+    return price_step(cost, in, layout_stages(*in.model, in.layout.pp), split_micro_batches(in, seqs));
 }
 
 ClosedLoopResult closed_loop_run(const CostInputs& in, int64_t concurrency) {
@@ -478,43 +593,36 @@ ClosedLoopResult closed_loop_run(const CostInputs& in, int64_t concurrency) {
     std::vector<int64_t> prompt_done(static_cast<size_t>(G), 0), generated(static_cast<size_t>(G), 0);
     std::vector<double> first_us(static_cast<size_t>(G), -1.0), finish_us(static_cast<size_t>(G), -1.0);
     std::vector<int64_t> decoding, completing;
+    std::vector<StepSequence> seqs;
     int64_t finished = 0;
     double now_us = 0.0;
     while (finished < G) {
         // Every decoding request takes one token of the budget, in arrival order; prompt chunks the rest.
         int64_t budget = S;
-        double decode_context = 0.0, prefill_context = 0.0;
         decoding.clear();
         completing.clear();
+        seqs.clear();
         for (int64_t i = 0; i < G && budget > 0; ++i) {
             const size_t u = static_cast<size_t>(i);
             if (prompt_done[u] < P || finish_us[u] >= 0) continue;
             decoding.push_back(i);
-            decode_context += static_cast<double>(P + generated[u]);
+            seqs.push_back({1, static_cast<double>(P + generated[u]), true});
             --budget;
         }
-        int64_t prefill = 0, prefill_seqs = 0;
+        bool prefill = false;
         for (int64_t i = 0; i < G && budget > 0; ++i) {
             const size_t u = static_cast<size_t>(i);
             if (prompt_done[u] >= P) continue;
             const int64_t n = std::min(P - prompt_done[u], budget);
-            prefill_context += static_cast<double>(n) * (static_cast<double>(prompt_done[u]) + n / 2.0);
+            seqs.push_back({n, static_cast<double>(prompt_done[u]) + n / 2.0, false});
             prompt_done[u] += n;
             budget -= n;
-            prefill += n;
-            ++prefill_seqs;
+            prefill = true;
             if (prompt_done[u] == P) completing.push_back(i);
         }
-        const int64_t decode = static_cast<int64_t>(decoding.size());
-        const int m = micro_batches_of(in, decode + prefill);
-        StepBreakdown step;
-        price_step(cost, stages,
-                   split_rows(in, decode, prefill, decode > 0 ? decode_context / decode : 0.0,
-                              prefill > 0 ? prefill_context / prefill : 0.0, decode + prefill_seqs, m),
-                   m, step);
-        now_us += step.step_us;
+        now_us += price_step(cost, in, stages, split_micro_batches(in, seqs)).step_us;
         ++r.steps;
-        if (prefill > 0) ++r.mixed_steps;
+        if (prefill) ++r.mixed_steps;
         for (int64_t i : decoding) {
             const size_t u = static_cast<size_t>(i);
             if (++generated[u] == O) {
@@ -543,17 +651,13 @@ DecodeResult decode_step(const CostInputs& in, int64_t concurrency, int64_t kv_t
     DecodeResult result;
     result.concurrency = concurrency;
     const ParallelLayout& l = in.layout;
-    result.kv_tokens_needed_per_rank = ceil_div(concurrency, l.attn_dp) * in.context_tokens;
+    const int64_t G = ceil_div(concurrency, l.attn_dp);
+    result.kv_tokens_needed_per_rank = G * in.context_tokens;
     result.kv_fits = result.kv_tokens_needed_per_rank <= kv_tokens_per_rank;
-
-    const int m = micro_batches_of(in, concurrency);
-    StageRows rows;
-    rows.tokens = ceil_div(concurrency, m);
-    rows.decode = ceil_div(rows.tokens, l.attn_dp);
-    rows.decode_context = static_cast<double>(in.context_tokens);
-    rows.lm_rows = rows.decode;
+    const std::vector<StepSequence> seqs(static_cast<size_t>(G),
+                                         StepSequence{1, static_cast<double>(in.context_tokens), true});
     StageCost cost(in);
-    price_step(cost, layout_stages(*in.model, l.pp), rows, m, result.step);
+    result.step = price_step(cost, in, layout_stages(*in.model, l.pp), split_micro_batches(in, seqs));
     result.decode_step_ms = result.step.step_us / 1e3;
     result.tpot_ms = result.decode_step_ms;
     result.tokens_per_s =
@@ -570,26 +674,14 @@ DecodeResult decode_step(const CostInputs& in, int64_t concurrency, int64_t kv_t
 PrefillResult prefill_step(const CostInputs& in, int64_t input_len) {
     PrefillResult result;
     result.input_len = input_len;
-    const ParallelLayout& l = in.layout;
-    const int m = micro_batches_of(in, input_len);
-    StageRows rows;
-    rows.prefill = ceil_div(input_len, m);
-    rows.tokens = rows.prefill * l.attn_dp;
-    rows.prefill_context = static_cast<double>(input_len) / 2.0;
-    rows.lm_rows = 1;  // the last token's logits
+    // One prompt is one sequence: one micro-batch, through the stages one after another.
+    const std::vector<StepSequence> seqs{{input_len, static_cast<double>(input_len) / 2.0, false}};
     StageCost cost(in);
-    StepBreakdown& step = result.step;
-    price_step(cost, layout_stages(*in.model, l.pp), rows, 1, step);
-    step.micro_batches = m;
-    // Chunks follow one another through the stages: TTFT = path + (m − 1) · bottleneck.
-    const double path = step.path_us;
-    const double bottleneck = path - step.bubble_us;  // price_step with one micro-batch: bubble = path − max
-    step.pipeline_wait_us = (m - 1) * bottleneck;
-    step.bubble_us = path - bottleneck;
-    step.step_us = path + step.pipeline_wait_us;
-    result.ttft_ms = step.step_us / 1e3;
-    const double busy_us = m * bottleneck;
-    result.tokens_per_s = busy_us > 0 ? static_cast<double>(input_len) * l.attn_dp / busy_us * 1e6 : 0.0;
+    result.step = price_step(cost, in, layout_stages(*in.model, in.layout.pp), split_micro_batches(in, seqs));
+    result.ttft_ms = result.step.step_us / 1e3;
+    result.tokens_per_s = result.step.step_us > 0
+                              ? static_cast<double>(input_len) * in.layout.attn_dp / result.step.step_us * 1e6
+                              : 0.0;
     return result;
 }
 

@@ -8,17 +8,27 @@
 //       f = 2(n−1)/n all_reduce, (n−1)/n all_gather and all_to_all, 1 send_recv; a measured table replaces
 //       it at the group size it was measured at
 //   roofline of one op: max(bytes / (BW · mem_eff), FLOPs / (rate · mm_eff))
-//   pipeline of stage times t_s and m micro-batches: step = max(Σ t_s, m · max t_s),
-//       bubble = step − m · max t_s
+//   pipeline as the engine runs it (engine_facts.h): micro-batch j leaves stage s at
+//       done(s, j) = max(arrival(s, j), free(s)) + t(s, j), then the synchronous send of c(s, j) starts when
+//       stage s + 1 is done with j − 1 and holds both ranks; step = the last stage's end, then the output
+//       broadcast. One micro-batch: Σ t + Σ c, the stages one after another (pp2 at C = 1 takes the whole
+//       model's time, not half); two stages of t with sends c ≤ t: (m + 1)·t + m·c (pp2, m = 2: 3t + 2c);
+//       a middle stage receives, computes and sends each micro-batch in turn (t + 2c per micro-batch)
 //   activations: the bytes engine_facts.h counts per token (and per routed pair) at the memory roofline
-//   kernels: the engine's kernels (engine_facts.h) + one per collective, each graph_kernel_us +
-//       kernel_latency_us
+//   kernels: the engine's kernels (engine_facts.h), each kernel_latency_us + graph_kernel_us when the
+//       micro-batch replays a decode CUDA graph (one rank, decode only, ≤ 256 rows), else + eager_kernel_us
+//       (launched one by one). H200 (profiles/measured/h200_epinfer_2026-11-29.json): 0.5 vs 2.0 µs, the
+//       eager figure fitted to --no-decode-graphs runs (docs/benchmarks/planner.md)
+//   collectives: every NCCL call is synchronous: its measured time (above) + collective_sync_us, the GPU's
+//       idle time around a host-polled call (fitted to the 2× H200 layout runs, docs/benchmarks/planner.md);
+//       a collective is not counted as a kernel (its measured time includes its kernel)
 // Routed experts run at the pace of the busiest EP rank: it reads E[max] touched local experts (binomial
 // above) and computes μ + σ·E[max of moe_ep normals] token-expert pairs, μ = T·K·n/E, σ² = μ·(1 − n/E).
-// One decode step of C requests in flight (never divided by pp: ARCHITECTURE.md §5) runs m micro-batches
-// of ⌈C/m⌉ requests (m = pp by default); each stage's time per micro-batch is the sum over its layers of
-// attention, expert GEMMs, dense parts, activation traffic, collectives and kernels, with no overlap
-// between them. A closed-loop run (closed_loop_run) replays the engine's scheduler over such steps.
+// One decode step of C requests in flight (never divided by pp: ARCHITECTURE.md §5) runs its sequences as
+// m = min(pp, sequences) micro-batches split by count (--micro-batches overrides pp); each stage's time per
+// micro-batch is the sum over its layers of attention, expert GEMMs, dense parts, activation traffic,
+// collectives and kernels, with no overlap between them. A closed-loop run (closed_loop_run) replays the
+// engine's scheduler over such steps.
 #pragma once
 
 #include <cstdint>
@@ -74,48 +84,59 @@ double effective_bandwidth_gbps(const GpuSpec& gpu);
 double effective_tflops(const GpuSpec& gpu, MathRate rate);
 double effective_expert_tflops(const GpuSpec& gpu, MathRate rate);
 
-// Fixed time of one kernel of a step: graph_kernel_us + kernel_latency_us.
-double kernel_fixed_us(const GpuSpec& gpu);
+// Fixed time of one kernel of a step: kernel_latency_us + graph_kernel_us when it runs inside a decode
+// CUDA graph, else + eager_kernel_us (engine_facts.h engine_uses_decode_graph says which).
+double kernel_fixed_us(const GpuSpec& gpu, bool decode_graph);
+
+// Added to the measured time of every synchronous NCCL call of a step: gpu.collective_sync_us.
+double collective_sync_us(const GpuSpec& gpu);
 
 struct PipelineTiming {
     int micro_batches = 1;
-    double path_us = 0.0;        // Σ t_s: one micro-batch through every stage
-    double bottleneck_us = 0.0;  // max t_s
-    double step_us = 0.0;        // max(path, m · bottleneck)
-    double wait_us = 0.0;        // step − path: a micro-batch queueing behind the others
-    double bubble_us = 0.0;      // step − m · bottleneck: idle time of the slowest stage per step
+    double path_us = 0.0;        // micro-batch 0 through every stage, its sends included
+    double bottleneck_us = 0.0;  // max over stages of Σ_j t(s, j): the busiest stage's compute
+    double step_us = 0.0;        // the schedule's end (cost_model.h, top)
+    double wait_us = 0.0;        // step − path: micro-batch 0's path is not the whole step
+    double bubble_us = 0.0;      // step − bottleneck: idle (or sending) time of the busiest stage
 };
-PipelineTiming pipeline_timing(const std::vector<double>& stage_us, int micro_batches);
+// The engine's schedule of `stage_us[s][j]` (stage s, micro-batch j, compute) and `send_us[s][j]` (its
+// synchronous send to stage s + 1; the last stage's entries are ignored).
+PipelineTiming pipeline_timing(const std::vector<std::vector<double>>& stage_us,
+                               const std::vector<std::vector<double>>& send_us);
+// The same for `micro_batches` equal micro-batches, stage s taking stage_us[s] and each send send_us.
+PipelineTiming pipeline_timing(const std::vector<double>& stage_us, int micro_batches, double send_us = 0.0);
 
 // One kind of collective along a step's path, e.g. 122 all-reduces of 14 KiB over 8 ranks.
 struct CollectiveTerm {
     // "attention all_reduce", "MoE all_reduce", "MLP all_reduce", "shared-expert all_reduce", "dispatch",
-    // "combine", "stage send".
+    // "combine", "stage send", "output broadcast".
     std::string what;
     Collective kind = Collective::kAllReduce;
     int ranks = 1;
     bool inter_node = false;
     double size_bytes = 0.0;  // nccl-tests size of one call (all_to_all: per-rank remote bytes · n/(n−1))
     int64_t calls = 0;        // along the path of one micro-batch
-    double us_per_call = 0.0;
+    double us_per_call = 0.0;  // the link's time + sync_us
+    double sync_us = 0.0;      // collective_sync_us: the engine's host-polled NCCL call (0: MPI on the host)
     double total_us() const { return static_cast<double>(calls) * us_per_call; }
 };
 
 // Time of one step along the path of one micro-batch through every stage, by part.
 struct StepBreakdown {
-    int64_t tokens = 0;                // tokens of one micro-batch (all attention-DP ranks of a stage)
+    int64_t tokens = 0;                // tokens of micro-batch 0 (all attention-DP ranks of a stage)
     int64_t tokens_per_attn_rank = 0;  // ⌈tokens / attn_dp⌉
     int micro_batches = 1;
+    bool decode_graph = false;  // micro-batch 0 replays a decode CUDA graph (engine_facts.h)
     double attention_us = 0.0;
     double experts_us = 0.0;      // routed-expert GEMMs
     double dense_us = 0.0;        // dense MLPs, shared experts, routers, LM head
     double activations_us = 0.0;  // activation reads and writes of the engine's kernels (engine_facts.h)
-    int64_t kernels = 0;          // kernels along the path of one micro-batch (collectives included)
+    int64_t kernels = 0;          // the engine's kernels along the path of micro-batch 0
     double launch_us = 0.0;       // kernels × kernel_fixed_us
     std::vector<CollectiveTerm> collectives;
-    double path_us = 0.0;           // sum of the above
-    double pipeline_wait_us = 0.0;  // step − path
-    double bubble_us = 0.0;         // idle time of the slowest stage per step
+    double path_us = 0.0;           // sum of the above: micro-batch 0 through every stage
+    double pipeline_wait_us = 0.0;  // step − path: the other micro-batches
+    double bubble_us = 0.0;         // idle (or sending) time of the busiest stage per step
     double step_us = 0.0;
     // Routed experts, per MoE layer on the busiest rank.
     int64_t moe_layers = 0;
@@ -161,7 +182,7 @@ struct PrefillResult {
     int64_t input_len = 0;
     StepBreakdown step;  // one prompt per attention-DP rank; step_us = TTFT on an idle system
     double ttft_ms = 0.0;
-    double tokens_per_s = 0.0;  // prompt tokens/s of the whole layout, prompts streaming in
+    double tokens_per_s = 0.0;  // prompt tokens/s of the whole layout, one prompt per step
 };
 
 struct CostInputs {
@@ -173,7 +194,7 @@ struct CostInputs {
     int kv_bytes_per_element = kEngineKvBytesPerElement;
     int activation_bytes_per_element = kEngineActivationBytesPerElement;  // in memory and on the wire
     int64_t context_tokens = 4096;  // KV tokens each decoding request attends over
-    int micro_batches = 0;          // 0 = pp
+    int micro_batches = 0;          // 0 = pp (what the engine runs); at most the step's sequences
     // Closed loop (decode_step): 0 = off; else C requests of input_len prompt tokens produce output_len
     // tokens each, in steps of at most max_step_tokens tokens per attention-DP group.
     int64_t input_len = 0;
@@ -183,8 +204,9 @@ struct CostInputs {
 
 // One forward of `decode_rows` decode rows (per attention-DP rank, context_tokens of KV each, or
 // `decode_context` when > 0) and `prefill_rows` prompt rows per rank attending over `prefill_context`
-// tokens on average, with logits for `lm_rows` rows per rank (0 = the decode rows), in micro-batches as a
-// decode step. Requires a validated layout and decode_rows + prefill_rows ≥ 1.
+// tokens on average, in lm_rows − decode_rows prompt chunks (at least 1 when prefill_rows > 0) of equal
+// size after the decode rows, split into micro-batches as the engine does. Requires a validated layout and
+// decode_rows + prefill_rows ≥ 1.
 StepBreakdown mixed_step(const CostInputs& inputs, int64_t decode_rows, int64_t prefill_rows,
                          double decode_context, double prefill_context, int64_t lm_rows);
 
@@ -196,7 +218,8 @@ DecodeResult decode_step(const CostInputs& inputs, int64_t concurrency, int64_t 
 // The closed loop described at ClosedLoopResult, `concurrency` requests over the whole layout.
 ClosedLoopResult closed_loop_run(const CostInputs& inputs, int64_t concurrency);
 
-// Prefill of one prompt of `input_len` tokens per attention-DP rank, in m chunks through the pipeline.
+// Prefill of one prompt of `input_len` tokens per attention-DP rank: one sequence, so one micro-batch
+// through the stages one after another (the engine splits a step by sequences).
 PrefillResult prefill_step(const CostInputs& inputs, int64_t input_len);
 
 }  // namespace epinfer::planner

@@ -19,6 +19,12 @@ EngineKernels engine_kernels(const ModelCosts& m, int64_t rows) {
     return k;
 }
 
+bool engine_uses_decode_graph(const ModelCosts& m, int world_size, int64_t decode_rows,
+                              int64_t prefill_rows) {
+    return world_size == 1 && !m.mla && prefill_rows == 0 && decode_rows >= 1 &&
+           decode_rows <= kEngineMaxGraphRows;
+}
+
 EngineActivationBytes engine_activation_bytes(const ModelCosts& m, int attn_tp, int moe_tp,
                                               int64_t kv_heads_per_rank, int act, int64_t rows) {
     const double big = rows > kEngineSmallMatmulMaxRows ? 1.0 : 0.0;

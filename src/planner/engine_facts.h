@@ -25,6 +25,24 @@
 //   dense MLP      6 + 3·big            post norm, gate, up, silu·mul, down, add
 //   head           4 + big              embedding, final norm, LM head, argmax
 // Qwen3-30B-A3B at batch 1: 13 + 10 = 23 kernels per layer, as Nsight Compute lists them.
+//
+// How a step is launched and synchronised (cost_model.h prices each of these):
+//   decode graphs     a micro-batch replays a captured CUDA graph only when the model runs on one rank
+//                     (no ParallelContext), has GQA attention, samples greedily and every sequence brings
+//                     one new token, at most kEngineMaxGraphRows of them (models/model_decode_graph.cc
+//                     Model::decode_graph_fits); every other forward (prompt chunks, > 256 rows, MLA, any
+//                     layout of more than one rank) launches its kernels one by one from the host
+//   collectives       every NCCL call of the engine (all-reduce, all-to-all, pipeline send/recv) is
+//                     synchronous: the host polls it to completion on the backend's stream before it
+//                     launches the next kernel (comm/nccl_communicator), so the GPU drains before it and
+//                     idles until the host relaunches after it
+//   pipeline          a step's sequences split into pp micro-batches by count, in step order (decode
+//                     sequences first, then prompt chunks; parallel/sharding.h split_evenly: the first ones
+//                     get the extra); every rank runs micro-batches 0..pp−1 in order: receive from the
+//                     previous stage, compute, send [T, H] fp32 to the next (one NCCL send/recv, blocking on
+//                     both sides); an empty micro-batch is skipped; after the last one the last stage's
+//                     sampled ids (and non-finite flags) are broadcast to every stage over MPI on the host
+//                     (models/model.cc Model::forward). Nothing overlaps across steps.
 #pragma once
 
 #include <cstdint>
@@ -38,6 +56,13 @@ inline constexpr int kEngineActivationBytesPerElement = 4;  // fp32 activations
 inline constexpr int kEngineExpertRowBytesPerElement = 2;   // bf16 rows inside the grouped expert GEMMs
 inline constexpr int64_t kEngineSmallMatmulMaxRows = 16;    // matmul rows of the fp32 small-T kernel
 inline constexpr int64_t kEngineMaxStepTokens = 2048;       // default --max-step-tokens (prefill chunk)
+inline constexpr int64_t kEngineMaxGraphRows = 256;         // models/model.h Model::kMaxGraphRows
+inline constexpr int kEngineOutputBroadcasts = 2;           // pp > 1: sampled ids and non-finite flags
+
+// Whether one forward of a micro-batch with `decode_rows` one-token sequences and `prefill_rows` prompt
+// rows replays a decode CUDA graph on a layout of `world_size` ranks (greedy sampling assumed, as bench).
+bool engine_uses_decode_graph(const ModelCosts& model, int world_size, int64_t decode_rows,
+                              int64_t prefill_rows);
 
 // Kernels one layer (or the head) launches on one rank for `rows` token rows.
 struct EngineKernels {

@@ -81,6 +81,15 @@ struct GpuSpec {
     // Optional (absent: 0). A dependent kernel's own shortest time beyond bytes / bandwidth and FLOPs / rate
     // (DRAM round trips, ramp-up, tail); each kernel of a step costs graph_kernel_us + kernel_latency_us.
     Figure kernel_latency_us;
+    // Optional (absent: kernel_launch_us). Per kernel the host launches directly inside a step (no CUDA
+    // graph: every step on more than one rank, prompt chunks, more than 256 rows; engine_facts.h): the
+    // gap the GPU sees between dependent kernels; such a kernel costs eager_kernel_us + kernel_latency_us.
+    Figure eager_kernel_us;
+    // Optional (absent: kernel_launch_us). Per synchronous collective call (the engine's host polls every
+    // NCCL call to completion before it launches the next kernel; engine_facts.h): the GPU's idle time
+    // beyond the collective's own measured time (relaunch after the host sees it finish, the ranks'
+    // skew), added to every intra- or inter-node NCCL call of a step.
+    Figure collective_sync_us;
     Figure memory_efficiency;  // achievable fraction of memory_bandwidth_gbps in GEMV-like kernels
     Figure matmul_efficiency;  // achievable fraction of the tensor-core rates in GEMMs
     // Optional (absent: matmul_efficiency). The fraction the routed experts' grouped GEMMs reach.

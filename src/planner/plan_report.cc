@@ -47,11 +47,13 @@ Json step_json(const StepBreakdown& s) {
                                    {"size_bytes", t.size_bytes},
                                    {"calls", t.calls},
                                    {"us_per_call", t.us_per_call},
+                                   {"sync_us_per_call", t.sync_us},
                                    {"total_us", t.total_us()}});
     }
     return Json{{"tokens_per_micro_batch", s.tokens},
                 {"tokens_per_attention_rank", s.tokens_per_attn_rank},
                 {"micro_batches", s.micro_batches},
+                {"decode_graph", s.decode_graph},
                 {"attention_us", s.attention_us},
                 {"experts_us", s.experts_us},
                 {"dense_us", s.dense_us},

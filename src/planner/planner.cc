@@ -48,7 +48,7 @@ std::vector<Term> terms_of(const LayoutPlan& lp, const DecodeResult& r) {
     for (const auto& [kind, calls_us] : by_kind) {
         const auto& [calls, us] = calls_us;
         const char* suffix = kind == Collective::kAllToAll   ? " (dispatch + combine)"
-                             : kind == Collective::kSendRecv ? " (stage sends)"
+                             : kind == Collective::kSendRecv ? " (stage sends, output broadcast)"
                                                              : "";
         terms.push_back({collective_name(kind), us,
                          fmt::format("{} {}{} × {:.1f} µs = {} per step", calls, collective_name(kind),

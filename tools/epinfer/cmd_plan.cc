@@ -1,11 +1,13 @@
 // epinfer plan: predicts memory and throughput of every TP/EP/PP/DP layout of a model on a machine.
 //
-//   epinfer plan --model kimi_k2/config.json --hardware rtx_pro_6000 --gpus 8 [--nodes 1] [--context 4096]
+//   epinfer plan --model kimi_k2/config.json --hardware rtx_pro_6000 --gpus 8 [--nodes 1] [--context L]
 //                [--input-len 2048] [--concurrency 1,8,32,64,256,1024] [--weight-dtype experts=int4]
 //                [--output-len 0] [--max-step-tokens 2048] [--kv-dtype fp32] [--layout tp8,dp8-ep8]
 //                [--micro-batches 0] [--json]
 // --model is a config.json or a checkpoint folder; --hardware a shipped profile name (profiles/*.json,
-// EPINFER_PROFILES_DIR) or a profile file. Errors print one line and exit 1.
+// EPINFER_PROFILES_DIR) or a profile file. --context defaults to --input-len + --output-len when
+// --output-len > 0 (the closed loop's requests hold that many tokens), else 4096. Errors print one line and
+// exit 1.
 #include <fmt/format.h>
 
 #include <cstdio>
@@ -33,7 +35,8 @@ struct PlanArgs {
     std::string hardware;
     int gpus = 0;
     int nodes = 1;
-    int64_t context = 4096;
+    int64_t context = 4096;  // --context; used when given or without --output-len
+    bool context_given = false;
     int64_t input_len = 2048;
     int64_t output_len = 0;
     int64_t max_step_tokens = planner::kEngineMaxStepTokens;
@@ -88,7 +91,9 @@ Status run_plan(const PlanArgs& args) {
     request.memory.max_prefill_tokens = args.max_step_tokens;  // the engine sizes its buffers so
     request.memory.max_dispatch_tokens_per_rank = args.max_step_tokens;
     request.micro_batches = args.micro_batches;
-    request.memory.context_tokens = args.context;
+    // A closed loop's requests hold input + output tokens: that is their KV unless --context says more.
+    request.memory.context_tokens =
+        args.context_given || args.output_len <= 0 ? args.context : args.input_len + args.output_len;
     request.memory.weights = planner::checkpoint_weight_formats(config);
     if (!args.weight_dtype.empty()) {
         EPI_ASSIGN_OR_RETURN(request.memory.weights,
@@ -127,8 +132,10 @@ void add_plan_command(CLI::App& app) {
     cmd->add_option("--hardware", args->hardware, "hardware profile name (profiles/*.json) or FILE.json");
     cmd->add_option("--gpus", args->gpus, "GPUs in all (over every node)")->required();
     cmd->add_option("--nodes", args->nodes, "nodes the GPUs split evenly over")->capture_default_str();
-    cmd->add_option("--context", args->context, "KV tokens per request (prompt + output)")
-        ->capture_default_str();
+    CLI::Option* context =
+        cmd->add_option("--context", args->context,
+                        "KV tokens each request holds and attends over (default: --input-len + --output-len "
+                        "with --output-len, else 4096)");
     cmd->add_option("--input-len", args->input_len,
                     "prompt tokens for the prefill estimate and the closed loop")
         ->capture_default_str();
@@ -153,7 +160,10 @@ void add_plan_command(CLI::App& app) {
     cmd->add_option("--micro-batches", args->micro_batches, "pipeline micro-batches (0 = pp)")
         ->capture_default_str();
     cmd->add_flag("--json", args->json, "print one JSON document instead of the table");
-    cmd->callback([args]() { exit_on_error(run_plan(*args)); });
+    cmd->callback([args, context]() {
+        args->context_given = context->count() > 0;
+        exit_on_error(run_plan(*args));
+    });
 }
 
 }  // namespace epinfer::cli

@@ -77,14 +77,46 @@ TEST(CalibrationCli, BenchCommProfileDrivesPlan) {
             const std::string kind = coll["kind"];
             Collective c = kind == "all_reduce" ? Collective::kAllReduce : Collective::kAllToAll;
             ASSERT_TRUE(kind == "all_reduce" || kind == "all_to_all") << kind;
-            // The plan's cost is the measured table at 2 ranks.
-            const double expected = collective_time_us(
-                profile.value().intra_node[c], c, coll["size_bytes"].get<double>(), coll["ranks"].get<int>());
+            // The plan's cost is the measured table at 2 ranks plus the synchronous call's gap
+            // (gpu.collective_sync_us; h200_sxm has none: kernel_launch_us).
+            const double sync = profile.value().gpu.collective_sync_us.value;
+            EXPECT_DOUBLE_EQ(coll["sync_us_per_call"].get<double>(), sync);
+            const double expected =
+                sync + collective_time_us(profile.value().intra_node[c], c, coll["size_bytes"].get<double>(),
+                                          coll["ranks"].get<int>());
             EXPECT_NEAR(coll["us_per_call"].get<double>(), expected, 1e-9 * expected) << layout["spec"];
             ++checked;
         }
     }
     EXPECT_GE(checked, 4);  // tp2, ep2: all_reduce; dp2-ep2, dp2: all_to_all
+}
+
+TEST(CalibrationCli, BaseProfileMayBeAFile) {
+    // --base-profile FILE.json (here the one-GPU engine calibration): its GPU figures and its note stay, the
+    // collectives are the measured ones, and a base already named *_measured keeps its name.
+    if (!mpirun_on_path()) GTEST_SKIP() << "mpirun not on PATH";
+    const std::string base = kProfilesDir + "/measured/h200_epinfer_2026-11-29.json";
+    const fs::path profile_path = scratch_dir() / "measured_from_file.json";
+    fs::remove(profile_path);
+    CliResult bench = run_cli(
+        "bench comm --ranks 2 --max-bytes 4K --iters 2 --profile-out measured_from_file.json "
+        "--base-profile '" +
+        base + "'");
+    ASSERT_EQ(bench.exit_code, 0) << bench.err << bench.out;
+    auto profile = load_hardware_profile_file(profile_path.string());
+    auto engine = load_hardware_profile_file(base);
+    ASSERT_TRUE(profile.is_ok()) << profile.status().message();
+    ASSERT_TRUE(engine.is_ok()) << engine.status().message();
+    EXPECT_EQ(profile->name, "h200_sxm_measured");
+    EXPECT_EQ(profile->gpu.kernel_latency_us.value, engine->gpu.kernel_latency_us.value);
+    EXPECT_EQ(profile->gpu.eager_kernel_us.value, engine->gpu.eager_kernel_us.value);
+    EXPECT_EQ(profile->gpu.expert_matmul_efficiency.value, engine->gpu.expert_matmul_efficiency.value);
+    EXPECT_EQ(profile->intra_node[Collective::kAllReduce].table.ranks, 2);
+    EXPECT_EQ(profile->intra_node[Collective::kAllReduce].table.provenance, Provenance::kMeasured);
+    nlohmann::json doc = nlohmann::json::parse(epinfer::testing::read_text_file(profile_path));
+    EXPECT_NE(doc["note_calibration"].get<std::string>().find(base), std::string::npos);
+    ASSERT_TRUE(doc.contains("note_calibration_base"));
+    EXPECT_NE(doc["note_calibration_base"].get<std::string>().find("epinfer's kernels"), std::string::npos);
 }
 
 TEST(CalibrationCli, BadOptionsFailWithOneLine) {

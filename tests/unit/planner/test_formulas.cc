@@ -123,24 +123,29 @@ TEST(CostFormula, Roofline) {
 }
 
 TEST(CostFormula, PipelineBubble) {
-    // Four stages of 2 µs. One micro-batch: it walks all stages (8 µs), each stage idles 6 of 8 µs.
+    // The engine's schedule (a step's micro-batches fill and drain the pipeline; nothing overlaps across
+    // steps). Changed with the 2× H200 calibration: it was max(Σ t_s, m · max t_s), a steady state the
+    // engine never reaches. Four stages of 2 µs, no sends. One micro-batch walks all stages (8 µs), each
+    // stage idles 6 of 8 µs.
     PipelineTiming one = pipeline_timing({2, 2, 2, 2}, 1);
     EXPECT_DOUBLE_EQ(one.step_us, 8.0);
     EXPECT_DOUBLE_EQ(one.bubble_us, 6.0);
     EXPECT_DOUBLE_EQ(one.wait_us, 0.0);
-    // As many micro-batches as stages: no bubble.
+    // Four micro-batches: fill and drain, (4 + 4 − 1) · 2 = 14; each stage busy 8 of 14 µs.
     PipelineTiming four = pipeline_timing({2, 2, 2, 2}, 4);
-    EXPECT_DOUBLE_EQ(four.step_us, 8.0);
-    EXPECT_DOUBLE_EQ(four.bubble_us, 0.0);
-    // Twice as many: each micro-batch waits 8 µs behind the others.
+    EXPECT_DOUBLE_EQ(four.step_us, 14.0);
+    EXPECT_DOUBLE_EQ(four.bubble_us, 6.0);
+    EXPECT_DOUBLE_EQ(four.wait_us, 6.0);
+    // Eight: (8 + 3) · 2 = 22.
     PipelineTiming eight = pipeline_timing({2, 2, 2, 2}, 8);
-    EXPECT_DOUBLE_EQ(eight.step_us, 16.0);
-    EXPECT_DOUBLE_EQ(eight.wait_us, 8.0);
-    // Uneven stages: the slow stage sets the pace: max(1 + 3, 2 · 3) = 6.
+    EXPECT_DOUBLE_EQ(eight.step_us, 22.0);
+    EXPECT_DOUBLE_EQ(eight.wait_us, 14.0);
+    // Uneven stages: micro-batch 0 leaves stage 0 at 1, stage 1 at 4; micro-batch 1 reaches stage 1 at 2 and
+    // waits for it: 4 + 3 = 7. The slow stage is busy 6 of 7 µs.
     PipelineTiming uneven = pipeline_timing({1, 3}, 2);
-    EXPECT_DOUBLE_EQ(uneven.step_us, 6.0);
-    EXPECT_DOUBLE_EQ(uneven.wait_us, 2.0);
-    EXPECT_DOUBLE_EQ(uneven.bubble_us, 0.0);
+    EXPECT_DOUBLE_EQ(uneven.step_us, 7.0);
+    EXPECT_DOUBLE_EQ(uneven.wait_us, 3.0);
+    EXPECT_DOUBLE_EQ(uneven.bubble_us, 1.0);
 }
 
 TEST(ModelCosts, KvBytesPerTokenMlaVsGqa) {

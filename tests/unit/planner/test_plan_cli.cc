@@ -169,6 +169,36 @@ TEST(PlanCli, ClosedLoopOnTheMeasuredProfile) {
                           "--kv-dtype 'fp16': expected fp32, bf16 or fp8");
 }
 
+TEST(PlanCli, ClosedLoopContextFollowsTheRequests) {
+    // With --output-len and no --context, a request holds --input-len + --output-len tokens of KV: 1024
+    // requests of 128 + 128 fit on 2× H200 (the bench's runs); --context 4096 says otherwise.
+    const std::string args = "--model '" + kConfigsDir + "/qwen3_30b_a3b.json' --hardware '" + kProfilesDir +
+                             "/measured/h200x2_nvlink_epinfer_2026-11-29.json' --gpus 2 --layout tp2,pp2 "
+                             "--concurrency 1,1024 --input-len 128 --output-len 128 --json";
+    CliResult r = run_plan(args);
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    nlohmann::json doc = nlohmann::json::parse(r.out);
+    EXPECT_EQ(doc["options"]["context_tokens"], 256);
+    for (const auto& layout : doc["layouts"]) {
+        EXPECT_TRUE(layout["decode"][1]["kv_fits"].get<bool>()) << layout["spec"];
+        // Two ranks: no decode graphs, every collective with the measured sync gap.
+        EXPECT_FALSE(layout["decode"][0]["breakdown"]["decode_graph"].get<bool>());
+        for (const auto& c : layout["decode"][0]["breakdown"]["collectives"]) {
+            if (c["what"] == "output broadcast") continue;  // MPI on the host
+            EXPECT_DOUBLE_EQ(c["sync_us_per_call"].get<double>(), 22.0) << c["what"];
+        }
+    }
+    // pp2 at one request: one micro-batch.
+    EXPECT_EQ(doc["layouts"][1]["spec"], "pp2");
+    EXPECT_EQ(doc["layouts"][1]["decode"][0]["breakdown"]["micro_batches"], 1);
+    CliResult wide = run_plan(args + " --context 4096");
+    ASSERT_EQ(wide.exit_code, 0) << wide.err;
+    nlohmann::json wide_doc = nlohmann::json::parse(wide.out);
+    EXPECT_EQ(wide_doc["options"]["context_tokens"], 4096);
+    EXPECT_FALSE(wide_doc["layouts"][0]["decode"][1]["kv_fits"].get<bool>());
+    expect_one_line_error(run_plan(args + " --context 0"), "--context 0: must be >= 1");
+}
+
 TEST(PlanCli, BadInputsFailInOneLine) {
     const std::string kimi = "--model '" + kConfigsDir + "/kimi_k2_instruct_0905.json' ";
     expect_one_line_error(
