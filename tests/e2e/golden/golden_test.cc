@@ -19,6 +19,7 @@
 #include "backend/cpu/cpu_backend.h"
 #include "checkpoint/safetensors.h"
 #include "common/compare.h"
+#include "common/golden.h"
 #include "engine/generate.h"
 #include "engine/kv_block_pool.h"
 #include "engine/sampler.h"
@@ -49,55 +50,8 @@ std::string fixtures_dir() {
     return std::string(EPINFER_TEST_DATA_DIR) + "/fixtures";
 }
 
-// The golden tensors of one fixture, as host vectors.
-struct Golden {
-    int64_t num_prompts = 0, prompt_len = 0, greedy_len = 0;
-    std::vector<std::vector<int32_t>> prompts;            // [B][P]
-    std::vector<std::vector<int32_t>> greedy;             // [B][P + N]
-    std::vector<float> logits;                            // [B·P, V]
-    std::map<std::string, std::vector<float>> per_layer;  // "mlp_out.l", "hidden.l" → [B·P, H]
-};
-
-std::vector<int64_t> read_i64(const SafetensorsFile& file, const TensorInfo& info) {
-    std::vector<int64_t> out(static_cast<size_t>(info.numel()));
-    std::memcpy(out.data(), file.data(info), out.size() * sizeof(int64_t));
-    return out;
-}
-
-std::vector<float> read_f32(const SafetensorsFile& file, const TensorInfo& info) {
-    std::vector<float> out(static_cast<size_t>(info.numel()));
-    std::memcpy(out.data(), file.data(info), out.size() * sizeof(float));
-    return out;
-}
-
-std::vector<std::vector<int32_t>> rows_i32(const std::vector<int64_t>& flat, int64_t rows, int64_t cols) {
-    std::vector<std::vector<int32_t>> out(static_cast<size_t>(rows));
-    for (int64_t r = 0; r < rows; ++r)
-        for (int64_t c = 0; c < cols; ++c) out[r].push_back(static_cast<int32_t>(flat[r * cols + c]));
-    return out;
-}
-
-Golden load_golden(const std::string& dir) {
-    Golden g;
-    auto file = SafetensorsFile::open(dir + "/golden.safetensors");
-    EXPECT_TRUE(file.is_ok()) << file.status().to_string();
-    if (!file.is_ok()) return g;
-    for (const TensorInfo& info : (*file)->tensors()) {
-        if (info.name == "input_ids") {
-            g.num_prompts = info.shape[0];
-            g.prompt_len = info.shape[1];
-            g.prompts = rows_i32(read_i64(**file, info), info.shape[0], info.shape[1]);
-        } else if (info.name == "greedy") {
-            g.greedy_len = info.shape[1];
-            g.greedy = rows_i32(read_i64(**file, info), info.shape[0], info.shape[1]);
-        } else if (info.name == "logits") {
-            g.logits = read_f32(**file, info);
-        } else if (info.name.rfind("mlp_out.", 0) == 0 || info.name.rfind("hidden.", 0) == 0) {
-            g.per_layer[info.name] = read_f32(**file, info);
-        }
-    }
-    return g;
-}
+using test::Golden;
+using test::load_golden;
 
 // One sequence's blocks in a KvBlockPool and its per-layer views for Model::forward (CPU backend: the
 // host block table serves as the device one).

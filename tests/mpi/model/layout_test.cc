@@ -18,6 +18,7 @@
 #include "checkpoint/hf_config.h"
 #include "checkpoint/safetensors.h"
 #include "common/compare.h"
+#include "common/golden.h"
 #include "engine/generate.h"
 #include "engine/kv_block_pool.h"
 #include "layers/parallel_context.h"
@@ -40,34 +41,8 @@ std::vector<std::string> fixtures_with_goldens() {
     return names;
 }
 
-// "--tp 4 --ep 2 --dp 2" → LayoutFlags.
-struct Golden {
-    std::vector<std::vector<int32_t>> prompts;  // [2][P]
-    std::vector<std::vector<int32_t>> greedy;   // [2][P + N]
-    std::vector<float> logits;                  // [2·P, V]
-};
-
-Golden load_golden(const std::string& dir) {
-    Golden g;
-    auto file = SafetensorsFile::open(dir + "/golden.safetensors");
-    EXPECT_TRUE(file.is_ok()) << file.status().to_string();
-    if (!file.is_ok()) return g;
-    for (const TensorInfo& info : (*file)->tensors()) {
-        if (info.name == "input_ids" || info.name == "greedy") {
-            std::vector<int64_t> flat(static_cast<size_t>(info.numel()));
-            std::memcpy(flat.data(), (*file)->data(info), flat.size() * sizeof(int64_t));
-            auto& rows = info.name == "input_ids" ? g.prompts : g.greedy;
-            rows.assign(static_cast<size_t>(info.shape[0]), {});
-            for (int64_t r = 0; r < info.shape[0]; ++r)
-                for (int64_t c = 0; c < info.shape[1]; ++c)
-                    rows[static_cast<size_t>(r)].push_back(static_cast<int32_t>(flat[r * info.shape[1] + c]));
-        } else if (info.name == "logits") {
-            g.logits.resize(static_cast<size_t>(info.numel()));
-            std::memcpy(g.logits.data(), (*file)->data(info), g.logits.size() * sizeof(float));
-        }
-    }
-    return g;
-}
+using test::Golden;
+using test::load_golden;
 
 std::vector<GenerateRequest> greedy_requests(const Golden& g) {
     std::vector<GenerateRequest> requests;

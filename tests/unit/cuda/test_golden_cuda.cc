@@ -36,6 +36,7 @@
 #include "checkpoint/safetensors.h"
 #include "checkpoint/weight_names.h"
 #include "common/compare.h"
+#include "common/golden.h"
 #include "cuda_test_util.h"
 #include "engine/generate.h"
 #include "engine/kv_block_pool.h"
@@ -62,32 +63,8 @@ const char* const kFixtures[] = {
     "qwen2_moe_3l_tiny",
 };
 
-struct Golden {
-    int64_t num_prompts = 0, prompt_len = 0, greedy_len = 0;
-    std::vector<std::vector<int32_t>> greedy;  // [B][P + N]: prompt, then the greedy continuation
-};
-
-Golden load_golden(const std::string& dir) {
-    Golden g;
-    auto file = SafetensorsFile::open(dir + "/golden.safetensors");
-    EXPECT_TRUE(file.is_ok()) << file.status().to_string();
-    if (!file.is_ok()) return g;
-    for (const TensorInfo& info : (*file)->tensors()) {
-        if (info.name == "greedy") {
-            g.num_prompts = info.shape[0];
-            g.greedy_len = info.shape[1];
-            std::vector<int64_t> flat(static_cast<size_t>(info.numel()));
-            std::memcpy(flat.data(), (*file)->data(info), flat.size() * sizeof(int64_t));
-            g.greedy.resize(static_cast<size_t>(g.num_prompts));
-            for (int64_t b = 0; b < g.num_prompts; ++b)
-                for (int64_t i = 0; i < g.greedy_len; ++i)
-                    g.greedy[b].push_back(static_cast<int32_t>(flat[b * g.greedy_len + i]));
-        } else if (info.name == "input_ids") {
-            g.prompt_len = info.shape[1];
-        }
-    }
-    return g;
-}
+using test::Golden;
+using test::load_golden;
 
 // The router of every MoE layer on one backend, to re-run it on a layer's observed input.
 class RouterProbe {
