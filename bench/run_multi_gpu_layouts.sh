@@ -6,6 +6,8 @@
 #            epinfer_test_cuda on one GPU;
 #   generate `epinfer generate` on tiny fixtures with --device cuda (bf16 activations) on one GPU and under
 #            each of TEST_LAYOUTS: the tokens, side by side;
+#   ep       `epinfer bench ep --device cuda` (issue 7 item 3): EP dispatch and combine of T = 128 and 4096
+#            tokens per rank (H 7168, E 256, top-8) against all_to_all_v of the same rows, with each of LINKS;
 #   serving  `epinfer bench` (closed loop, 128/128 tokens, greedy) on a random-weight model at the real
 #            shapes of SERVING_CONFIG, on one GPU and under each of SERVING_LAYOUTS, with each of LINKS:
 #            nvlink (the machine's links as they are) and no_p2p (NCCL_P2P_DISABLE=1: NCCL's traffic through
@@ -13,7 +15,7 @@
 #   BIN_DIR=build-cuda-mpi-carry OUT_DIR=layouts_out bench/run_multi_gpu_layouts.sh
 # BIN_DIR: epinfer, epinfer_test_cuda and epinfer_mpi_model_test of a -DEPINFER_CUDA=ON -DEPINFER_MPI=ON
 # build (bench/pack_bin_dir.sh); mpirun, cuBLAS and libnccl.so.2 come from the GPU machine.
-# Environment: RANKS (default: every GPU); STEPS (default "tests generate serving"); TEST_LAYOUTS
+# Environment: RANKS (default: every GPU); STEPS (default "tests generate ep serving"); TEST_LAYOUTS
 # (";"-separated flag sets, default "--tp 2;--ep 2;--pp 2;--dp 2 --ep 2"); SERVING_LAYOUTS (default
 # "1gpu;--tp 2;--ep 2;--pp 2"; 1gpu runs without mpirun, once, with the first of LINKS); LINKS (default
 # "nvlink no_p2p"); SERVING_CONFIG (default tests/data/configs/qwen3_30b_a3b.json); LEVELS (default
@@ -24,7 +26,7 @@ cd "$(dirname "$0")/.."
 OUT_DIR=${OUT_DIR:-layouts_out}
 BIN_DIR=${BIN_DIR:?BIN_DIR: the packed binaries (bench/pack_bin_dir.sh)}
 RANKS=${RANKS:-$(nvidia-smi -L | wc -l)}
-STEPS=${STEPS:-tests generate serving}
+STEPS=${STEPS:-tests generate ep serving}
 TEST_LAYOUTS=${TEST_LAYOUTS:---tp 2;--ep 2;--pp 2;--dp 2 --ep 2}
 SERVING_LAYOUTS=${SERVING_LAYOUTS:-1gpu;--tp 2;--ep 2;--pp 2}
 LINKS=${LINKS:-nvlink no_p2p}
@@ -83,6 +85,17 @@ if [[ " $STEPS " == *" generate "* ]]; then
                 >"$OUT_DIR/generate_${fname}_$name.json" 2>"$OUT_DIR/generate_${fname}_$name.err"
             echo "generate $fname $name rc=$?: $(cat "$OUT_DIR/generate_${fname}_$name.json") $(tail -1 "$OUT_DIR/generate_${fname}_$name.err")"
         done
+    done
+fi
+
+if [[ " $STEPS " == *" ep "* ]]; then
+    for link in $LINKS; do
+        export NCCL_P2P_DISABLE=0
+        [ "$link" = no_p2p ] && export NCCL_P2P_DISABLE=1
+        echo "== bench ep on $RANKS GPUs, $link (NCCL_P2P_DISABLE=$NCCL_P2P_DISABLE)"
+        timeout 300 "${MPIRUN[@]}" "$BIN_DIR/epinfer" bench ep --device cuda --tokens 128,4096 \
+            >"$OUT_DIR/bench_ep_$link.txt" 2>&1
+        echo "rc=$?"; cat "$OUT_DIR/bench_ep_$link.txt" | tail -5
     done
 fi
 

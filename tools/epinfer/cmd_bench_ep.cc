@@ -1,0 +1,239 @@
+// epinfer bench ep: expert-parallel dispatch and combine across ranks as the engine runs them under DP
+// attention on GPUs (layers/moe/ep_device.h: the bookkeeping on the host over MPI, the rows over NCCL on the
+// backend's stream), against one NCCL all_to_all_v moving the same rows (the transport's floor).
+// Per tokens-per-rank T: every rank routes T random tokens (K distinct of E experts, uniform, seeded by
+// rank), x [T, H] fp32 random; a timed iteration is barrier → dispatch → synchronize (dispatch time) →
+// combine of the received rows themselves (identity experts) → synchronize (combine time); each time is the
+// slowest rank's; medians over --iters. The a2a column times all_to_all_v of the dispatch's own counts. The
+// check: the combined rows must equal x times the number of EP ranks that own the token's experts, summed
+// in EP-rank order (bit for bit). fp32 rows (the engine's activations).
+//   epinfer bench ep --ranks 2 --device cuda                        # T = 128 and 4096, DeepSeek-V3 shape
+//   epinfer bench ep --ranks 4 --tokens 64 --hidden 512 --experts 16 --top-k 2   # CPU ranks over MPI
+#include <fmt/format.h>
+
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <memory>
+#include <numeric>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "backend/cpu/cpu_backend.h"
+#if EPINFER_WITH_CUDA
+#include "backend/cuda/cuda_backend.h"
+#include "comm/nccl_communicator.h"
+#endif
+#include "commands.h"
+#include "core/env.h"
+#include "layers/moe/ep_device.h"
+#include "model_setup.h"
+#include "mpi_launch.h"
+
+namespace epinfer::cli {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+struct BenchEpOptions {
+    int ranks = 0;  // 0: the world's size
+    std::vector<int64_t> tokens = {128, 4096};
+    int64_t hidden = 7168;  // DeepSeek-V3 / Kimi K2
+    int64_t experts = 256;
+    int64_t top_k = 8;
+    int iters = 20;
+    int warmup_iters = 3;
+    std::string device = "cpu";
+};
+
+struct EpRow {
+    int64_t tokens = 0;
+    double rows_sent = 0.0;  // per rank, mean
+    double dispatch_us = 0.0, combine_us = 0.0, a2a_us = 0.0;
+    int64_t wrong = 0;  // elements that differ, over ranks
+};
+
+double median(std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    return v.empty() ? 0.0 : v[v.size() / 2];
+}
+
+// The slowest rank's seconds since `start`.
+Result<double> slowest(Communicator& world, Clock::time_point start) {
+    double s = std::chrono::duration<double>(Clock::now() - start).count();
+    EPI_RETURN_IF_ERROR(world.all_reduce(&s, &s, 1, DType::kF64, ReduceOp::kMax));
+    return s;
+}
+
+Result<EpRow> bench_tokens(Communicator& world, Communicator& ep, Backend& backend, const ExpertPlacement& placement,
+                           int64_t T, const BenchEpOptions& o) {
+    const int64_t H = o.hidden, K = o.top_k;
+    std::mt19937 rng(static_cast<uint32_t>(1000 + world.rank()));
+    std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+    std::vector<float> x(static_cast<size_t>(T * H));
+    for (float& v : x) v = u(rng);
+    std::vector<int32_t> ids(static_cast<size_t>(T * K));
+    std::vector<float> weights(static_cast<size_t>(T * K), 0.5f);
+    std::vector<int32_t> order(static_cast<size_t>(o.experts));
+    for (int64_t t = 0; t < T; ++t) {
+        std::iota(order.begin(), order.end(), 0);
+        std::shuffle(order.begin(), order.end(), rng);
+        std::copy(order.begin(), order.begin() + K, ids.begin() + t * K);
+    }
+    EPI_ASSIGN_OR_RETURN(DeviceBuffer x_dev, DeviceBuffer::alloc_f32(backend, T * H));
+    EPI_RETURN_IF_ERROR(backend.copy_to_device(x_dev.data(), x.data(), x.size() * sizeof(float)));
+    EPI_ASSIGN_OR_RETURN(DeviceBuffer out, DeviceBuffer::alloc_f32(backend, T * H));
+    EpDeviceDispatchArgs args;
+    args.x = x_dev.f32();
+    args.num_rows = T;
+    args.hidden = H;
+    args.num_tokens = T;
+    args.topk_ids = ids.data();
+    args.topk_weights = weights.data();
+    args.top_k = K;
+
+    EpRow row;
+    row.tokens = T;
+    std::vector<double> dispatch_s, combine_s, a2a_s;
+    EpDeviceDispatch last;
+    for (int it = 0; it < o.warmup_iters + o.iters; ++it) {
+        EPI_RETURN_IF_ERROR(world.barrier());
+        Clock::time_point start = Clock::now();
+        EPI_ASSIGN_OR_RETURN(EpDeviceDispatch d, ep_dispatch_device(backend, world, ep, placement, args));
+        EPI_RETURN_IF_ERROR(backend.synchronize());
+        EPI_ASSIGN_OR_RETURN(const double t_dispatch, slowest(world, start));
+        EPI_RETURN_IF_ERROR(world.barrier());
+        start = Clock::now();
+        EpDeviceCombineArgs combine;
+        combine.handle = &d.plan.handle;
+        combine.partial = d.rows.f32();
+        combine.hidden = H;
+        combine.num_rows = T;
+        combine.out = out.f32();
+        EPI_RETURN_IF_ERROR(ep_combine_device(backend, ep, combine));
+        EPI_RETURN_IF_ERROR(backend.synchronize());
+        EPI_ASSIGN_OR_RETURN(const double t_combine, slowest(world, start));
+        // The transport alone: the dispatch's rows, one all_to_all_v.
+        const EpDispatchHandle& h = d.plan.handle;
+        std::vector<int64_t> sc(h.send_counts), sd(h.send_displs), rc(h.recv_counts), rd(h.recv_displs);
+        for (auto* v : {&sc, &sd, &rc, &rd})
+            for (int64_t& e : *v) e *= H;
+        EPI_ASSIGN_OR_RETURN(DeviceBuffer send, DeviceBuffer::alloc_f32(backend, std::max<int64_t>(1, sd.back() + sc.back())));
+        EPI_RETURN_IF_ERROR(backend.synchronize());
+        EPI_RETURN_IF_ERROR(world.barrier());
+        start = Clock::now();
+        EPI_RETURN_IF_ERROR(ep.all_to_all_v({send.data(), sc, sd, d.rows.data(), rc, rd, DType::kF32}));
+        EPI_RETURN_IF_ERROR(backend.synchronize());
+        EPI_ASSIGN_OR_RETURN(const double t_a2a, slowest(world, start));
+        if (it >= o.warmup_iters) {
+            dispatch_s.push_back(t_dispatch);
+            combine_s.push_back(t_combine);
+            a2a_s.push_back(t_a2a);
+        }
+        if (it + 1 == o.warmup_iters + o.iters) last = std::move(d);
+    }
+    row.dispatch_us = 1e6 * median(dispatch_s);
+    row.combine_us = 1e6 * median(combine_s);
+    row.a2a_us = 1e6 * median(a2a_s);
+    double sent = static_cast<double>(last.plan.handle.token_of_send.size());
+    EPI_RETURN_IF_ERROR(world.all_reduce(&sent, &sent, 1, DType::kF64, ReduceOp::kSum));
+    row.rows_sent = sent / world.size();
+
+    // Check: the last combine of identity partials = x summed once per owning EP rank, in rank order.
+    std::vector<float> got(x.size());
+    EPI_RETURN_IF_ERROR(backend.copy_to_host(got.data(), out.data(), got.size() * sizeof(float)));
+    for (int64_t t = 0; t < T; ++t) {
+        std::vector<bool> owner(static_cast<size_t>(ep.size()), false);
+        for (int64_t k = 0; k < K; ++k)
+            owner[static_cast<size_t>(placement.primary(ids[static_cast<size_t>(t * K + k)]).ep_rank)] = true;
+        for (int64_t h = 0; h < H; ++h) {
+            float want = 0.0f;
+            for (const bool o_d : owner)
+                if (o_d) want += x[static_cast<size_t>(t * H + h)];
+            if (got[static_cast<size_t>(t * H + h)] != want) ++row.wrong;
+        }
+    }
+    EPI_RETURN_IF_ERROR(world.all_reduce(&row.wrong, &row.wrong, 1, DType::kI64, ReduceOp::kSum));
+    return row;
+}
+
+Status run_bench_ep(const BenchEpOptions& o) {
+    if (o.hidden < 1 || o.experts < 1 || o.top_k < 1 || o.top_k > o.experts || o.iters < 1 || o.warmup_iters < 0)
+        return invalid_argument(fmt::format("bench ep: --hidden {}, --experts {}, --top-k {}, --iters {}: need "
+                                            "H ≥ 1, 1 ≤ K ≤ E, iters ≥ 1",
+                                            o.hidden, o.experts, o.top_k, o.iters));
+    for (const int64_t t : o.tokens)
+        if (t < 0 || t > (int64_t{1} << 20)) return invalid_argument(fmt::format("bench ep: --tokens {} outside [0, 2^20]", t));
+    EPI_RETURN_IF_ERROR(env_comm_timeout_s().status());
+    EPI_RETURN_IF_ERROR(relaunch_under_mpirun_if_needed(o.ranks));
+    EPI_ASSIGN_OR_RETURN(std::unique_ptr<Communicator> world, create_world_communicator());
+    if (o.ranks > 0 && world->size() != o.ranks)
+        return invalid_argument(fmt::format("--ranks {}, but the MPI world has {} ranks", o.ranks, world->size()));
+    if (world->size() > o.experts)
+        return invalid_argument(fmt::format("bench ep: {} ranks but only --experts {}", world->size(), o.experts));
+    EPI_ASSIGN_OR_RETURN(const ExpertPlacement placement, ExpertPlacement::contiguous(o.experts, world->size()));
+    std::unique_ptr<Backend> backend;
+    std::unique_ptr<Communicator> nccl;
+    if (o.device == "cuda") {
+        EPI_ASSIGN_OR_RETURN(const HostRanks host, host_ranks(world.get()));
+#if EPINFER_WITH_CUDA
+        EPI_ASSIGN_OR_RETURN(backend, make_cuda_backend(host.index));
+        NcclOptions options;
+        options.device = host.index;
+        options.stream = cuda_stream_of(*backend);
+        EPI_ASSIGN_OR_RETURN(nccl, create_nccl_communicator(*world, options));
+#else
+        (void)host;
+        return not_supported("--device cuda: this build has no CUDA (configure with -DEPINFER_CUDA=ON)");
+#endif
+    } else {
+        backend = make_cpu_backend(1);
+    }
+    Communicator& ep = nccl != nullptr ? *nccl : *world;
+    std::vector<EpRow> rows;
+    for (const int64_t T : o.tokens) {
+        EPI_ASSIGN_OR_RETURN(EpRow row, bench_tokens(*world, ep, *backend, placement, T, o));
+        rows.push_back(row);
+    }
+    int64_t wrong = 0;
+    if (world->rank() == 0) {
+        std::printf("# epinfer bench ep: %d ranks, rows over %s, bookkeeping over MPI; H %lld fp32, E %lld, top-%lld "
+                    "uniform; median of %d iterations (the slowest rank's)\n",
+                    world->size(), ep.backend_name(), static_cast<long long>(o.hidden),
+                    static_cast<long long>(o.experts), static_cast<long long>(o.top_k), o.iters);
+        std::printf("%10s %12s %10s %12s %12s %12s %14s %6s\n", "tokens", "rows_sent", "MB_sent", "dispatch_us",
+                    "combine_us", "a2a_us", "dispatch/a2a", "check");
+        for (const EpRow& r : rows) {
+            const double mb = r.rows_sent * static_cast<double>(o.hidden) * 4.0 / 1e6;
+            std::printf("%10lld %12.1f %10.2f %12.1f %12.1f %12.1f %14.2f %6s\n", static_cast<long long>(r.tokens),
+                        r.rows_sent, mb, r.dispatch_us, r.combine_us, r.a2a_us,
+                        r.a2a_us > 0 ? r.dispatch_us / r.a2a_us : 0.0, r.wrong == 0 ? "ok" : "FAIL");
+        }
+        std::fflush(stdout);
+    }
+    for (const EpRow& r : rows) wrong += r.wrong;
+    if (wrong > 0) return internal_error(fmt::format("bench ep: {} combined elements differ from the expected sums", wrong));
+    return Status::ok();
+}
+
+}  // namespace
+
+void add_bench_ep_command(CLI::App& bench) {
+    auto opts = std::make_shared<BenchEpOptions>();
+    CLI::App* ep = bench.add_subcommand("ep", "EP dispatch and combine across ranks (DP attention's MoE transport)");
+    ep->add_option("--ranks", opts->ranks, "ranks; without MPI around, starts them through mpirun (default: the world)")
+        ->check(CLI::Range(1, 4096));
+    ep->add_option("--tokens", opts->tokens, "tokens per rank, comma separated (default 128,4096)")->delimiter(',');
+    ep->add_option("--hidden", opts->hidden, "row width H (default 7168)");
+    ep->add_option("--experts", opts->experts, "routed experts E (default 256)");
+    ep->add_option("--top-k", opts->top_k, "experts per token K (default 8)");
+    ep->add_option("--iters", opts->iters, "timed iterations (default 20)");
+    ep->add_option("--warmup-iters", opts->warmup_iters, "untimed iterations first (default 3)");
+    ep->add_option("--device", opts->device, "cpu: MPI on host rows; cuda: NCCL on GPU rows, one GPU per rank")
+        ->check(CLI::IsMember({"cpu", "cuda"}));
+    ep->callback([opts] { exit_on_error(run_bench_ep(*opts)); });
+}
+
+}  // namespace epinfer::cli
