@@ -19,8 +19,8 @@
 # (";"-separated flag sets, default "--tp 2;--ep 2;--pp 2;--dp 2 --ep 2"); SERVING_LAYOUTS (default
 # "1gpu;--tp 2;--ep 2;--pp 2"; 1gpu runs without mpirun, once, with the first of LINKS); LINKS (default
 # "nvlink no_p2p"); SERVING_CONFIG (default tests/data/configs/qwen3_30b_a3b.json); LEVELS (default
-# 1,8,64,256,1024) and PROMPTS (requests per level, default 4,16,128,256,1024); SERVING_TIMEOUT_S per run
-# (default 300).
+# 1,8,64,256,1024) and PROMPTS (requests per level, default 4,16,128,256,1024); SERVING_EXTRA (more bench
+# flags, e.g. "--num-layers 8"); SERVING_TIMEOUT_S per run (default 300).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT_DIR=${OUT_DIR:-layouts_out}
@@ -108,7 +108,8 @@ if [[ " $STEPS " == *" serving "* ]]; then
         for flags in "${layouts[@]}"; do
             name=$(name_of "$flags")
             args=(bench --config "$SERVING_CONFIG" --random-weights --device cuda --max-running 1024
-                  --concurrency "$LEVELS" --num-prompts "$PROMPTS" --input-len 128 --output-len 128)
+                  --concurrency "$LEVELS" --num-prompts "$PROMPTS" --input-len 128 --output-len 128
+                  ${SERVING_EXTRA:-})
             out="$OUT_DIR/bench_${name}_$link"
             if [ "$flags" = 1gpu ]; then
                 [ "$link" = "$first_link" ] || continue
