@@ -159,13 +159,37 @@ Result<EpRow> bench_tokens(Communicator& world, Communicator& ep, Backend& backe
     return row;
 }
 
+constexpr int64_t kMaxHidden = 65536, kMaxExperts = 65536, kMaxTokens = int64_t{1} << 20;
+constexpr int64_t kMaxRowElements = int64_t{1} << 31;  // tokens × hidden per rank (8 GiB of fp32)
+
+// Every flag, before any rank starts: one line naming the flag and its bound.
+Status check_options(const BenchEpOptions& o) {
+    const auto outside = [](const char* flag, int64_t v, int64_t lo, int64_t hi) {
+        return invalid_argument(fmt::format("bench ep: {} {} is outside [{}, {}]", flag, v, lo, hi));
+    };
+    if (o.hidden < 1 || o.hidden > kMaxHidden) return outside("--hidden", o.hidden, 1, kMaxHidden);
+    if (o.experts < 1 || o.experts > kMaxExperts) return outside("--experts", o.experts, 1, kMaxExperts);
+    if (o.top_k < 1 || o.top_k > o.experts) return outside("--top-k", o.top_k, 1, o.experts);
+    if (o.iters < 1) return outside("--iters", o.iters, 1, 1 << 20);
+    if (o.warmup_iters < 0) return outside("--warmup-iters", o.warmup_iters, 0, 1 << 20);
+    if (o.ranks > o.experts)
+        return invalid_argument(fmt::format("bench ep: --ranks {} exceeds --experts {} (every rank holds one)",
+                                            o.ranks, o.experts));
+    for (const int64_t t : o.tokens) {
+        if (t < 0 || t > kMaxTokens) return outside("--tokens", t, 0, kMaxTokens);
+        if (t * o.hidden > kMaxRowElements)
+            return invalid_argument(fmt::format("bench ep: --tokens {} × --hidden {} exceeds {} elements per rank", t,
+                                                o.hidden, kMaxRowElements));
+    }
+#if !EPINFER_WITH_CUDA
+    if (o.device == "cuda")
+        return not_supported("--device cuda: this build has no CUDA (configure with -DEPINFER_CUDA=ON)");
+#endif
+    return Status::ok();
+}
+
 Status run_bench_ep(const BenchEpOptions& o) {
-    if (o.hidden < 1 || o.experts < 1 || o.top_k < 1 || o.top_k > o.experts || o.iters < 1 || o.warmup_iters < 0)
-        return invalid_argument(fmt::format("bench ep: --hidden {}, --experts {}, --top-k {}, --iters {}: need "
-                                            "H ≥ 1, 1 ≤ K ≤ E, iters ≥ 1",
-                                            o.hidden, o.experts, o.top_k, o.iters));
-    for (const int64_t t : o.tokens)
-        if (t < 0 || t > (int64_t{1} << 20)) return invalid_argument(fmt::format("bench ep: --tokens {} outside [0, 2^20]", t));
+    EPI_RETURN_IF_ERROR(check_options(o));
     EPI_RETURN_IF_ERROR(env_comm_timeout_s().status());
     EPI_RETURN_IF_ERROR(relaunch_under_mpirun_if_needed(o.ranks));
     EPI_ASSIGN_OR_RETURN(std::unique_ptr<Communicator> world, create_world_communicator());
@@ -199,7 +223,7 @@ Status run_bench_ep(const BenchEpOptions& o) {
     }
     int64_t wrong = 0;
     if (world->rank() == 0) {
-        std::printf("# epinfer bench ep: %d ranks, rows over %s, bookkeeping over MPI; H %lld fp32, E %lld, top-%lld "
+        std::printf("# epinfer bench ep: %d rank(s), rows over %s, bookkeeping over MPI; H %lld fp32, E %lld, top-%lld "
                     "uniform; median of %d iterations (the slowest rank's)\n",
                     world->size(), ep.backend_name(), static_cast<long long>(o.hidden),
                     static_cast<long long>(o.experts), static_cast<long long>(o.top_k), o.iters);

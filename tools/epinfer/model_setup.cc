@@ -108,6 +108,10 @@ Result<SetupValues> parse_values(const ModelSetupFlags& f) {
     if (f.device != "cpu" && f.device != "cuda")
         return invalid_argument(fmt::format("--device '{}' is not one of cpu, cuda", f.device));
     v.cuda = f.device == "cuda";
+#if !EPINFER_WITH_CUDA
+    // Before a layout re-runs the command under mpirun, so that the error is one line.
+    if (v.cuda) return not_supported("--device cuda: this build has no CUDA (configure with -DEPINFER_CUDA=ON)");
+#endif
     EPI_ASSIGN_OR_RETURN(const int64_t threads, parse_flag_int(f.threads, "--threads", 0, kMaxThreads));
     v.threads = static_cast<int>(threads);
     EPI_ASSIGN_OR_RETURN(v.kv_cache_tokens, parse_flag_int(f.kv_cache_tokens, "--kv-cache-tokens", 0, int64_t{1} << 40));

@@ -176,6 +176,14 @@ TEST(BenchCli, BadFlagsAreOneErrorLine) {
                           "GET /v1/models failed");
 }
 
+TEST(BenchCli, BenchEpBadFlagsAreOneLineBeforeAnyRankStarts) {
+    expect_one_line_error(run_epinfer("bench ep --ranks 2 --tokens 8 --hidden 100000000000"),
+                          "bench ep: --hidden 100000000000 is outside [1, 65536]");
+    expect_one_line_error(run_epinfer("bench ep --ranks 9 --experts 8"), "--ranks 9 exceeds --experts 8");
+    expect_one_line_error(run_epinfer("bench ep --warmup-iters -1"), "--warmup-iters -1 is outside");
+    expect_one_line_error(run_epinfer("bench ep --tokens 1048576 --hidden 4096"), "exceeds 2147483648 elements");
+}
+
 TEST(BenchCli, CommStillRunsAsASubcommand) {
     const CliResult r = run_epinfer("bench comm --ranks 1 --min-bytes 1K --max-bytes 4K --iters 2");
     ASSERT_EQ(r.exit_code, 0) << r.err;
