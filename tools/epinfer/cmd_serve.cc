@@ -12,6 +12,8 @@
 // that drain cuts it short: the requests left are aborted at the next engine step (their clients get
 // finish_reason "abort"), then the same orderly stop, exit status 0 (as when --drain-timeout-s runs out).
 // A fatal engine error stops the server with "epinfer: error: ..." and exit status 1.
+#include <fmt/format.h>
+
 #include <charconv>
 #include <chrono>
 #include <cmath>
@@ -19,6 +21,7 @@
 #include <cstdio>
 #include <atomic>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 
@@ -46,7 +49,7 @@ struct ServeFlags {
     ModelSetupFlags setup;
     std::string host = "127.0.0.1";
     std::string port = "8000";
-    std::string served_model_name;  // default: --model (or --config with --random-weights) as given
+    std::optional<std::string> served_model_name;  // default: --model (or --config with --random-weights) as given
     std::string max_body_bytes = "1048576";
     std::string request_timeout_s = "600";
     std::string drain_timeout_s = "30";
@@ -71,7 +74,7 @@ Result<double> parse_seconds_flag(const std::string& text, const char* flag, dou
     const auto [ptr, ec] = std::from_chars(text.data(), end, value);
     if (text.empty() || ec != std::errc() || ptr != end || !std::isfinite(value))
         return invalid_argument(std::string(flag) + " '" + text + "' is not a finite number");
-    if (value < lo) return invalid_argument(std::string(flag) + " must be ≥ " + std::to_string(lo) + ", got " + text);
+    if (value < lo) return invalid_argument(fmt::format("{} must be ≥ {}, got {}", flag, lo, text));
     return value;
 }
 
@@ -92,9 +95,11 @@ Result<ServeValues> parse_serve_values(const ServeFlags& f) {
     EPI_ASSIGN_OR_RETURN(v.drain_timeout_s, parse_seconds_flag(f.drain_timeout_s, "--drain-timeout-s", 0.0));
     EPI_ASSIGN_OR_RETURN(const int64_t threads, parse_int_flag(f.http_threads, "--http-threads", 1, 4096));
     o.num_http_threads = static_cast<int>(threads);
-    o.model_name = !f.served_model_name.empty() ? f.served_model_name
-                   : !f.setup.model_dir.empty() ? f.setup.model_dir
-                                                : f.setup.config_file;
+    if (f.served_model_name.has_value() && f.served_model_name->empty())
+        return invalid_argument("--served-model-name must not be empty");
+    o.model_name = f.served_model_name.has_value() ? *f.served_model_name
+                   : !f.setup.model_dir.empty()    ? f.setup.model_dir
+                                                   : f.setup.config_file;
     return v;
 }
 

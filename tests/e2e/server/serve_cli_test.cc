@@ -168,6 +168,10 @@ TEST(ServeCli, BadFlagIsOneErrorLine) {
     expect_one_line_error(t, "--request-timeout-s 'soon' is not a finite number");
     const CliResult tp = run_epinfer("serve --model " + kTinyModel + " --tp 0");
     expect_one_line_error(tp, "--tp must be ≥ 1, got 0");
+    expect_one_line_error(run_epinfer("serve --model " + kTinyModel + " --served-model-name ''"),
+                          "--served-model-name must not be empty");
+    expect_one_line_error(run_epinfer("serve --model " + kTinyModel + " --drain-timeout-s -1"),
+                          "--drain-timeout-s must be ≥ 0, got -1");
 }
 
 }  // namespace
