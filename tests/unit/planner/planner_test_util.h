@@ -1,10 +1,14 @@
 // Hand-built ModelConfigs and a round-number hardware profile for the planner tests.
 #pragma once
 
+#include <gtest/gtest.h>
+
 #include <string>
 
 #include "checkpoint/model_config.h"
+#include "planner/cost_model.h"
 #include "planner/hardware_profile.h"
+#include "planner/model_costs.h"
 
 namespace epinfer::planner::testing {
 
@@ -80,5 +84,29 @@ inline std::string round_profile_json() {
            link("nvlink", 10, 100, 20, 50, 5, 200) +
            ", \"inter_node\": " + link("infiniband", 50, 10, 50, 10, 50, 10) + "}";
 }
+
+// The round-number model of tiny_gqa_config() priced on the profile hw_ that a derived fixture's SetUp sets:
+// CostInputs of 100 context tokens per request, and a step's collective term by name.
+class TinyModelCosts : public ::testing::Test {
+protected:
+    CostInputs inputs(ParallelLayout layout, int nodes = 1) const {
+        CostInputs in;
+        in.model = &model_;
+        in.hardware = &hw_;
+        in.layout = layout;
+        in.nodes = nodes;
+        in.context_tokens = 100;
+        return in;
+    }
+    // The term `what` of s.collectives; null when absent.
+    static const CollectiveTerm* term(const StepBreakdown& s, const std::string& what) {
+        for (const CollectiveTerm& t : s.collectives) {
+            if (t.what == what) return &t;
+        }
+        return nullptr;
+    }
+    HardwareProfile hw_;
+    ModelCosts model_ = model_costs(tiny_gqa_config());
+};
 
 }  // namespace epinfer::planner::testing

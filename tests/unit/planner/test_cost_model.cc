@@ -10,31 +10,13 @@
 namespace epinfer::planner {
 namespace {
 
-class RoundModel : public ::testing::Test {
+class RoundModel : public testing::TinyModelCosts {
 protected:
     void SetUp() override {
         auto profile = parse_hardware_profile(testing::round_profile_json(), "round.json");
         ASSERT_TRUE(profile.is_ok()) << profile.status().message();
         hw_ = *profile;
-        model_ = model_costs(testing::tiny_gqa_config());
     }
-    CostInputs inputs(ParallelLayout layout, int nodes = 1) const {
-        CostInputs in;
-        in.model = &model_;
-        in.hardware = &hw_;
-        in.layout = layout;
-        in.nodes = nodes;
-        in.context_tokens = 100;
-        return in;
-    }
-    const CollectiveTerm* term(const StepBreakdown& s, const std::string& what) const {
-        for (const CollectiveTerm& t : s.collectives) {
-            if (t.what == what) return &t;
-        }
-        return nullptr;
-    }
-    HardwareProfile hw_;
-    ModelCosts model_;
 };
 
 TEST_F(RoundModel, Tp2DecodeOneRequest) {

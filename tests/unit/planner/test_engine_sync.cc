@@ -30,28 +30,9 @@ HardwareProfile sync_profile() {
     return hw.is_ok() ? *hw : HardwareProfile{};
 }
 
-class EngineSync : public ::testing::Test {
+class EngineSync : public testing::TinyModelCosts {
 protected:
-    void SetUp() override {
-        hw_ = sync_profile();
-        model_ = model_costs(testing::tiny_gqa_config());
-    }
-    CostInputs inputs(ParallelLayout layout) const {
-        CostInputs in;
-        in.model = &model_;
-        in.hardware = &hw_;
-        in.layout = layout;
-        in.context_tokens = 100;
-        return in;
-    }
-    const CollectiveTerm* term(const StepBreakdown& s, const std::string& what) const {
-        for (const CollectiveTerm& t : s.collectives) {
-            if (t.what == what) return &t;
-        }
-        return nullptr;
-    }
-    HardwareProfile hw_;
-    ModelCosts model_;
+    void SetUp() override { hw_ = sync_profile(); }
 };
 
 // One request on one GPU of the tiny model (tp1), everything but the kernels, per layer: attention weights
