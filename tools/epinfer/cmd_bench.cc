@@ -325,6 +325,7 @@ Status run_bench_comm(const BenchCommOptions& opts) {
         return invalid_argument("--base-profile is used only with --profile-out FILE.json");
     }
     EPI_RETURN_IF_ERROR(env_comm_timeout_s().status());  // a bad setting fails here, before mpirun starts
+    EPI_RETURN_IF_ERROR(require_device_built(opts.device));
     EPI_RETURN_IF_ERROR(relaunch_under_mpirun_if_needed(opts.ranks));
     EPI_ASSIGN_OR_RETURN(std::unique_ptr<Communicator> comm, create_world_communicator());
     if (opts.ranks > 0 && comm->size() != opts.ranks) {
@@ -338,18 +339,15 @@ Status run_bench_comm(const BenchCommOptions& opts) {
     // --device cuda: one GPU per rank of a host, NCCL over the same ranks (bootstrapped over the world).
     std::unique_ptr<Backend> device;
     std::unique_ptr<Communicator> nccl;
+#if EPINFER_WITH_CUDA  // else --device cuda was refused before the ranks started
     if (opts.device == "cuda") {
         EPI_ASSIGN_OR_RETURN(const HostRanks host, host_ranks(comm.get()));
-#if EPINFER_WITH_CUDA
         EPI_ASSIGN_OR_RETURN(device, make_cuda_backend(host.index));
         NcclOptions nccl_options;
         nccl_options.device = host.index;
         EPI_ASSIGN_OR_RETURN(nccl, create_nccl_communicator(*comm, nccl_options));
-#else
-        (void)host;
-        return not_supported("--device cuda: this build has no CUDA (configure with -DEPINFER_CUDA=ON)");
-#endif
     }
+#endif
     Communicator& op_comm = nccl != nullptr ? *nccl : *comm;
     std::vector<BenchRow> rows;
     for (BenchOp op : {BenchOp::kAllReduce, BenchOp::kAllGather, BenchOp::kAllToAllV}) {

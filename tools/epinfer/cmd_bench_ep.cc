@@ -181,11 +181,7 @@ Status check_options(const BenchEpOptions& o) {
             return invalid_argument(fmt::format("bench ep: --tokens {} × --hidden {} exceeds {} elements per rank", t,
                                                 o.hidden, kMaxRowElements));
     }
-#if !EPINFER_WITH_CUDA
-    if (o.device == "cuda")
-        return not_supported("--device cuda: this build has no CUDA (configure with -DEPINFER_CUDA=ON)");
-#endif
-    return Status::ok();
+    return require_device_built(o.device);
 }
 
 Status run_bench_ep(const BenchEpOptions& o) {
@@ -200,21 +196,17 @@ Status run_bench_ep(const BenchEpOptions& o) {
     EPI_ASSIGN_OR_RETURN(const ExpertPlacement placement, ExpertPlacement::contiguous(o.experts, world->size()));
     std::unique_ptr<Backend> backend;
     std::unique_ptr<Communicator> nccl;
+#if EPINFER_WITH_CUDA  // else --device cuda was refused before the ranks started
     if (o.device == "cuda") {
         EPI_ASSIGN_OR_RETURN(const HostRanks host, host_ranks(world.get()));
-#if EPINFER_WITH_CUDA
         EPI_ASSIGN_OR_RETURN(backend, make_cuda_backend(host.index));
         NcclOptions options;
         options.device = host.index;
         options.stream = cuda_stream_of(*backend);
         EPI_ASSIGN_OR_RETURN(nccl, create_nccl_communicator(*world, options));
-#else
-        (void)host;
-        return not_supported("--device cuda: this build has no CUDA (configure with -DEPINFER_CUDA=ON)");
-#endif
-    } else {
-        backend = make_cpu_backend(1);
     }
+#endif
+    if (backend == nullptr) backend = make_cpu_backend(1);
     Communicator& ep = nccl != nullptr ? *nccl : *world;
     std::vector<EpRow> rows;
     for (const int64_t T : o.tokens) {

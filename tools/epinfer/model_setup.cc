@@ -107,11 +107,8 @@ Result<SetupValues> parse_values(const ModelSetupFlags& f) {
     }
     if (f.device != "cpu" && f.device != "cuda")
         return invalid_argument(fmt::format("--device '{}' is not one of cpu, cuda", f.device));
+    EPI_RETURN_IF_ERROR(require_device_built(f.device));
     v.cuda = f.device == "cuda";
-#if !EPINFER_WITH_CUDA
-    // Before a layout re-runs the command under mpirun, so that the error is one line.
-    if (v.cuda) return not_supported("--device cuda: this build has no CUDA (configure with -DEPINFER_CUDA=ON)");
-#endif
     EPI_ASSIGN_OR_RETURN(const int64_t threads, parse_flag_int(f.threads, "--threads", 0, kMaxThreads));
     v.threads = static_cast<int>(threads);
     EPI_ASSIGN_OR_RETURN(v.kv_cache_tokens, parse_flag_int(f.kv_cache_tokens, "--kv-cache-tokens", 0, int64_t{1} << 40));
@@ -142,6 +139,16 @@ Result<ModelConfig> read_config_file(const std::string& path) {
 
 }  // namespace
 
+Status require_device_built(const std::string& device) {
+#if !EPINFER_WITH_CUDA
+    if (device == "cuda")
+        return not_supported("--device cuda: this build has no CUDA (configure with -DEPINFER_CUDA=ON)");
+#else
+    (void)device;
+#endif
+    return Status::ok();
+}
+
 Result<HostRanks> host_ranks(Communicator* world) {
     if (world == nullptr || world->size() == 1) return HostRanks{};
     char host[256] = {};
@@ -153,14 +160,13 @@ Result<HostRanks> host_ranks(Communicator* world) {
 
 namespace {
 
+// v.cuda only in CUDA builds (parse_values: require_device_built).
 Result<std::unique_ptr<Backend>> make_backend(const SetupValues& v, int device_index) {
-    if (!v.cuda) return make_cpu_backend(v.threads);
 #if EPINFER_WITH_CUDA
-    return make_cuda_backend(device_index);
-#else
-    (void)device_index;
-    return not_supported("--device cuda: this build has no CUDA (configure with -DEPINFER_CUDA=ON)");
+    if (v.cuda) return make_cuda_backend(device_index);
 #endif
+    (void)device_index;
+    return make_cpu_backend(v.threads);
 }
 
 // The NCCL world over the ranks of `world`, on the stream of `backend`, when the ranks are several GPUs;

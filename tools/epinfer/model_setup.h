@@ -70,6 +70,10 @@ struct HostRanks {
 };
 Result<HostRanks> host_ranks(Communicator* world);
 
+// --device cuda in a build without CUDA: one kNotSupported line naming the CMake option; OK otherwise.
+// Called before a command re-runs itself under mpirun, so that the error is printed once.
+Status require_device_built(const std::string& device);
+
 // Registers the flags above on `cmd`. allow_random_weights: also --config, --random-weights, --num-layers,
 // --weights-seed and --random-dtype (then --model is optional); otherwise --model is required.
 void add_model_setup_flags(CLI::App& cmd, ModelSetupFlags& flags, bool allow_random_weights);

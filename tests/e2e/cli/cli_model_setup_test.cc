@@ -80,8 +80,12 @@ TEST(CliModelSetup, CudaWithoutCudaBuildIsOneLine) {
 #if EPINFER_WITH_CUDA
     GTEST_SKIP() << "this build has the CUDA backend";
 #else
-    expect_one_line_error(run_cli(generate(kModel, "--device cuda")),
-                          "--device cuda: this build has no CUDA (configure with -DEPINFER_CUDA=ON)");
+    const std::string no_cuda = "--device cuda: this build has no CUDA (configure with -DEPINFER_CUDA=ON)";
+    expect_one_line_error(run_cli(generate(kModel, "--device cuda")), no_cuda);
+    // Refused before a layout re-runs the command under mpirun: one line, not one per rank.
+    expect_one_line_error(run_cli(generate(kModel, "--device cuda --ep 2")), no_cuda);
+    expect_one_line_error(run_cli("bench comm --ranks 2 --device cuda"), no_cuda);
+    expect_one_line_error(run_cli("bench ep --ranks 2 --device cuda"), no_cuda);
 #endif
 }
 
