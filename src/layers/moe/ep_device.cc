@@ -15,12 +15,13 @@ Result<DeviceBuffer> upload(Backend& backend, const std::vector<T>& host) {
     return buffer;
 }
 
-// out[i] = table[rows[i]] for i < num_rows. table: [num_table_rows, H] fp32; rows: [num_rows] int32.
-Status gather_rows(Backend& backend, const float* table, int64_t num_table_rows, const DeviceBuffer& rows,
+// out[i] = table[rows[i]] for i < num_rows. table: [num_table_rows, H] fp32; rows: [num_rows] int32; both
+// in the backend's memory.
+Status gather_rows(Backend& backend, const float* table, int64_t num_table_rows, const int32_t* rows,
                    int64_t num_rows, int64_t hidden, float* out) {
     if (num_rows == 0) return Status::ok();
     EmbeddingArgs gather;
-    gather.token_ids = static_cast<const int32_t*>(rows.data());
+    gather.token_ids = rows;
     gather.table = table;
     gather.table_dtype = DType::kF32;
     gather.out = out;
@@ -57,7 +58,8 @@ Result<EpDeviceDispatch> ep_dispatch_device(Backend& backend, Communicator& host
         send_row[i] = static_cast<int32_t>(args.first_token) + h.token_of_send[i];
     EPI_ASSIGN_OR_RETURN(DeviceBuffer send_row_dev, upload(backend, send_row));
     EPI_ASSIGN_OR_RETURN(DeviceBuffer send, DeviceBuffer::alloc_f32(backend, num_sent * H));  // [num_sent, H]
-    EPI_RETURN_IF_ERROR(gather_rows(backend, args.x, args.num_rows, send_row_dev, num_sent, H, send.f32()));
+    EPI_RETURN_IF_ERROR(gather_rows(backend, args.x, args.num_rows, static_cast<const int32_t*>(send_row_dev.data()),
+                                    num_sent, H, send.f32()));
     EPI_ASSIGN_OR_RETURN(out.rows, DeviceBuffer::alloc_f32(backend, out.plan.num_rows * H));
     EPI_RETURN_IF_ERROR_CTX(ep.all_to_all_v({send.data(), times(h.send_counts, H), times(h.send_displs, H),
                                              out.rows.data(), times(h.recv_counts, H), times(h.recv_displs, H),
@@ -83,22 +85,22 @@ Status ep_combine_device(Backend& backend, Communicator& ep, const EpDeviceCombi
                                              DType::kF32}),
                             "ep combine");
     if (T == 0) return Status::ok();
-    // row_of[d][t]: the row of home that EP rank d returned for token t (the zero row when none).
+    // row_of[d · T + t]: the row of home that EP rank d returned for token t (the zero row when none).
     const size_t n = h.send_counts.size();
-    std::vector<std::vector<int32_t>> row_of(n, std::vector<int32_t>(static_cast<size_t>(T),
-                                                                     static_cast<int32_t>(num_sent)));
+    std::vector<int32_t> row_of(n * static_cast<size_t>(T), static_cast<int32_t>(num_sent));  // [ep, T]
     if (args.write) {
         for (size_t d = 0; d < n; ++d) {
             for (int64_t i = 0; i < h.send_counts[d]; ++i) {
                 const int64_t row = h.send_displs[d] + i;
                 const int64_t t = args.first_token + h.token_of_send[static_cast<size_t>(row)];
-                row_of[d][static_cast<size_t>(t)] = static_cast<int32_t>(row);
+                row_of[d * static_cast<size_t>(T) + static_cast<size_t>(t)] = static_cast<int32_t>(row);
             }
         }
     }
+    EPI_ASSIGN_OR_RETURN(DeviceBuffer row_of_dev, upload(backend, row_of));
     EPI_ASSIGN_OR_RETURN(DeviceBuffer term, DeviceBuffer::alloc_f32(backend, T * H));  // [T, H]
     for (size_t d = 0; d < n; ++d) {
-        EPI_ASSIGN_OR_RETURN(DeviceBuffer rows_d, upload(backend, row_of[d]));
+        const int32_t* rows_d = static_cast<const int32_t*>(row_of_dev.data()) + d * static_cast<size_t>(T);
         EPI_RETURN_IF_ERROR(gather_rows(backend, home.f32(), num_sent + 1, rows_d, T, H, d == 0 ? args.out : term.f32()));
         if (d == 0) continue;
         AddArgs add;
