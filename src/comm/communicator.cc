@@ -161,6 +161,10 @@ Status Communicator::barrier() {
     return do_barrier();
 }
 
+Status Communicator::synchronize() {
+    return do_synchronize();
+}
+
 Result<std::unique_ptr<Communicator>> Communicator::split(int color, int key, const std::string& name) {
     if (color < 0) {
         return invalid_argument(

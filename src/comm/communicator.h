@@ -11,6 +11,11 @@
 //    returns kTimeout, e.g. "rank 3/8: all_to_all_v timed out after 300 s waiting for peers", and the
 //    communicator is broken: later calls return kCommFailure at once. The buffers of the timed-out call
 //    may still be written by the backend until the process exits: keep them alive, report, exit.
+//  - Completion: CPU backends return when the operation is done. A device backend (NCCL) may return once
+//    the operation is queued on its stream, where later work on that stream is ordered after it; read a
+//    result on the host or time an operation after synchronize(). A queued operation is still bounded: one
+//    that has not completed timeout_s() after it was queued breaks the communicator (NCCL: a watchdog
+//    aborts it, so nothing waiting on the stream hangs), and the next call or synchronize() reports it.
 //  - A failed peer or transport is kCommFailure naming the rank and the operation.
 //  - Counts are elements of `dtype`; buffers are host memory for CPU backends, device memory for NCCL.
 //  - Reductions support F32, F64, I32 and I64 (reduce bf16 activations in fp32). Data movement (gather,
@@ -100,7 +105,12 @@ public:
     Status send_recv(const SendRecvArgs& args);
     // Copies [count] elements of `root`'s buf to every rank's buf.
     Status broadcast(void* buf, int64_t count, DType dtype, int root);
+    // Blocks the host until the rank's part of every operation issued so far is done. Also the barrier
+    // for device backends: returns kTimeout/kCommFailure when one of them failed or timed out.
     Status barrier();
+    // Waits until every operation this rank issued on this communicator has completed (a no-op for CPU
+    // backends); reports a failure or timeout of any of them, bounded by timeout_s().
+    Status synchronize();
     // Collective: ranks with the same color form one new group, ordered by (key, rank). color ≥ 0.
     // `name` labels the group in error messages ("tp", "ep", ...).
     Result<std::unique_ptr<Communicator>> split(int color, int key, const std::string& name);
@@ -126,6 +136,7 @@ protected:
     virtual Status do_send_recv(const SendRecvArgs& args) = 0;
     virtual Status do_broadcast(void* buf, int64_t count, DType dtype, int root) = 0;
     virtual Status do_barrier() = 0;
+    virtual Status do_synchronize() = 0;
     virtual Result<std::unique_ptr<Communicator>> do_split(int color, int key, const std::string& name) = 0;
 
 private:

@@ -8,11 +8,15 @@
 #include <nccl.h>
 
 #include <chrono>
+#include <condition_variable>
 #include <cstring>
+#include <deque>
+#include <memory>
 #include <mutex>
 #include <thread>
 #include <type_traits>
 #include <utility>
+#include <vector>
 
 namespace epinfer {
 namespace {
@@ -158,21 +162,37 @@ ncclResult_t poll_until_ready(const NcclApi& api, ncclComm_t comm, Clock::time_p
     }
 }
 
+// What the communicators of one NCCL world (the world and its splits) share: the first failure or timeout
+// of any of them. The rank's collectives are then out of step with its peers, so every one of them refuses
+// further calls with it.
+struct NcclHealth {
+    std::mutex mu;
+    Status failure;  // ok while usable
+};
+
 class NcclCommunicator final : public Communicator {
 public:
     NcclCommunicator(CommIdentity identity, double timeout_s, const NcclApi& api, ncclComm_t comm, int device,
-                     cudaStream_t stream, bool owns_stream)
+                     cudaStream_t stream, bool owns_stream, std::shared_ptr<NcclHealth> health)
         : Communicator(std::move(identity), timeout_s),
           api_(api),
           comm_(comm),
           device_(device),
           stream_(stream),
-          owns_stream_(owns_stream) {}
+          owns_stream_(owns_stream),
+          health_(std::move(health)),
+          watchdog_([this] { watch(); }) {}
 
     ~NcclCommunicator() override {
+        {
+            std::lock_guard<std::mutex> lock(mu_);
+            stopping_ = true;
+        }
+        wake_.notify_all();
+        watchdog_.join();
         cudaSetDevice(device_);
         if (comm_ != nullptr) {
-            // Finalize flushes the communicator's work; bounded, then abort.
+            // Finalize flushes the communicator's queued work; bounded, then abort.
             const ncclResult_t rc = api_.comm_finalize(comm_);
             const bool done = (rc == ncclSuccess || rc == ncclInProgress) &&
                               poll_until_ready(api_, comm_, deadline_after(timeout_s())) == ncclSuccess;
@@ -182,6 +202,8 @@ public:
                 api_.comm_abort(comm_);
             }
         }
+        for (const Pending& p : pending_) cudaEventDestroy(p.done);
+        for (cudaEvent_t e : free_events_) cudaEventDestroy(e);
         if (barrier_buf_ != nullptr) cudaFree(barrier_buf_);
         if (owns_stream_ && stream_ != nullptr) cudaStreamDestroy(stream_);
     }
@@ -191,31 +213,35 @@ public:
 protected:
     Status do_all_reduce(const void* send, void* recv, int64_t count, DType dtype, ReduceOp op) override {
         const Clock::time_point deadline = deadline_after(timeout_s());
+        std::lock_guard<std::mutex> lock(mu_);
         EPI_RETURN_IF_ERROR(usable("all_reduce"));
         const ncclResult_t rc = api_.all_reduce(send, recv, static_cast<size_t>(count),
                                                 nccl_reduce_type(dtype), nccl_op(op), comm_, stream_);
-        return finish("all_reduce", rc, deadline);
+        return queued("all_reduce", rc, deadline);
     }
 
     Status do_all_gather(const void* send, void* recv, int64_t count_per_rank, DType dtype) override {
         const Clock::time_point deadline = deadline_after(timeout_s());
+        std::lock_guard<std::mutex> lock(mu_);
         EPI_RETURN_IF_ERROR(usable("all_gather"));
         const ncclResult_t rc =
             api_.all_gather(send, recv, bytes(count_per_rank, dtype), ncclUint8, comm_, stream_);
-        return finish("all_gather", rc, deadline);
+        return queued("all_gather", rc, deadline);
     }
 
     Status do_reduce_scatter(const void* send, void* recv, int64_t count_per_rank, DType dtype,
                              ReduceOp op) override {
         const Clock::time_point deadline = deadline_after(timeout_s());
+        std::lock_guard<std::mutex> lock(mu_);
         EPI_RETURN_IF_ERROR(usable("reduce_scatter"));
         const ncclResult_t rc = api_.reduce_scatter(send, recv, static_cast<size_t>(count_per_rank),
                                                     nccl_reduce_type(dtype), nccl_op(op), comm_, stream_);
-        return finish("reduce_scatter", rc, deadline);
+        return queued("reduce_scatter", rc, deadline);
     }
 
     Status do_all_to_all_v(const AllToAllVArgs& args) override {
         const Clock::time_point deadline = deadline_after(timeout_s());
+        std::lock_guard<std::mutex> lock(mu_);
         EPI_RETURN_IF_ERROR(usable("all_to_all_v"));
         const size_t me = static_cast<size_t>(rank());
         if (args.send_counts[me] != args.recv_counts[me]) {
@@ -242,7 +268,7 @@ protected:
             }
         }
         const ncclResult_t end = api_.group_end();
-        return finish("all_to_all_v", rc != ncclSuccess ? rc : end, deadline);
+        return queued("all_to_all_v", rc != ncclSuccess ? rc : end, deadline);
     }
 
     Status do_send_recv(const SendRecvArgs& args) override {
@@ -250,6 +276,7 @@ protected:
         const char* op = args.send_peer >= 0 && args.recv_peer >= 0 ? "send_recv"
                          : args.send_peer >= 0                      ? "send"
                                                                     : "recv";
+        std::lock_guard<std::mutex> lock(mu_);
         EPI_RETURN_IF_ERROR(usable(op));
         const bool send_self = args.send_peer == rank(), recv_self = args.recv_peer == rank();
         if (send_self || recv_self) {
@@ -260,8 +287,7 @@ protected:
                                 "count in one send_recv",
                                 rank_label(), op));
             }
-            EPI_RETURN_IF_ERROR(device_copy(op, args.recv, args.send, bytes(args.send_count, args.dtype)));
-            return finish(op, ncclSuccess, deadline);
+            return device_copy(op, args.recv, args.send, bytes(args.send_count, args.dtype));
         }
         ncclResult_t rc = api_.group_start();
         if (rc == ncclSuccess && args.send_peer >= 0) {
@@ -273,35 +299,44 @@ protected:
                            stream_);
         }
         const ncclResult_t end = api_.group_end();
-        return finish(op, rc != ncclSuccess ? rc : end, deadline);
+        return queued(op, rc != ncclSuccess ? rc : end, deadline);
     }
 
     Status do_broadcast(void* buf, int64_t count, DType dtype, int root) override {
         const Clock::time_point deadline = deadline_after(timeout_s());
+        std::lock_guard<std::mutex> lock(mu_);
         EPI_RETURN_IF_ERROR(usable("broadcast"));
         const ncclResult_t rc =
             api_.broadcast(buf, buf, bytes(count, dtype), ncclUint8, root, comm_, stream_);
-        return finish("broadcast", rc, deadline);
+        return queued("broadcast", rc, deadline);
     }
 
     Status do_barrier() override {
         const Clock::time_point deadline = deadline_after(timeout_s());
-        EPI_RETURN_IF_ERROR(usable("barrier"));
-        if (barrier_buf_ == nullptr) {
-            cudaSetDevice(device_);
-            if (cudaMalloc(&barrier_buf_, sizeof(int32_t)) != cudaSuccess) {
-                cudaGetLastError();
-                barrier_buf_ = nullptr;
-                return Status(StatusCode::kOutOfMemory, rank_label() + ": barrier: cannot allocate 4 bytes");
+        {
+            std::lock_guard<std::mutex> lock(mu_);
+            EPI_RETURN_IF_ERROR(usable("barrier"));
+            if (barrier_buf_ == nullptr) {
+                cudaSetDevice(device_);
+                if (cudaMalloc(&barrier_buf_, sizeof(int32_t)) != cudaSuccess) {
+                    cudaGetLastError();
+                    barrier_buf_ = nullptr;
+                    return Status(StatusCode::kOutOfMemory,
+                                  rank_label() + ": barrier: cannot allocate 4 bytes");
+                }
             }
+            const ncclResult_t rc =
+                api_.all_reduce(barrier_buf_, barrier_buf_, 1, ncclInt32, ncclSum, comm_, stream_);
+            EPI_RETURN_IF_ERROR(queued("barrier", rc, deadline));
         }
-        const ncclResult_t rc =
-            api_.all_reduce(barrier_buf_, barrier_buf_, 1, ncclInt32, ncclSum, comm_, stream_);
-        return finish("barrier", rc, deadline);
+        return wait_for_stream("barrier", deadline);
     }
+
+    Status do_synchronize() override { return wait_for_stream("synchronize", deadline_after(timeout_s())); }
 
     Result<std::unique_ptr<Communicator>> do_split(int color, int key, const std::string& name) override {
         const Clock::time_point deadline = deadline_after(timeout_s());
+        std::lock_guard<std::mutex> lock(mu_);
         EPI_RETURN_IF_ERROR(usable("split"));
         cudaSetDevice(device_);
         ncclConfig_t config = nonblocking_config();
@@ -311,8 +346,7 @@ protected:
         rc = sub != nullptr ? poll_until_ready(api_, sub, deadline) : poll_until_ready(api_, comm_, deadline);
         if (rc == ncclInProgress) {
             if (sub != nullptr) api_.comm_abort(sub);
-            abort_comm("split");
-            return timeout_error("split");
+            return break_with(timeout_error("split"));
         }
         if (rc != ncclSuccess || sub == nullptr) {
             if (sub != nullptr) api_.comm_abort(sub);
@@ -328,16 +362,26 @@ protected:
             api_.comm_abort(sub);
             return comm_failure("split", "cannot create a CUDA stream");
         }
-        return std::unique_ptr<Communicator>(
-            new NcclCommunicator(std::move(id), timeout_s(), api_, sub, device_, stream, owns_stream_));
+        return std::unique_ptr<Communicator>(new NcclCommunicator(std::move(id), timeout_s(), api_, sub,
+                                                                  device_, stream, owns_stream_, health_));
     }
 
 private:
+    // An operation queued on the stream: `done` is recorded after it.
+    struct Pending {
+        cudaEvent_t done;
+        Clock::time_point deadline;
+        const char* op;
+    };
+
     static size_t bytes(int64_t count, DType dtype) { return static_cast<size_t>(count) * dtype_size(dtype); }
 
+    // kCommFailure once any communicator of this NCCL world has failed or timed out.
     Status usable(const char* op) const {
-        if (broken_op_.empty()) return Status::ok();
-        return comm_failure(op, "the communicator is unusable after an earlier failure in " + broken_op_);
+        std::lock_guard<std::mutex> lock(health_->mu);
+        if (health_->failure.is_ok()) return Status::ok();
+        return comm_failure(
+            op, "the communicator is unusable after an earlier failure: " + health_->failure.message());
     }
 
     Status device_copy(const char* op, void* dst, const void* src, size_t num_bytes) {
@@ -345,62 +389,124 @@ private:
         const cudaError_t err = cudaMemcpyAsync(dst, src, num_bytes, cudaMemcpyDeviceToDevice, stream_);
         if (err != cudaSuccess) {
             cudaGetLastError();
-            broken_op_ = op;
-            return comm_failure(op, fmt::format("cudaMemcpyAsync: {}", cudaGetErrorString(err)));
+            return break_with(comm_failure(op, fmt::format("cudaMemcpyAsync: {}", cudaGetErrorString(err))));
         }
         return Status::ok();
     }
 
-    // After the call that returned `start_rc`: waits until it is enqueued, then until the stream has run
-    // it, or until `deadline` (then aborts: kTimeout).
-    Status finish(const char* op, ncclResult_t start_rc, Clock::time_point deadline) {
+    // After the NCCL call that returned `start_rc` (mu_ held): waits until NCCL has queued it on the
+    // stream (or aborts at `deadline`: kTimeout), then hands it to the watchdog.
+    Status queued(const char* op, ncclResult_t start_rc, Clock::time_point deadline) {
         if (start_rc != ncclSuccess && start_rc != ncclInProgress) return fail(op, start_rc);
         const ncclResult_t enqueued = poll_until_ready(api_, comm_, deadline);
-        if (enqueued == ncclInProgress) {
-            abort_comm(op);
-            return timeout_error(op);
-        }
+        if (enqueued == ncclInProgress) return break_with(timeout_error(op));
         if (enqueued != ncclSuccess) return fail(op, enqueued);
+        cudaEvent_t done = nullptr;
+        if (!free_events_.empty()) {
+            done = free_events_.back();
+            free_events_.pop_back();
+        } else if (cudaEventCreateWithFlags(&done, cudaEventDisableTiming) != cudaSuccess) {
+            cudaGetLastError();
+            return break_with(comm_failure(op, "cannot create a CUDA event"));
+        }
+        if (cudaEventRecord(done, stream_) != cudaSuccess) {
+            cudaGetLastError();
+            cudaEventDestroy(done);
+            return break_with(comm_failure(op, "cannot record a CUDA event"));
+        }
+        pending_.push_back({done, deadline, op});
+        if (pending_.size() == 1) wake_.notify_all();
+        return Status::ok();
+    }
+
+    // Polls the stream until it has run everything queued so far, the watchdog reports a failure, or
+    // `deadline` (then breaks the communicator: kTimeout).
+    Status wait_for_stream(const char* op, Clock::time_point deadline) {
         const Clock::time_point start = Clock::now();
         for (int polls = 0;; ++polls) {
+            EPI_RETURN_IF_ERROR(usable(op));
             const cudaError_t q = cudaStreamQuery(stream_);
             if (q == cudaSuccess) return Status::ok();
             if (q != cudaErrorNotReady) {
                 cudaGetLastError();
-                abort_comm(op);
-                return comm_failure(op, fmt::format("CUDA error {} while waiting", cudaGetErrorString(q)));
+                std::lock_guard<std::mutex> lock(mu_);
+                return break_with(
+                    comm_failure(op, fmt::format("CUDA error {} while waiting", cudaGetErrorString(q))));
             }
-            ncclResult_t state = ncclSuccess;
-            api_.comm_get_async_error(comm_, &state);
-            if (state != ncclSuccess && state != ncclInProgress) return fail(op, state);
             if (Clock::now() >= deadline) {
-                abort_comm(op);
-                return timeout_error(op);
+                std::lock_guard<std::mutex> lock(mu_);
+                return break_with(timeout_error(op));
             }
             backoff(polls, start);
         }
     }
 
-    Status fail(const char* op, ncclResult_t rc) {
-        const std::string why = api_.error(rc, comm_);
-        abort_comm(op);
-        return comm_failure(op, why);
+    // The watchdog thread: retires completed operations; the oldest one still running past its deadline,
+    // or an asynchronous NCCL error, breaks the communicator (its NCCL kernels then exit, so the stream
+    // and whatever waits on it move on).
+    void watch() {
+        cudaSetDevice(device_);
+        std::unique_lock<std::mutex> lock(mu_);
+        while (!stopping_) {
+            wake_.wait_for(lock,
+                           pending_.empty() ? std::chrono::milliseconds(200) : std::chrono::milliseconds(1));
+            while (!pending_.empty()) {
+                const Pending& oldest = pending_.front();
+                const cudaError_t q = cudaEventQuery(oldest.done);
+                if (q == cudaSuccess) {
+                    free_events_.push_back(oldest.done);
+                    pending_.pop_front();
+                    continue;
+                }
+                if (q != cudaErrorNotReady) {
+                    cudaGetLastError();
+                    static_cast<void>(break_with(comm_failure(
+                        oldest.op, fmt::format("CUDA error {} while running", cudaGetErrorString(q)))));
+                    break;
+                }
+                ncclResult_t state = ncclSuccess;
+                if (comm_ != nullptr) api_.comm_get_async_error(comm_, &state);
+                if (state != ncclSuccess && state != ncclInProgress) {
+                    static_cast<void>(fail(oldest.op, state));  // recorded for the next call
+                } else if (Clock::now() >= oldest.deadline) {
+                    static_cast<void>(break_with(timeout_error(oldest.op)));
+                }
+                break;
+            }
+        }
     }
 
-    // Aborts the NCCL communicator (its kernels exit) and marks this one unusable.
-    void abort_comm(const char* op) {
-        broken_op_ = op;
+    // Records `why` as the NCCL world's failure (the first one wins) and aborts this communicator (mu_
+    // held); returns `why`.
+    Status break_with(Status why) {
+        {
+            std::lock_guard<std::mutex> lock(health_->mu);
+            if (health_->failure.is_ok()) health_->failure = why;
+        }
         if (comm_ != nullptr) api_.comm_abort(comm_);
         comm_ = nullptr;
+        for (const Pending& p : pending_) free_events_.push_back(p.done);
+        pending_.clear();
+        return why;
+    }
+
+    Status fail(const char* op, ncclResult_t rc) {
+        return break_with(comm_failure(op, api_.error(rc, comm_)));
     }
 
     const NcclApi& api_;
+    std::mutex mu_;  // guards comm_, pending_, free_events_, stopping_ (the NCCL calls and the watchdog's)
+    std::condition_variable wake_;
     ncclComm_t comm_;
     int device_;
     cudaStream_t stream_;
     bool owns_stream_;
+    std::shared_ptr<NcclHealth> health_;
+    std::deque<Pending> pending_;  // oldest first
+    std::vector<cudaEvent_t> free_events_;
+    bool stopping_ = false;
     void* barrier_buf_ = nullptr;  // [1] int32, device
-    std::string broken_op_;        // the operation that timed out or failed; "" while usable
+    std::thread watchdog_;         // last: starts once the members above exist
 };
 
 }  // namespace
@@ -463,7 +569,8 @@ Result<std::unique_ptr<Communicator>> create_nccl_communicator(Communicator& boo
                       fmt::format("{}: nccl init: {}", who, why));
     }
     return std::unique_ptr<Communicator>(new NcclCommunicator(bootstrap.identity(), timeout_s, nccl, comm,
-                                                              options.device, stream, owns_stream));
+                                                              options.device, stream, owns_stream,
+                                                              std::make_shared<NcclHealth>()));
 }
 
 }  // namespace epinfer

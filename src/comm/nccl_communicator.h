@@ -5,13 +5,18 @@
 // under mpirun; at world size 1 the single-rank communicator, so no MPI is needed). libnccl.so.2 is loaded
 // at run time (dlopen) by the first create_nccl_communicator, so binaries built with CUDA start on machines
 // without NCCL; only this factory then fails.
-// Bounded waits: every NCCL communicator is non-blocking (ncclConfig_t.blocking = 0). Init, split and every
-// operation are polled — ncclCommGetAsyncError until the call is enqueued, then cudaStreamQuery until the
-// GPU work is done — against a deadline of timeout_s() from the call's start; on expiry the communicator is
-// aborted (ncclCommAbort), the call returns kTimeout and later calls kCommFailure (Communicator contract).
-// Streams: operations run on the communicator's stream (NcclOptions::stream, else one it creates) and
-// return when they have completed on the GPU. Device buffers written on another stream must be ready
-// before the call (synchronize that backend first).
+// Completion: an operation returns once NCCL has queued it on the communicator's stream (NcclOptions::
+// stream, else one it creates); work queued on that stream later runs after it, and the host waits only
+// in synchronize() or barrier(). So a decode step queues its kernels and collectives without draining the
+// GPU at each collective. Device buffers written on another stream must be ready before the call.
+// Bounded waits: every NCCL communicator is non-blocking (ncclConfig_t.blocking = 0). Init, split and the
+// enqueue of every operation are polled (ncclCommGetAsyncError) against a deadline of timeout_s() from
+// the call's start. A watchdog thread per communicator follows the queued operations (a CUDA event after
+// each): one still running timeout_s() after its call, or an asynchronous NCCL error, aborts the
+// communicator (ncclCommAbort: its kernels exit, so a host wait on the stream returns). The first such
+// failure breaks the world and every communicator split from it: their next call, synchronize() or
+// barrier() returns kCommFailure quoting it ("... unusable after an earlier failure: rank 1/4:
+// all_reduce timed out after 300 s waiting for peers"); a deadline passed while polling returns kTimeout.
 // NCCL has no tags: sends and receives between two ranks match in issue order and `tag` is only
 // validated; a receive whose count differs from the matching send is not detected (undefined, as in
 // NCCL). A send to oneself must be paired with its receive in one send_recv call (a device copy then).

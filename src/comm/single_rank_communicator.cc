@@ -67,6 +67,7 @@ protected:
     }
     Status do_broadcast(void*, int64_t, DType, int) override { return Status::ok(); }
     Status do_barrier() override { return Status::ok(); }
+    Status do_synchronize() override { return Status::ok(); }
     Result<std::unique_ptr<Communicator>> do_split(int, int, const std::string& name) override {
         CommIdentity id = identity();
         id.name = name;

@@ -29,6 +29,7 @@ Result<std::unique_ptr<ParallelContext>> create_parallel_context(Communicator& w
     ctx->layout = layout;
     ctx->coords = layout.coords(world.rank());
     ctx->world = &world;
+    ctx->device_world = device_world;
     EPI_ASSIGN_OR_RETURN(ctx->stage, split_group(data, layout, GroupKind::kStage));
     EPI_ASSIGN_OR_RETURN(ctx->attn_tp, split_group(data, layout, GroupKind::kAttnTp));
     EPI_ASSIGN_OR_RETURN(ctx->moe_tp, split_group(data, layout, GroupKind::kMoeTp));

@@ -33,6 +33,7 @@ struct ParallelContext {
     ParallelLayout layout;
     RankCoords coords;
     Communicator* world = nullptr;           // not owned
+    Communicator* device_world = nullptr;    // not owned; the NCCL world the groups below come from (GPUs)
     std::unique_ptr<Communicator> stage;     // the W ranks of this pipeline stage
     std::unique_ptr<Communicator> attn_tp;   // split attention heads, dense MLP, shared experts
     std::unique_ptr<Communicator> moe_tp;    // split each routed expert's I

@@ -245,6 +245,10 @@ Status Model::forward(const ForwardArgs& args) {
             forward_micro_batch(args, static_cast<size_t>(mb.begin), static_cast<size_t>(mb.end()), out);
         if (!st.is_ok()) return pp > 1 ? st.with_context("micro-batch " + std::to_string(m)) : st;
     }
+    // NCCL operations return once queued: one that failed or timed out on the GPU is reported here, before
+    // any output of the step is used.
+    if (parallel_ != nullptr && parallel_->device_world != nullptr)
+        EPI_RETURN_IF_ERROR_CTX(parallel_->device_world->synchronize(), "forward");
     if (pp > 1 && greedy && num_seqs > 0) {
         const int64_t n = static_cast<int64_t>(num_seqs);
         Communicator& pipeline = *parallel_->host_pipeline;  // the outputs are host memory

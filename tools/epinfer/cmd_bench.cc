@@ -7,6 +7,10 @@
 // all_to_all (n−1)/n. `size` is as in nccl-tests: the all_reduce buffer, the gathered buffer, and what
 // each rank sends in the all-to-all. The check column compares every received element with the
 // expected rank-coded value after the timed iterations (wrong = elements that differ, summed over ranks).
+// time_us is one op from a barrier until it has completed (a device backend: synchronize()); queued_us is
+// the time per op of --iters ops issued back to back and waited for once, as nccl-tests times them and as
+// an engine pays them when it does not wait per op (NCCL queues each op on the stream and returns); the
+// profile of --profile-out is fitted to queued_us.
 // Exits 1 when any check fails. --profile-out writes the measurements as a hardware profile: the base
 // profile with intra_node.{all_reduce, all_gather, all_to_all} measured (profile_out.h, docs/planner.md).
 //   epinfer bench comm --ranks 4
@@ -35,8 +39,8 @@
 #endif
 #include "comm/communicator.h"
 #include "comm/nccl_communicator.h"
-#include "core/env.h"
 #include "commands.h"
+#include "core/env.h"
 #include "model_setup.h"
 #include "mpi_launch.h"
 #include "profile_out.h"
@@ -52,8 +56,8 @@ struct BenchCommOptions {
     int iters = 10;
     int warmup_iters = 2;
     std::string json_path;
-    std::string profile_out;   // write a hardware profile here (rank 0)
-    std::string base_profile;  // ... starting from this one (name or file), required with profile_out
+    std::string profile_out;     // write a hardware profile here (rank 0)
+    std::string base_profile;    // ... starting from this one (name or file), required with profile_out
     std::string device = "cpu";  // cpu: MPI on host buffers; cuda: NCCL on GPU buffers, one GPU per rank
 };
 
@@ -82,7 +86,8 @@ struct BenchRow {
     BenchOp op;
     int64_t size_bytes;  // as nccl-tests counts it (see the file comment)
     int64_t count;   // fp32 elements per rank: all_reduce buffer, all_gather block, all-to-all block per peer
-    double time_us;  // median over iterations of the slowest rank's time
+    double time_us;  // median over iterations of the slowest rank's time, one op from a barrier to its end
+    double queued_us;  // per op, `iters` ops issued back to back then waited for once (nccl-tests' figure)
     double algbw_gbps;
     double busbw_gbps;
     int64_t wrong;  // elements that differ from the expected value, summed over ranks
@@ -131,7 +136,8 @@ public:
         if (device_ == nullptr) return Status::ok();
         EPI_ASSIGN_OR_RETURN(send_dev_, DeviceBuffer::alloc(*device_, send_.size() * sizeof(float)));
         EPI_ASSIGN_OR_RETURN(recv_dev_, DeviceBuffer::alloc(*device_, recv_.size() * sizeof(float)));
-        EPI_RETURN_IF_ERROR(device_->copy_to_device(send_dev_.data(), send_.data(), send_.size() * sizeof(float)));
+        EPI_RETURN_IF_ERROR(
+            device_->copy_to_device(send_dev_.data(), send_.data(), send_.size() * sizeof(float)));
         return device_->synchronize();
     }
 
@@ -192,8 +198,8 @@ private:
 };
 
 // `comm` carries the op (MPI, or NCCL with `device`); `world` (MPI) the barriers and the result exchange.
-Result<BenchRow> bench_one(Communicator& world, Communicator& comm, Backend* device, BenchOp op, uint64_t bytes,
-                           const BenchCommOptions& opts) {
+Result<BenchRow> bench_one(Communicator& world, Communicator& comm, Backend* device, BenchOp op,
+                           uint64_t bytes, const BenchCommOptions& opts) {
     const int n = comm.size();
     // Elements per rank (per peer for all-to-all), at least one; size is then what nccl-tests reports.
     const int64_t total_floats = static_cast<int64_t>(bytes / sizeof(float));
@@ -203,13 +209,24 @@ Result<BenchRow> bench_one(Communicator& world, Communicator& comm, Backend* dev
     OpCase c(comm, op, count, device);
     EPI_RETURN_IF_ERROR(c.upload());
     for (int i = 0; i < opts.warmup_iters; ++i) EPI_RETURN_IF_ERROR(c.run());
+    EPI_RETURN_IF_ERROR(comm.synchronize());
+    // Back to back (the same buffers each time; the result is checked after the timed loop below).
+    EPI_RETURN_IF_ERROR(world.barrier());
+    auto start = std::chrono::steady_clock::now();
+    for (int i = 0; i < opts.iters; ++i) EPI_RETURN_IF_ERROR(c.run());
+    EPI_RETURN_IF_ERROR(comm.synchronize());
+    double queued_us =
+        std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start).count() /
+        opts.iters;
+    EPI_RETURN_IF_ERROR(world.all_reduce(&queued_us, &queued_us, 1, DType::kF64, ReduceOp::kMax));
     EPI_RETURN_IF_ERROR(c.clear_result());
     if (device != nullptr) EPI_RETURN_IF_ERROR(device->synchronize());
     std::vector<double> times_us(static_cast<size_t>(opts.iters));
     for (int i = 0; i < opts.iters; ++i) {
         EPI_RETURN_IF_ERROR(world.barrier());
-        const auto start = std::chrono::steady_clock::now();
+        start = std::chrono::steady_clock::now();
         EPI_RETURN_IF_ERROR(c.run());
+        EPI_RETURN_IF_ERROR(comm.synchronize());
         times_us[static_cast<size_t>(i)] =
             std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start).count();
     }
@@ -223,7 +240,8 @@ Result<BenchRow> bench_one(Communicator& world, Communicator& comm, Backend* dev
     int64_t wrong = c.count_wrong();
     EPI_RETURN_IF_ERROR(world.all_reduce(&wrong, &wrong, 1, DType::kI64, ReduceOp::kSum));
     const double algbw_gbps = static_cast<double>(size_bytes) / (median_us * 1e-6) / 1e9;
-    return BenchRow{op, size_bytes, count, median_us, algbw_gbps, algbw_gbps * bus_factor(op, n), wrong};
+    return BenchRow{op,   size_bytes, count, median_us, queued_us, algbw_gbps, algbw_gbps * bus_factor(op, n),
+                    wrong};
 }
 
 void print_table(const Communicator& comm, const BenchCommOptions& opts, const std::vector<BenchRow>& rows) {
@@ -231,12 +249,12 @@ void print_table(const Communicator& comm, const BenchCommOptions& opts, const s
                 comm.backend_name(), comm.size(), opts.iters, opts.warmup_iters);
     std::printf(
         "# busbw = algbw x 2(n-1)/n (all_reduce), x (n-1)/n (all_gather, all_to_all_v), as nccl-tests\n");
-    std::printf("%-13s %12s %10s %12s %11s %11s %6s\n", "op", "size_bytes", "count", "time_us", "algbw_GB/s",
-                "busbw_GB/s", "check");
+    std::printf("%-13s %12s %10s %12s %11s %11s %6s %12s\n", "op", "size_bytes", "count", "time_us",
+                "algbw_GB/s", "busbw_GB/s", "check", "queued_us");
     for (const BenchRow& row : rows) {
-        std::printf("%-13s %12lld %10lld %12.1f %11.3f %11.3f %6s\n", bench_op_name(row.op),
+        std::printf("%-13s %12lld %10lld %12.1f %11.3f %11.3f %6s %12.1f\n", bench_op_name(row.op),
                     static_cast<long long>(row.size_bytes), static_cast<long long>(row.count), row.time_us,
-                    row.algbw_gbps, row.busbw_gbps, row.wrong == 0 ? "ok" : "FAIL");
+                    row.algbw_gbps, row.busbw_gbps, row.wrong == 0 ? "ok" : "FAIL", row.queued_us);
     }
     std::fflush(stdout);
 }
@@ -254,6 +272,7 @@ Status write_json(const std::string& path, const Communicator& comm, const Bench
                                   {"size_bytes", row.size_bytes},
                                   {"count", row.count},
                                   {"time_us", row.time_us},
+                                  {"queued_us", row.queued_us},
                                   {"algbw_gbps", row.algbw_gbps},
                                   {"busbw_gbps", row.busbw_gbps},
                                   {"check", row.wrong == 0 ? "ok" : "FAIL"},
@@ -308,7 +327,7 @@ planner::Calibration comm_calibration(const Communicator& comm, const std::vecto
         for (const BenchRow& row : rows) {
             // Tiny messages can round to the same size (one element per peer): keep the first.
             if (row.op != op || (!m.points.empty() && row.size_bytes <= m.points.back().first)) continue;
-            m.points.emplace_back(static_cast<double>(row.size_bytes), row.time_us);
+            m.points.emplace_back(static_cast<double>(row.size_bytes), row.queued_us);
         }
         cal.collectives.push_back(std::move(m));
     }
@@ -378,8 +397,9 @@ Status run_bench_comm(const BenchCommOptions& opts) {
 
 void add_bench_command(CLI::App& app) {
     CLI::App* bench = app.add_subcommand(
-        "bench", "Serving benchmark: throughput and latency per concurrency level (subcommands: comm, the "
-                 "collectives; moe, one MoE layer on the GPU; ep, EP dispatch and combine)");
+        "bench",
+        "Serving benchmark: throughput and latency per concurrency level (subcommands: comm, the "
+        "collectives; moe, one MoE layer on the GPU; ep, EP dispatch and combine)");
     bench->require_subcommand(0, 1);
     auto opts = std::make_shared<BenchCommOptions>();
     CLI::App* comm =

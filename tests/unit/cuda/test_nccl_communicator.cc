@@ -1,11 +1,20 @@
 // The NCCL communicator (comm/nccl_communicator.h) at world size 1, bootstrapped over the single-rank
 // communicator (no MPI): every operation on device buffers, split, the errors it reports before touching
-// NCCL. Skips without a GPU, and with the loader's reason where libnccl.so.2 cannot be loaded.
+// NCCL, and the watchdog that bounds a queued operation. Skips without a GPU, and with the loader's reason
+// where libnccl.so.2 cannot be loaded. Operations return once queued on the communicator's stream: every
+// result is read after synchronize() (synced_download).
 #include <gtest/gtest.h>
 
 #if EPINFER_WITH_CUDA
+#include <cuda_runtime.h>
+
+#include <atomic>
+#include <chrono>
 #include <cstdint>
+#include <cstdio>
+#include <cstdlib>
 #include <memory>
+#include <thread>
 #include <vector>
 
 #include "comm/nccl_communicator.h"
@@ -34,6 +43,14 @@ protected:
     std::unique_ptr<Communicator> comm_;
 };
 
+// `count` elements of `device` once `comm` has finished what it queued.
+template <typename T>
+std::vector<T> synced_download(Communicator& comm, const void* device, size_t count) {
+    const Status st = comm.synchronize();
+    EXPECT_TRUE(st.is_ok()) << st.to_string();
+    return download<T>(device, count);
+}
+
 TEST_F(NcclCommunicatorTest, IdentityFollowsTheBootstrap) {
     EXPECT_STREQ(comm_->backend_name(), "nccl");
     EXPECT_EQ(comm_->rank(), 0);
@@ -47,24 +64,24 @@ TEST_F(NcclCommunicatorTest, CollectivesOnDeviceBuffers) {
     cuda::CudaBuffer in = upload(host);
     cuda::CudaBuffer out = poisoned<float>(host.size());
     ASSERT_TRUE(comm_->all_reduce(in.data(), out.data(), 1000, DType::kF32, ReduceOp::kSum).is_ok());
-    EXPECT_EQ(download<float>(out.data(), host.size()), host);
+    EXPECT_EQ(synced_download<float>(*comm_, out.data(), host.size()), host);
     ASSERT_TRUE(
         comm_->all_reduce(in.data(), in.data(), 1000, DType::kF32, ReduceOp::kMax).is_ok());  // in place
-    EXPECT_EQ(download<float>(in.data(), host.size()), host);
+    EXPECT_EQ(synced_download<float>(*comm_, in.data(), host.size()), host);
 
     cuda::CudaBuffer gathered = poisoned<float>(host.size());
     ASSERT_TRUE(comm_->all_gather(in.data(), gathered.data(), 1000, DType::kF32).is_ok());
-    EXPECT_EQ(download<float>(gathered.data(), host.size()), host);
+    EXPECT_EQ(synced_download<float>(*comm_, gathered.data(), host.size()), host);
 
     const std::vector<int64_t> ints = {1, -2, 3, 1LL << 40};
     cuda::CudaBuffer i_in = upload(ints), i_out = poisoned<int64_t>(ints.size());
     ASSERT_TRUE(comm_->reduce_scatter(i_in.data(), i_out.data(), 4, DType::kI64, ReduceOp::kSum).is_ok());
-    EXPECT_EQ(download<int64_t>(i_out.data(), ints.size()), ints);
+    EXPECT_EQ(synced_download<int64_t>(*comm_, i_out.data(), ints.size()), ints);
 
     const std::vector<uint16_t> bf16 = random_bf16(77, 9, 3.0f);
     cuda::CudaBuffer b = upload(bf16);
     ASSERT_TRUE(comm_->broadcast(b.data(), 77, DType::kBF16, 0).is_ok());  // moved, never reduced
-    EXPECT_EQ(download<uint16_t>(b.data(), bf16.size()), bf16);
+    EXPECT_EQ(synced_download<uint16_t>(*comm_, b.data(), bf16.size()), bf16);
     EXPECT_TRUE(comm_->barrier().is_ok());
 }
 
@@ -80,7 +97,7 @@ TEST_F(NcclCommunicatorTest, PointToPointWithItself) {
     pair.recv_peer = 0;
     pair.dtype = DType::kI32;
     ASSERT_TRUE(comm_->send_recv(pair).is_ok());
-    EXPECT_EQ(download<int32_t>(dst.data(), host.size()), host);
+    EXPECT_EQ(synced_download<int32_t>(*comm_, dst.data(), host.size()), host);
     // A lone send to oneself cannot be queued by NCCL: refused before anything is issued.
     EXPECT_EQ(comm_->send(src.data(), 6, DType::kI32, 0).code(), StatusCode::kInvalidArgument);
 
@@ -95,7 +112,7 @@ TEST_F(NcclCommunicatorTest, PointToPointWithItself) {
     a2a.recv_displs = recv_displs;
     a2a.dtype = DType::kI32;
     ASSERT_TRUE(comm_->all_to_all_v(a2a).is_ok());
-    const std::vector<int32_t> got = download<int32_t>(all.data(), 8);
+    const std::vector<int32_t> got = synced_download<int32_t>(*comm_, all.data(), 8);
     EXPECT_EQ(std::vector<int32_t>(got.begin() + 2, got.end()), host);
 }
 
@@ -108,7 +125,7 @@ TEST_F(NcclCommunicatorTest, SplitMakesAWorkingSubGroup) {
     const std::vector<double> host = {0.5, -1.25};
     cuda::CudaBuffer buf = upload(host);
     ASSERT_TRUE((*sub)->all_reduce(buf.data(), buf.data(), 2, DType::kF64, ReduceOp::kSum).is_ok());
-    EXPECT_EQ(download<double>(buf.data(), 2), host);
+    EXPECT_EQ(synced_download<double>(**sub, buf.data(), 2), host);
 }
 
 TEST_F(NcclCommunicatorTest, ArgumentErrorsComeBeforeNccl) {
@@ -128,6 +145,50 @@ TEST(NcclCommunicatorFactory, MissingDeviceIsNotSupported) {
     options.device = 4096;
     auto comm = create_nccl_communicator(*bootstrap, options);
     EXPECT_EQ(comm.status().code(), StatusCode::kNotSupported) << comm.status().to_string();
+}
+
+// The watchdog: an all_reduce queued behind a stream that a host function holds past the 1 s timeout
+// breaks the communicator; the call itself returned at once, and synchronize() and later calls report
+// the timeout. Run in a child process (gtest's threadsafe death-test style re-executes this binary with
+// only this test): the abort leaves NCCL state that the other tests of this process must not share.
+void stuck_all_reduce_then_exit() {
+    cudaStream_t stream = nullptr;
+    if (cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking) != cudaSuccess) std::_Exit(2);
+    auto bootstrap = create_single_rank_communicator(60.0);
+    NcclOptions options;
+    options.stream = stream;
+    options.timeout_s = 1.0;
+    auto comm = create_nccl_communicator(*bootstrap, options);
+    if (!comm.is_ok()) std::_Exit(comm.status().code() == StatusCode::kNotSupported ? 0 : 3);
+    static std::atomic<bool> release{false};
+    const auto hold = [](void*) {  // bounded: 20 s
+        for (int i = 0; i < 2000 && !release.load(); ++i)
+            std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    };
+    if (cudaLaunchHostFunc(stream, hold, nullptr) != cudaSuccess) std::_Exit(4);
+    void* buf = nullptr;
+    if (cudaMalloc(&buf, 64) != cudaSuccess) std::_Exit(5);
+    const auto start = std::chrono::steady_clock::now();
+    const Status queued = (*comm)->all_reduce(buf, buf, 16, DType::kF32, ReduceOp::kSum);
+    const double queue_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+    const Status synced = (*comm)->synchronize();
+    release = true;
+    cudaStreamSynchronize(stream);
+    const Status later = (*comm)->all_reduce(buf, buf, 16, DType::kF32, ReduceOp::kSum);
+    std::fprintf(stderr, "queued %s in %.3f s\nsynchronize %s\nlater %s\n", queued.to_string().c_str(),
+                 queue_s, synced.to_string().c_str(), later.to_string().c_str());
+    const bool ok = queued.is_ok() && queue_s < 0.5 && synced.code() == StatusCode::kCommFailure &&
+                    later.code() == StatusCode::kCommFailure;
+    std::_Exit(ok ? 0 : 1);
+}
+
+TEST(NcclCommunicatorWatchdog, AQueuedOperationStuckPastTheTimeoutBreaksTheCommunicator) {
+    if (!cuda::cuda_require_device().is_ok()) GTEST_SKIP() << cuda::cuda_require_device().message();
+    GTEST_FLAG_SET(death_test_style, "threadsafe");
+    EXPECT_EXIT(stuck_all_reduce_then_exit(), ::testing::ExitedWithCode(0),
+                "synchronize .*all_reduce timed out after 1 s waiting for peers\nlater .*unusable after an "
+                "earlier failure");
 }
 
 }  // namespace
