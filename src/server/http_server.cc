@@ -113,6 +113,21 @@ const char* route_method(const std::string& path) {
     return nullptr;
 }
 
+// A method that may carry a body on a path that does not answer it, answered before the HTTP library reads
+// a body: otherwise one sent without Content-Length (`curl -X POST .../health`) would wait for a body until
+// the read timeout, then get 400. A body that is announced is read and dropped (the connection stays
+// usable). Status 404 → the error handler (install_routes): 405 with Allow on a known path.
+void answer_no_such_route(const httplib::Request& req, httplib::Response& res,
+                          const httplib::ContentReader& reader) {
+    const auto drop = [](const char*, size_t) { return true; };
+    if (req.is_multipart_form_data()) {
+        reader([](const httplib::MultipartFormData&) { return true; }, drop);
+    } else if (req.has_header("Content-Length") || req.has_header("Transfer-Encoding")) {
+        reader(drop);
+    }
+    res.status = 404;
+}
+
 bool write_text(httplib::DataSink& sink, const std::string& text) { return sink.write(text.data(), text.size()); }
 
 std::string sse_event(const json& data) { return "data: " + dump_json(data) + "\n\n"; }
@@ -350,6 +365,13 @@ struct HttpServer::Impl {
         http.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
             res.set_content(metrics.render(loop.stats()), "text/plain; version=0.0.4; charset=utf-8");
         });
+        // POST, PUT, PATCH and DELETE on a path that does not answer them: answer_no_such_route. (Handlers
+        // with a content reader are tried before the plain ones, so the POST pattern leaves out POST's route.)
+        const httplib::Server::HandlerWithContentReader no_such_route = answer_no_such_route;
+        http.Post("(?!/v1/completions$).*", no_such_route);
+        http.Put(".*", no_such_route);
+        http.Patch(".*", no_such_route);
+        http.Delete(".*", no_such_route);
         // Every status ≥ 400 passes here; a body set by a handler is kept.
         http.set_error_handler(httplib::Server::HandlerWithResponse(
             [this](const httplib::Request& req, httplib::Response& res) {

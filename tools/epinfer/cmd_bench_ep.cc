@@ -13,6 +13,7 @@
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
+#include <charconv>
 #include <chrono>
 #include <cstdio>
 #include <memory>
@@ -39,7 +40,7 @@ using Clock = std::chrono::steady_clock;
 
 struct BenchEpOptions {
     int ranks = 0;  // 0: the world's size
-    std::vector<int64_t> tokens = {128, 4096};
+    std::string tokens = "128,4096";  // --tokens as given, parsed by parse_token_counts
     int64_t hidden = 7168;  // DeepSeek-V3 / Kimi K2
     int64_t experts = 256;
     int64_t top_k = 8;
@@ -162,11 +163,36 @@ Result<EpRow> bench_tokens(Communicator& world, Communicator& ep, Backend& backe
 constexpr int64_t kMaxHidden = 65536, kMaxExperts = 65536, kMaxTokens = int64_t{1} << 20;
 constexpr int64_t kMaxRowElements = int64_t{1} << 31;  // tokens × hidden per rank (8 GiB of fp32)
 
+Status outside(const char* flag, int64_t v, int64_t lo, int64_t hi) {
+    return invalid_argument(fmt::format("bench ep: {} {} is outside [{}, {}]", flag, v, lo, hi));
+}
+
+// --tokens: comma-separated integers in [0, kMaxTokens]. Errors: one line naming the value and the item.
+Result<std::vector<int64_t>> parse_token_counts(const std::string& text) {
+    std::vector<int64_t> counts;
+    size_t begin = 0;
+    for (;;) {
+        const size_t end = std::min(text.find(',', begin), text.size());
+        const std::string item = text.substr(begin, end - begin);
+        if (item.empty())
+            return invalid_argument(
+                fmt::format("bench ep: --tokens '{}' has an empty item (give integers separated by single commas)",
+                            text));
+        int64_t value = 0;
+        const char* last = item.data() + item.size();
+        const auto [ptr, ec] = std::from_chars(item.data(), last, value);
+        if (ec != std::errc() || ptr != last)
+            return invalid_argument(
+                fmt::format("bench ep: --tokens '{}': '{}' is not an integer", text, item));
+        if (value < 0 || value > kMaxTokens) return outside("--tokens", value, 0, kMaxTokens);
+        counts.push_back(value);
+        if (end == text.size()) return counts;
+        begin = end + 1;
+    }
+}
+
 // Every flag, before any rank starts: one line naming the flag and its bound.
-Status check_options(const BenchEpOptions& o) {
-    const auto outside = [](const char* flag, int64_t v, int64_t lo, int64_t hi) {
-        return invalid_argument(fmt::format("bench ep: {} {} is outside [{}, {}]", flag, v, lo, hi));
-    };
+Status check_options(const BenchEpOptions& o, const std::vector<int64_t>& token_counts) {
     if (o.hidden < 1 || o.hidden > kMaxHidden) return outside("--hidden", o.hidden, 1, kMaxHidden);
     if (o.experts < 1 || o.experts > kMaxExperts) return outside("--experts", o.experts, 1, kMaxExperts);
     if (o.top_k < 1 || o.top_k > o.experts) return outside("--top-k", o.top_k, 1, o.experts);
@@ -175,8 +201,7 @@ Status check_options(const BenchEpOptions& o) {
     if (o.ranks > o.experts)
         return invalid_argument(fmt::format("bench ep: --ranks {} exceeds --experts {} (every rank holds one)",
                                             o.ranks, o.experts));
-    for (const int64_t t : o.tokens) {
-        if (t < 0 || t > kMaxTokens) return outside("--tokens", t, 0, kMaxTokens);
+    for (const int64_t t : token_counts) {
         if (t * o.hidden > kMaxRowElements)
             return invalid_argument(fmt::format("bench ep: --tokens {} × --hidden {} exceeds {} elements per rank", t,
                                                 o.hidden, kMaxRowElements));
@@ -185,7 +210,8 @@ Status check_options(const BenchEpOptions& o) {
 }
 
 Status run_bench_ep(const BenchEpOptions& o) {
-    EPI_RETURN_IF_ERROR(check_options(o));
+    EPI_ASSIGN_OR_RETURN(const std::vector<int64_t> token_counts, parse_token_counts(o.tokens));
+    EPI_RETURN_IF_ERROR(check_options(o, token_counts));
     EPI_RETURN_IF_ERROR(env_comm_timeout_s().status());
     EPI_RETURN_IF_ERROR(relaunch_under_mpirun_if_needed(o.ranks));
     EPI_ASSIGN_OR_RETURN(std::unique_ptr<Communicator> world, create_world_communicator());
@@ -209,7 +235,7 @@ Status run_bench_ep(const BenchEpOptions& o) {
     if (backend == nullptr) backend = make_cpu_backend(1);
     Communicator& ep = nccl != nullptr ? *nccl : *world;
     std::vector<EpRow> rows;
-    for (const int64_t T : o.tokens) {
+    for (const int64_t T : token_counts) {
         EPI_ASSIGN_OR_RETURN(EpRow row, bench_tokens(*world, ep, *backend, placement, T, o));
         rows.push_back(row);
     }
@@ -241,7 +267,7 @@ void add_bench_ep_command(CLI::App& bench) {
     CLI::App* ep = bench.add_subcommand("ep", "EP dispatch and combine across ranks (DP attention's MoE transport)");
     ep->add_option("--ranks", opts->ranks, "ranks; without MPI around, starts them through mpirun (default: the world)")
         ->check(CLI::Range(1, 4096));
-    ep->add_option("--tokens", opts->tokens, "tokens per rank, comma separated (default 128,4096)")->delimiter(',');
+    ep->add_option("--tokens", opts->tokens, "tokens per rank, comma separated (default 128,4096)");
     ep->add_option("--hidden", opts->hidden, "row width H (default 7168)");
     ep->add_option("--experts", opts->experts, "routed experts E (default 256)");
     ep->add_option("--top-k", opts->top_k, "experts per token K (default 8)");

@@ -12,6 +12,13 @@
 // that drain cuts it short: the requests left are aborted at the next engine step (their clients get
 // finish_reason "abort"), then the same orderly stop, exit status 0 (as when --drain-timeout-s runs out).
 // A fatal engine error stops the server with "epinfer: error: ..." and exit status 1.
+// Under a layout started outside MPI, the process started is mpirun's supervisor (mpi_launch.h): it
+// turns each SIGTERM or SIGINT into a SIGUSR1 that mpirun forwards to every rank (a SIGTERM to mpirun
+// would make it kill the ranks), and every rank takes SIGUSR1 as it takes SIGTERM: rank 0 drains (the
+// first) or cuts the drain (the next), the followers run on until rank 0's shutdown releases them. The
+// supervisor exits with mpirun's status, 0 after that orderly stop; if mpirun has not exited
+// --drain-timeout-s + 60 s after the first signal, the supervisor ends it (SIGTERM, then SIGKILL).
+// Before the ranks are ready (weights loading) a stop signal ends them at once, exit status not 0.
 #include <fmt/format.h>
 
 #include <charconv>
@@ -34,16 +41,22 @@ namespace epinfer::cli {
 
 namespace {
 
-volatile std::sig_atomic_t g_stop_signal = 0;       // the last SIGTERM or SIGINT
+volatile std::sig_atomic_t g_stop_signal = 0;       // the last SIGTERM, SIGINT or SIGUSR1
 volatile std::sig_atomic_t g_num_stop_signals = 0;  // how many have come
 
-// Both signals are blocked while it runs (install_stop_handlers), so the count is not torn.
+// The stop signals are blocked while it runs (install_stop_handlers), so the count is not torn.
 extern "C" void on_stop_signal(int signal_number) {
     g_stop_signal = signal_number;
     g_num_stop_signals = g_num_stop_signals + 1;
 }
 
-const char* signal_name(int signal_number) { return signal_number == SIGINT ? "SIGINT" : "SIGTERM"; }
+const char* signal_name(int signal_number) {
+    return signal_number == SIGINT ? "SIGINT" : signal_number == SIGUSR1 ? "SIGUSR1" : "SIGTERM";
+}
+
+// From the first stop signal, how long mpirun's supervisor waits beyond --drain-timeout-s for the ranks to
+// exit: the responses being written, the engine's shutdown and MPI's teardown.
+constexpr double kMpirunExitMarginS = 60.0;
 
 struct ServeFlags {
     ModelSetupFlags setup;
@@ -103,19 +116,20 @@ Result<ServeValues> parse_serve_values(const ServeFlags& f) {
     return v;
 }
 
+// SIGTERM, SIGINT and SIGUSR1 (what mpirun's supervisor sends the ranks instead) stop the server.
 void install_stop_handlers() {
     struct sigaction action {};
     action.sa_handler = on_stop_signal;
     sigemptyset(&action.sa_mask);
-    sigaddset(&action.sa_mask, SIGTERM);
-    sigaddset(&action.sa_mask, SIGINT);
-    sigaction(SIGTERM, &action, nullptr);
-    sigaction(SIGINT, &action, nullptr);
+    for (const int signal_number : {SIGTERM, SIGINT, SIGUSR1}) sigaddset(&action.sa_mask, signal_number);
+    for (const int signal_number : {SIGTERM, SIGINT, SIGUSR1}) sigaction(signal_number, &action, nullptr);
 }
 
 Status run_serve(const ServeFlags& flags) {
     EPI_ASSIGN_OR_RETURN(const ServeValues values, parse_serve_values(flags));
-    EPI_ASSIGN_OR_RETURN(ModelSetup setup, start_model(flags.setup));
+    ModelSetupFlags setup_flags = flags.setup;
+    setup_flags.mpirun_stop = MpirunStop{SIGUSR1, values.drain_timeout_s + kMpirunExitMarginS};
+    EPI_ASSIGN_OR_RETURN(ModelSetup setup, start_model(setup_flags));
     // From here a signal drains the server instead of killing the process (followers wait for the driver).
     install_stop_handlers();
     EPI_ASSIGN_OR_RETURN(std::unique_ptr<Engine> engine, Engine::create(*setup.model, setup.engine_options));

@@ -304,7 +304,7 @@ Result<ModelSetup> start_model(const ModelSetupFlags& flags) {
     if (v.layout_given || launched_by_mpi()) {
         if (!launched_by_mpi()) {
             EPI_RETURN_IF_ERROR(validate_layout(setup.layout, dims, setup.layout.world_size()));
-            EPI_RETURN_IF_ERROR(relaunch_under_mpirun_if_needed(setup.layout.world_size()));
+            EPI_RETURN_IF_ERROR(relaunch_under_mpirun_if_needed(setup.layout.world_size(), flags.mpirun_stop));
         }
         EPI_ASSIGN_OR_RETURN(setup.world, create_world_communicator());
         EPI_RETURN_IF_ERROR(validate_layout(setup.layout, dims, setup.world->size()));

@@ -2,7 +2,8 @@
 // device and the KV cache, and what they drive, in order:
 //   1. config.json (or --config FILE with --random-weights) → ModelConfig (a family the runtime does not
 //      run, e.g. gpt_oss, stops here with kNotSupported); the layout flags → ParallelLayout, validated
-//      against it; outside MPI, re-run under mpirun on the layout's ranks (mpi_launch.h);
+//      against it; outside MPI, re-run under mpirun on the layout's ranks, this process staying as its
+//      supervisor (mpi_launch.h; start_model does not return there);
 //   2. the backend (--device cpu: make_cpu_backend(--threads); cuda: make_cuda_backend(this host's rank),
 //      in CUDA builds only) and the layout's ParallelContext: its activation groups over NCCL (bootstrapped
 //      over MPI, on the backend's stream) when the ranks are several GPUs, over MPI for CPU ranks;
@@ -60,6 +61,9 @@ struct ModelSetupFlags {
     std::string max_waiting = "4096";      // --max-waiting
     std::string memory_fraction = "0.9";   // --memory-fraction of the device's memory epinfer may use
     bool no_decode_graphs = false;         // --no-decode-graphs (Model::set_decode_graphs(false))
+    // Not a flag, set by the command: what the supervisor of the mpirun that step 1 starts does with a
+    // SIGTERM or SIGINT (mpi_launch.h; default: mpirun ends the ranks).
+    MpirunStop mpirun_stop;
 };
 
 // Ranks of this host (a split of the world by host name) and this rank's place among them: a rank's GPU is

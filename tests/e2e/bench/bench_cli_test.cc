@@ -182,6 +182,14 @@ TEST(BenchCli, BenchEpBadFlagsAreOneLineBeforeAnyRankStarts) {
     expect_one_line_error(run_epinfer("bench ep --ranks 9 --experts 8"), "--ranks 9 exceeds --experts 8");
     expect_one_line_error(run_epinfer("bench ep --warmup-iters -1"), "--warmup-iters -1 is outside");
     expect_one_line_error(run_epinfer("bench ep --tokens 1048576 --hidden 4096"), "exceeds 2147483648 elements");
+    // A list with an empty item, a word or a negative count: one line naming the value, before any rank starts.
+    expect_one_line_error(run_epinfer("bench ep --ranks 2 --tokens 1,,2"),
+                          "bench ep: --tokens '1,,2' has an empty item");
+    expect_one_line_error(run_epinfer("bench ep --ranks 2 --tokens 8,"), "bench ep: --tokens '8,' has an empty item");
+    expect_one_line_error(run_epinfer("bench ep --ranks 2 --tokens 8,x"),
+                          "bench ep: --tokens '8,x': 'x' is not an integer");
+    expect_one_line_error(run_epinfer("bench ep --ranks 2 --tokens 8,-1"),
+                          "bench ep: --tokens -1 is outside [0, 1048576]");
 }
 
 TEST(BenchCli, CommStillRunsAsASubcommand) {

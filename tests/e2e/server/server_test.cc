@@ -3,7 +3,11 @@
 // request gets its status and JSON error (405 with Allow for another method on a known path), a client
 // that goes away mid-stream frees its KV blocks, a full queue answers 503, draining finishes running
 // requests, and a load loop leaves no block behind.
+#include <arpa/inet.h>
 #include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
@@ -329,6 +333,76 @@ TEST_F(TinyServer, WrongMethodOnAKnownPathIs405WithAllow) {
     const HttpReply metrics = http_get(port(), "/metrics");
     ASSERT_EQ(metrics.status, 200);
     EXPECT_EQ(metric_value(metrics.body, "epinfer_requests_total{status=\"405\"}"), -1.0) << metrics.body;
+}
+
+// Sends each request (raw HTTP/1.1 text) on one keep-alive connection after the previous reply has been
+// read, and returns the replies (head and Content-Length body); stops at the first reply that does not come
+// within kClientTimeoutS.
+std::vector<std::string> raw_http_exchange(int port, const std::vector<std::string>& requests) {
+    std::vector<std::string> replies;
+    const int fd = socket(AF_INET, SOCK_STREAM, 0);
+    if (fd < 0) return replies;
+    const timeval timeout{kClientTimeoutS, 0};
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof(timeout));
+    setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &timeout, sizeof(timeout));
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_port = htons(static_cast<uint16_t>(port));
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (connect(fd, reinterpret_cast<const sockaddr*>(&addr), sizeof(addr)) != 0) {
+        close(fd);
+        return replies;
+    }
+    std::string pending;  // received, not yet returned
+    for (const std::string& request : requests) {
+        const ssize_t sent = send(fd, request.data(), request.size(), MSG_NOSIGNAL);
+        if (sent != static_cast<ssize_t>(request.size())) break;
+        size_t head_end = std::string::npos;
+        size_t reply_size = 0;
+        while (reply_size == 0 || pending.size() < reply_size) {
+            if (head_end == std::string::npos && (head_end = pending.find("\r\n\r\n")) != std::string::npos) {
+                const size_t at = pending.find("Content-Length: ");
+                const size_t body_bytes = at < head_end ? std::stoul(pending.substr(at + 16)) : 0;
+                reply_size = head_end + 4 + body_bytes;
+                continue;
+            }
+            char buf[4096];
+            const ssize_t n = recv(fd, buf, sizeof(buf), 0);
+            if (n <= 0) break;
+            pending.append(buf, static_cast<size_t>(n));
+        }
+        if (reply_size == 0 || pending.size() < reply_size) break;
+        replies.push_back(pending.substr(0, reply_size));
+        pending.erase(0, reply_size);
+    }
+    close(fd);
+    return replies;
+}
+
+// A POST without Content-Length or body on a GET route (`curl -X POST .../health`) gets its 405 at once, as
+// with a body, instead of the HTTP library waiting for a body and answering 400; announced bodies are read
+// and dropped, so the connection goes on with the next request.
+TEST_F(TinyServer, BodilessWrongMethodIs405AndTheConnectionGoesOn) {
+    const std::vector<std::string> replies = raw_http_exchange(
+        port(), {"POST /health HTTP/1.1\r\nHost: localhost\r\n\r\n",
+                 "PUT /v1/models HTTP/1.1\r\nHost: localhost\r\nContent-Length: 5\r\n\r\nhello",
+                 "DELETE /v1/completions HTTP/1.1\r\nHost: localhost\r\n\r\n",
+                 "POST /healthz HTTP/1.1\r\nHost: localhost\r\nTransfer-Encoding: chunked\r\n\r\n"
+                 "3\r\nabc\r\n0\r\n\r\n",
+                 "GET /health HTTP/1.1\r\nHost: localhost\r\n\r\n"});
+    ASSERT_EQ(replies.size(), 5u);
+    const auto expect_reply = [](const std::string& reply, const std::string& status_line,
+                                 const std::string& allow, const std::string& needle) {
+        EXPECT_EQ(reply.rfind(status_line + "\r\n", 0), 0u) << reply;
+        EXPECT_EQ(reply.find("\r\nAllow: " + allow + "\r\n") != std::string::npos, !allow.empty()) << reply;
+        EXPECT_NE(reply.find(needle), std::string::npos) << "'" << needle << "' not in " << reply;
+    };
+    const std::string k405 = "HTTP/1.1 405 Method Not Allowed";
+    expect_reply(replies[0], k405, "GET", "POST is not allowed on /health: it answers GET only");
+    expect_reply(replies[1], k405, "GET", "PUT is not allowed on /v1/models");
+    expect_reply(replies[2], k405, "POST", "DELETE is not allowed on /v1/completions");
+    expect_reply(replies[3], "HTTP/1.1 404 Not Found", "", "no route for POST /healthz");
+    expect_reply(replies[4], "HTTP/1.1 200 OK", "", R"({"status":"ok"})");
 }
 
 TEST_F(TinyServer, LoadLoopLeavesNoKvBlocks) {

@@ -1,0 +1,121 @@
+// `epinfer serve --tp 2` started outside MPI, as a user runs it: the process is mpirun's supervisor
+// (tools/epinfer/mpi_launch.h), which turns SIGTERM into SIGUSR1 for every rank. A SIGTERM drains: the
+// running stream gets all its tokens, new requests get 503 (or no connection once the server closed), and
+// every rank and the supervisor exit 0; a second SIGTERM cuts the drain short (finish_reason "abort").
+// Run by ctest as mpi_serve_drain_tp2 (label MPI; the test starts mpirun itself).
+#include <gtest/gtest.h>
+#include <signal.h>
+
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+#include "common/cli_runner.h"
+#include "serve_process.h"
+#include "server_test_util.h"
+
+namespace epinfer::testing {
+namespace {
+
+const std::string kQwenTiny = std::string(EPINFER_TEST_DATA_DIR) + "/fixtures/qwen3_moe_tiny";
+
+// Random weights at qwen3_moe_tiny's config with a large vocabulary (tens of ms per step) and a longer
+// context, so that a request is still running when the signals come; the config file lives in the returned
+// folder.
+std::filesystem::path write_slow_config() {
+    const std::filesystem::path dir = cli_scratch_dir("epinfer_serve_mpi_config");
+    json config = json::parse(read_text_file(kQwenTiny + "/config.json"));
+    config["vocab_size"] = int64_t{1} << 20;
+    config["max_position_embeddings"] = 4096;
+    std::ofstream(dir / "config.json") << config.dump();
+    return dir;
+}
+
+std::vector<std::string> serve_tp2_args(const std::filesystem::path& config_dir) {
+    return {"serve", "--config", (config_dir / "config.json").string(), "--random-weights", "--tp", "2",
+            "--port", "0", "--threads", "1", "--kv-cache-tokens", "4096", "--max-running", "2",
+            "--drain-timeout-s", "600"};
+}
+
+json stream_body(int64_t max_tokens) {
+    return {{"prompt", {5, 6, 7}}, {"max_tokens", max_tokens}, {"temperature", 0}, {"ignore_eos", true},
+            {"stream", true}};
+}
+
+int64_t streamed_tokens(const StreamReply& stream) {
+    int64_t n = 0;
+    for (const json& chunk : stream.chunks) n += chunk.at("choices").at(0).at("token_ids").size();
+    return n;
+}
+
+TEST(ServeMpi, SigtermDrainsEveryRankAndExitsZero) {
+    const std::filesystem::path config_dir = write_slow_config();
+    ServeProcess serve(serve_tp2_args(config_dir));
+    ASSERT_GT(serve.pid(), 0);
+    const int port = serve.wait_for_port(240.0);
+    ASSERT_GT(port, 0) << serve.err();
+
+    constexpr int64_t kMaxTokens = 600;
+    BackgroundStream client(port, stream_body(kMaxTokens));
+    EXPECT_TRUE(client.wait_started());
+    ASSERT_EQ(kill(serve.pid(), SIGTERM), 0);
+    EXPECT_TRUE(serve.wait_for_err("epinfer serve: SIGUSR1: draining (at most 600 s", 120.0)) << serve.err();
+    // Draining, or (the stream done) already closed: no new work either way.
+    const HttpReply late = http_post(port, "/v1/completions", stream_body(4).dump());
+    EXPECT_TRUE(late.status == 503 || late.status == -1) << late.status << " " << late.body;
+    if (late.status == 503) {
+        EXPECT_NE(late.body.find("the server is shutting down"), std::string::npos) << late.body;
+    }
+
+    EXPECT_EQ(serve.wait_exit(300.0), 0) << serve.err();
+    client.join();
+    std::filesystem::remove_all(config_dir);
+    const StreamReply& stream = client.reply;
+    EXPECT_EQ(stream.status, 200) << stream.transport_error;
+    EXPECT_TRUE(stream.done);
+    EXPECT_FALSE(stream.malformed);
+    ASSERT_FALSE(stream.chunks.empty());
+    const json& last = stream.chunks.back();
+    EXPECT_EQ(last.at("choices").at(0).at("finish_reason"), "length") << last.dump();
+    EXPECT_EQ(last.at("usage").at("completion_tokens"), kMaxTokens) << last.dump();
+    EXPECT_EQ(streamed_tokens(stream), kMaxTokens);
+    const std::string err = serve.err();
+    EXPECT_NE(err.find("epinfer serve: stopped"), std::string::npos) << err;
+    EXPECT_EQ(err.find("epinfer: error"), std::string::npos) << err;
+    EXPECT_EQ(err.find("mpirun did not exit"), std::string::npos) << err;
+}
+
+// A second SIGTERM at the supervisor reaches the ranks as a second SIGUSR1: the drain (600 s) is cut, the
+// running stream ends with finish_reason "abort", and everything still exits 0.
+TEST(ServeMpi, SecondSigtermCutsTheDrainShort) {
+    const std::filesystem::path config_dir = write_slow_config();
+    ServeProcess serve(serve_tp2_args(config_dir));
+    ASSERT_GT(serve.pid(), 0);
+    const int port = serve.wait_for_port(240.0);
+    ASSERT_GT(port, 0) << serve.err();
+
+    constexpr int64_t kMaxTokens = 2000;
+    BackgroundStream client(port, stream_body(kMaxTokens));
+    EXPECT_TRUE(client.wait_started());
+    ASSERT_EQ(kill(serve.pid(), SIGTERM), 0);
+    EXPECT_TRUE(serve.wait_for_err("epinfer serve: SIGUSR1: draining", 120.0)) << serve.err();
+    ASSERT_EQ(kill(serve.pid(), SIGTERM), 0);
+    EXPECT_EQ(serve.wait_exit(300.0), 0) << serve.err();
+    client.join();
+    std::filesystem::remove_all(config_dir);
+
+    const std::string err = serve.err();
+    EXPECT_NE(err.find("SIGUSR1 during the drain: cut short, aborting the requests left"), std::string::npos)
+        << err;
+    EXPECT_NE(err.find("epinfer serve: stopped"), std::string::npos) << err;
+    const StreamReply& stream = client.reply;
+    EXPECT_EQ(stream.status, 200) << stream.transport_error;
+    EXPECT_TRUE(stream.done);
+    ASSERT_FALSE(stream.chunks.empty());
+    const json& last = stream.chunks.back();
+    EXPECT_EQ(last.at("choices").at(0).at("finish_reason"), "abort") << last.dump();
+    EXPECT_LT(last.at("usage").at("completion_tokens").get<int64_t>(), kMaxTokens) << last.dump();
+}
+
+}  // namespace
+}  // namespace epinfer::testing
