@@ -53,7 +53,7 @@ struct Topology {
 // One stage's time for one micro-batch and its send to the next stage.
 struct StageTime {
     double compute_us = 0.0;  // everything but the send, collectives inside the stage included
-    double send_us = 0.0;     // the synchronous send/recv to the next stage (0 on the last)
+    double send_us = 0.0;     // the send/recv to the next stage (0 on the last)
 };
 
 // Adds calls to the term with the same description, or a new term.
@@ -80,7 +80,6 @@ public:
         expert_rate_ = effective_expert_tflops(gpu, weight_math_rate(in.weights.routed_experts));
         graph_kernel_us_ = kernel_fixed_us(gpu, true);
         eager_kernel_us_ = kernel_fixed_us(gpu, false);
-        sync_us_ = collective_sync_us(gpu);
         act_bytes_ = in.activation_bytes_per_element;
         max_normal_ = expected_max_standard_normal(l_.moe_ep);
     }
@@ -101,11 +100,11 @@ public:
         double attention = 0, experts = 0, dense = 0, activations = 0;
         int64_t kernels = 0;
         std::vector<CollectiveTerm> terms;
-        // Every NCCL call of the engine is synchronous: its measured time plus the sync gap.
+        // Every NCCL call of the engine is queued on the stream: its measured time alone.
         auto collective = [&](const char* what, Collective kind, int ranks, bool inter, double size) {
             if (ranks <= 1) return;
-            CollectiveTerm t{what, kind, ranks, inter, size, 1, 0.0, sync_us_};
-            t.us_per_call = collective_time_us(link(inter)[kind], kind, size, ranks) + sync_us_;
+            CollectiveTerm t{what, kind, ranks, inter, size, 1, 0.0};
+            t.us_per_call = collective_time_us(link(inter)[kind], kind, size, ranks);
             add_term(terms, t);
         };
 
@@ -201,8 +200,7 @@ public:
                                      ranks_per_node < W,
                                      a2a_remote_bytes * W / (W - 1),
                                      1,
-                                     alltoallv_us(a2a_remote_bytes, W, ranks_per_node) + sync_us_,
-                                     sync_us_};
+                                     alltoallv_us(a2a_remote_bytes, W, ranks_per_node)};
                     add_term(terms, t);
                 }
                 if (share_.shared_params > 0) {
@@ -227,14 +225,13 @@ public:
         StageTime time;
         time.compute_us = attention + experts + dense + activations + launch + comm;
         if (!stage.has_lm_head) {
-            // [T, H] fp32 hidden states to the next stage: one synchronous NCCL send/recv.
+            // [T, H] fp32 hidden states to the next stage: one NCCL send/recv, which runs when both GPUs
+            // reach it.
             const int peer = base + W;
             const bool inter = topo_.node_of(base) != topo_.node_of(peer) || topo_.run_spans_nodes(base, W);
-            CollectiveTerm send{"stage send", Collective::kSendRecv, 2, inter, hidden_bytes, 1, 0.0,
-                                sync_us_};
+            CollectiveTerm send{"stage send", Collective::kSendRecv, 2, inter, hidden_bytes, 1, 0.0};
             send.us_per_call = collective_time_us(link(inter)[Collective::kSendRecv], Collective::kSendRecv,
-                                                  hidden_bytes, 2) +
-                               sync_us_;
+                                                  hidden_bytes, 2);
             time.send_us = send.total_us();
             terms.push_back(send);
         }
@@ -250,9 +247,9 @@ public:
 
     // pp > 1: after the last micro-batch the last stage broadcasts the step's sampled ids and non-finite
     // flags (`sequences` int32 each) to every stage over MPI on the host; priced as the link's send_recv
-    // (not measured; no NCCL sync gap). None when pp = 1.
+    // (not measured). None when pp = 1.
     CollectiveTerm output_broadcast(int64_t sequences) const {
-        CollectiveTerm t{"output broadcast", Collective::kSendRecv, l_.pp, false, 0.0, 0, 0.0, 0.0};
+        CollectiveTerm t{"output broadcast", Collective::kSendRecv, l_.pp, false, 0.0, 0, 0.0};
         if (l_.pp <= 1 || sequences <= 0) return t;
         const int W = l_.stage_size();
         t.inter_node = topo_.node_of(0) != topo_.node_of((l_.pp - 1) * W);
@@ -291,7 +288,7 @@ private:
     RankShare share_;
     Topology topo_;
     double bw_ = 0, bf16_ = 0, dense_rate_ = 0, expert_rate_ = 0;
-    double graph_kernel_us_ = 0, eager_kernel_us_ = 0, sync_us_ = 0;
+    double graph_kernel_us_ = 0, eager_kernel_us_ = 0;
     int act_bytes_ = kEngineActivationBytesPerElement;
     double max_normal_ = 0;  // E[max of moe_ep standard normals]
 };
@@ -561,10 +558,6 @@ double effective_expert_tflops(const GpuSpec& gpu, MathRate rate) {
 double kernel_fixed_us(const GpuSpec& gpu, bool decode_graph) {
     return (decode_graph ? gpu.graph_kernel_us.value : gpu.eager_kernel_us.value) +
            gpu.kernel_latency_us.value;
-}
-
-double collective_sync_us(const GpuSpec& gpu) {
-    return gpu.collective_sync_us.value;
 }
 
 StepBreakdown mixed_step(const CostInputs& in, int64_t decode_rows, int64_t prefill_rows,

@@ -9,19 +9,21 @@
 //       it at the group size it was measured at
 //   roofline of one op: max(bytes / (BW · mem_eff), FLOPs / (rate · mm_eff))
 //   pipeline as the engine runs it (engine_facts.h): micro-batch j leaves stage s at
-//       done(s, j) = max(arrival(s, j), free(s)) + t(s, j), then the synchronous send of c(s, j) starts when
-//       stage s + 1 is done with j − 1 and holds both ranks; step = the last stage's end, then the output
-//       broadcast. One micro-batch: Σ t + Σ c, the stages one after another (pp2 at C = 1 takes the whole
-//       model's time, not half); two stages of t with sends c ≤ t: (m + 1)·t + m·c (pp2, m = 2: 3t + 2c);
-//       a middle stage receives, computes and sends each micro-batch in turn (t + 2c per micro-batch)
+//       done(s, j) = max(arrival(s, j), free(s)) + t(s, j), then the send of c(s, j) starts when stage s + 1
+//       is done with j − 1 (its stream reaches the receive) and holds both GPUs; step = the last stage's
+//       end, then the output broadcast. One micro-batch: Σ t + Σ c, the stages one after another (pp2 at
+//       C = 1 takes the whole model's time, not half); two stages of t with sends c ≤ t: (m + 1)·t + m·c
+//       (pp2, m = 2: 3t + 2c); a middle stage receives, computes and sends each micro-batch in turn (t + 2c
+//       per micro-batch)
 //   activations: the bytes engine_facts.h counts per token (and per routed pair) at the memory roofline
 //   kernels: the engine's kernels (engine_facts.h), each kernel_latency_us + graph_kernel_us when the
 //       micro-batch replays a decode CUDA graph (one rank, decode only, ≤ 256 rows), else + eager_kernel_us
 //       (launched one by one). H200 (profiles/measured/h200_epinfer_2026-11-29.json): 0.5 vs 2.0 µs, the
 //       eager figure fitted to --no-decode-graphs runs (docs/benchmarks/planner.md)
-//   collectives: every NCCL call is synchronous: its measured time (above) + collective_sync_us, the GPU's
-//       idle time around a host-polled call (fitted to the 2× H200 layout runs, docs/benchmarks/planner.md);
-//       a collective is not counted as a kernel (its measured time includes its kernel)
+//   collectives: every NCCL call returns once queued on the stream (engine_facts.h), so the GPU runs it
+//       between the kernels around it with no host round trip: it costs its measured time (above; `bench
+//       comm` times ops queued back to back, docs/benchmarks/planner.md "4× H200") and nothing more; it is
+//       not counted as a kernel (its measured time includes its kernel)
 // Routed experts run at the pace of the busiest EP rank: it reads E[max] touched local experts (binomial
 // above) and computes μ + σ·E[max of moe_ep normals] token-expert pairs, μ = T·K·n/E, σ² = μ·(1 − n/E).
 // One decode step of C requests in flight (never divided by pp: ARCHITECTURE.md §5) runs its sequences as
@@ -88,9 +90,6 @@ double effective_expert_tflops(const GpuSpec& gpu, MathRate rate);
 // CUDA graph, else + eager_kernel_us (engine_facts.h engine_uses_decode_graph says which).
 double kernel_fixed_us(const GpuSpec& gpu, bool decode_graph);
 
-// Added to the measured time of every synchronous NCCL call of a step: gpu.collective_sync_us.
-double collective_sync_us(const GpuSpec& gpu);
-
 struct PipelineTiming {
     int micro_batches = 1;
     double path_us = 0.0;        // micro-batch 0 through every stage, its sends included
@@ -100,7 +99,7 @@ struct PipelineTiming {
     double bubble_us = 0.0;      // step − bottleneck: idle (or sending) time of the busiest stage
 };
 // The engine's schedule of `stage_us[s][j]` (stage s, micro-batch j, compute) and `send_us[s][j]` (its
-// synchronous send to stage s + 1; the last stage's entries are ignored).
+// send to stage s + 1; the last stage's entries are ignored).
 PipelineTiming pipeline_timing(const std::vector<std::vector<double>>& stage_us,
                                const std::vector<std::vector<double>>& send_us);
 // The same for `micro_batches` equal micro-batches, stage s taking stage_us[s] and each send send_us.
@@ -116,8 +115,7 @@ struct CollectiveTerm {
     bool inter_node = false;
     double size_bytes = 0.0;  // nccl-tests size of one call (all_to_all: per-rank remote bytes · n/(n−1))
     int64_t calls = 0;        // along the path of one micro-batch
-    double us_per_call = 0.0;  // the link's time + sync_us
-    double sync_us = 0.0;      // collective_sync_us: the engine's host-polled NCCL call (0: MPI on the host)
+    double us_per_call = 0.0;  // the link's time (collective_time_us)
     double total_us() const { return static_cast<double>(calls) * us_per_call; }
 };
 

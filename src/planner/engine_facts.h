@@ -32,17 +32,19 @@
 //                     one new token, at most kEngineMaxGraphRows of them (models/model_decode_graph.cc
 //                     Model::decode_graph_fits); every other forward (prompt chunks, > 256 rows, MLA, any
 //                     layout of more than one rank) launches its kernels one by one from the host
-//   collectives       every NCCL call of the engine (all-reduce, all-to-all, pipeline send/recv) is
-//                     synchronous: the host polls it to completion on the backend's stream before it
-//                     launches the next kernel (comm/nccl_communicator), so the GPU drains before it and
-//                     idles until the host relaunches after it
+//   collectives       every NCCL call of the engine (all-reduce, all-to-all, pipeline send/recv) returns
+//                     once queued on the communicator's stream (comm/nccl_communicator.h; a watchdog thread
+//                     bounds it), so the GPU runs it between the kernels around it; the host waits once
+//                     per forward (Model::forward: synchronize() after the last micro-batch). Until
+//                     2026-11-29 every call was host-polled to completion (the GPU drained and idled
+//                     around it)
 //   pipeline          a step's sequences split into pp micro-batches by count, in step order (decode
 //                     sequences first, then prompt chunks; parallel/sharding.h split_evenly: the first ones
 //                     get the extra); every rank runs micro-batches 0..pp−1 in order: receive from the
-//                     previous stage, compute, send [T, H] fp32 to the next (one NCCL send/recv, blocking on
-//                     both sides); an empty micro-batch is skipped; after the last one the last stage's
-//                     sampled ids (and non-finite flags) are broadcast to every stage over MPI on the host
-//                     (models/model.cc Model::forward). Nothing overlaps across steps.
+//                     previous stage, compute, send [T, H] fp32 to the next (one NCCL send/recv, which runs
+//                     when both GPUs' streams reach it); an empty micro-batch is skipped; after the last
+//                     one the last stage's sampled ids (and non-finite flags) are broadcast to every stage
+//                     over MPI on the host (models/model.cc Model::forward). Nothing overlaps across steps.
 #pragma once
 
 #include <cstdint>

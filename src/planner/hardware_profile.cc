@@ -164,11 +164,16 @@ Result<LinkSpec> parse_link(const ObjectReader& reader, std::initializer_list<Li
 }
 
 Result<GpuSpec> parse_gpu(const ObjectReader& r) {
-    EPI_RETURN_IF_ERROR(
-        r.check_keys({"name", "memory_bytes", "usable_memory_fraction", "memory_bandwidth_gbps",
-                      "bf16_tflops", "fp8_tflops", "fp4_tflops", "kernel_launch_us", "graph_kernel_us",
-                      "kernel_latency_us", "eager_kernel_us", "collective_sync_us", "memory_efficiency",
-                      "matmul_efficiency", "expert_matmul_efficiency"}));
+    // The synchronous engine's per-NCCL-call gap (profiles of 2026-11-29 before the asynchronous change).
+    if (r.has("collective_sync_us")) {
+        return r.error("collective_sync_us",
+                       "no longer used: the engine's NCCL calls are asynchronous, a collective costs its "
+                       "measured time alone; remove the key");
+    }
+    EPI_RETURN_IF_ERROR(r.check_keys(
+        {"name", "memory_bytes", "usable_memory_fraction", "memory_bandwidth_gbps", "bf16_tflops",
+         "fp8_tflops", "fp4_tflops", "kernel_launch_us", "graph_kernel_us", "kernel_latency_us",
+         "eager_kernel_us", "memory_efficiency", "matmul_efficiency", "expert_matmul_efficiency"}));
     GpuSpec gpu;
     EPI_ASSIGN_OR_RETURN(gpu.name, r.string("name"));
     EPI_ASSIGN_OR_RETURN(gpu.memory_bytes, r.figure("memory_bytes", 0.0, true));
@@ -186,14 +191,11 @@ Result<GpuSpec> parse_gpu(const ObjectReader& r) {
     } else {
         gpu.kernel_latency_us = Figure{0.0, Provenance::kUnspecified, "absent: 0"};
     }
-    for (auto [key, figure] : {std::pair{"eager_kernel_us", &gpu.eager_kernel_us},
-                               std::pair{"collective_sync_us", &gpu.collective_sync_us}}) {
-        if (r.has(key)) {
-            EPI_ASSIGN_OR_RETURN(*figure, r.figure(key, 0.0, false));
-        } else {
-            *figure =
-                Figure{gpu.kernel_launch_us.value, Provenance::kUnspecified, "absent: kernel_launch_us"};
-        }
+    if (r.has("eager_kernel_us")) {
+        EPI_ASSIGN_OR_RETURN(gpu.eager_kernel_us, r.figure("eager_kernel_us", 0.0, false));
+    } else {
+        gpu.eager_kernel_us =
+            Figure{gpu.kernel_launch_us.value, Provenance::kUnspecified, "absent: kernel_launch_us"};
     }
     if (r.has("expert_matmul_efficiency")) {
         EPI_ASSIGN_OR_RETURN(gpu.expert_matmul_efficiency,

@@ -85,11 +85,8 @@ struct GpuSpec {
     // graph: every step on more than one rank, prompt chunks, more than 256 rows; engine_facts.h): the
     // gap the GPU sees between dependent kernels; such a kernel costs eager_kernel_us + kernel_latency_us.
     Figure eager_kernel_us;
-    // Optional (absent: kernel_launch_us). Per synchronous collective call (the engine's host polls every
-    // NCCL call to completion before it launches the next kernel; engine_facts.h): the GPU's idle time
-    // beyond the collective's own measured time (relaunch after the host sees it finish, the ranks'
-    // skew), added to every intra- or inter-node NCCL call of a step.
-    Figure collective_sync_us;
+    // (No per-collective sync figure: the engine's NCCL calls return once queued on the stream, so a
+    // collective costs its measured time alone; a profile with gpu.collective_sync_us is refused.)
     Figure memory_efficiency;  // achievable fraction of memory_bandwidth_gbps in GEMV-like kernels
     Figure matmul_efficiency;  // achievable fraction of the tensor-core rates in GEMMs
     // Optional (absent: matmul_efficiency). The fraction the routed experts' grouped GEMMs reach.

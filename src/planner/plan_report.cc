@@ -47,7 +47,6 @@ Json step_json(const StepBreakdown& s) {
                                    {"size_bytes", t.size_bytes},
                                    {"calls", t.calls},
                                    {"us_per_call", t.us_per_call},
-                                   {"sync_us_per_call", t.sync_us},
                                    {"total_us", t.total_us()}});
     }
     return Json{{"tokens_per_micro_batch", s.tokens},

@@ -203,11 +203,11 @@ TEST(EngineCalibration, MeasuredH200ProfileComesFromItsSources) {
     }
 }
 
-TEST(EngineCalibration, TwoGpuProfilesAreTheBenchOverTheEngineProfile) {
-    // profiles/measured/h200x2_{nvlink,no_p2p}_epinfer_2026-11-29.json: what `bench comm --profile-out
+TEST(EngineCalibration, MultiGpuProfilesAreTheBenchOverTheEngineProfile) {
+    // profiles/measured/h200x{2,4}_{nvlink,no_p2p}_epinfer_2026-11-29.json: what `bench comm --profile-out
     // --base-profile profiles/measured/h200_epinfer_2026-11-29.json` writes from the measured tables of
-    // h200x2_*_nccl_2026-11-29.json, plus the figures the bench does not measure
-    // (profiles/measured/make_h200x2_epinfer_profiles.py).
+    // h200x{2,4}_*_nccl_2026-11-29.json, plus the figures the bench does not measure
+    // (profiles/measured/make_h200xn_epinfer_profiles.py).
     const std::string dir = std::string(EPINFER_TEST_DATA_DIR) + "/../../profiles/measured/";
     const std::string base_path = dir + "h200_epinfer_2026-11-29.json";
     auto engine = load_hardware_profile_file(base_path);
@@ -216,43 +216,54 @@ TEST(EngineCalibration, TwoGpuProfilesAreTheBenchOverTheEngineProfile) {
     const double extra_ms = (1.59 + 1.56) * 1108 + (2.02 + 2.18) * 1349;
     const double kernels2 = 2.0 * 1108 * 1108 + 2.0 * 1349 * 1349;
     EXPECT_NEAR(engine->gpu.eager_kernel_us.value, 0.5 + 1e3 * extra_ms / kernels2, 0.005);
-    for (const char* link : {"nvlink", "no_p2p"}) {
-        auto two = load_hardware_profile_file(dir + "h200x2_" + link + "_epinfer_2026-11-29.json");
-        auto nccl = load_hardware_profile_file(dir + "h200x2_" + link + "_nccl_2026-11-29.json");
-        ASSERT_TRUE(two.is_ok()) << two.status().message();
-        ASSERT_TRUE(nccl.is_ok()) << nccl.status().message();
-        const GpuSpec& g = two->gpu;
-        const GpuSpec& e = engine->gpu;
-        EXPECT_EQ(g.kernel_latency_us.value, e.kernel_latency_us.value) << link;
-        EXPECT_EQ(g.memory_efficiency.value, e.memory_efficiency.value) << link;
-        EXPECT_EQ(g.matmul_efficiency.value, e.matmul_efficiency.value) << link;
-        EXPECT_EQ(g.expert_matmul_efficiency.value, e.expert_matmul_efficiency.value) << link;
-        EXPECT_EQ(g.eager_kernel_us.value, e.eager_kernel_us.value) << link;
-        EXPECT_EQ(g.collective_sync_us.value, 22.0) << link;
-        EXPECT_EQ(g.collective_sync_us.provenance, Provenance::kMeasured);
-        // The bench's output over the same points: the same fit and table.
-        Calibration cal;
-        cal.source = "test";
-        for (Collective c : {Collective::kAllReduce, Collective::kAllGather, Collective::kAllToAll})
-            cal.collectives.push_back({c, 2, nccl->intra_node[c].table.points});
-        auto text = calibrated_profile_json(read_text(base_path), base_path, cal);
-        ASSERT_TRUE(text.is_ok()) << text.status().message();
-        auto bench = parse_hardware_profile(*text, "bench.json");
-        ASSERT_TRUE(bench.is_ok()) << bench.status().message();
-        EXPECT_EQ(bench->name, "h200_sxm_measured");  // a *_measured base keeps its name
-        for (Collective c : {Collective::kAllReduce, Collective::kAllGather, Collective::kAllToAll}) {
-            const CollectiveSpec& mine = two->intra_node[c];
-            const CollectiveSpec& theirs = bench->intra_node[c];
-            EXPECT_NEAR(mine.latency_us.value, theirs.latency_us.value, 1e-9) << link << collective_name(c);
-            EXPECT_NEAR(mine.bus_bandwidth_gbps.value, theirs.bus_bandwidth_gbps.value, 1e-9);
-            EXPECT_EQ(mine.table.points, theirs.table.points);
+    for (int gpus : {2, 4}) {
+        for (const char* link : {"nvlink", "no_p2p"}) {
+            const std::string stem = "h200x" + std::to_string(gpus) + "_" + link;
+            auto multi = load_hardware_profile_file(dir + stem + "_epinfer_2026-11-29.json");
+            auto nccl = load_hardware_profile_file(dir + stem + "_nccl_2026-11-29.json");
+            ASSERT_TRUE(multi.is_ok()) << multi.status().message();
+            ASSERT_TRUE(nccl.is_ok()) << nccl.status().message();
+            const GpuSpec& g = multi->gpu;
+            const GpuSpec& e = engine->gpu;
+            EXPECT_EQ(g.kernel_latency_us.value, e.kernel_latency_us.value) << stem;
+            EXPECT_EQ(g.memory_efficiency.value, e.memory_efficiency.value) << stem;
+            EXPECT_EQ(g.matmul_efficiency.value, e.matmul_efficiency.value) << stem;
+            EXPECT_EQ(g.expert_matmul_efficiency.value, e.expert_matmul_efficiency.value) << stem;
+            EXPECT_EQ(g.eager_kernel_us.value, e.eager_kernel_us.value) << stem;
+            EXPECT_EQ(multi->intra_node.kind,
+                      std::string(link) == "nvlink" ? LinkKind::kNvlink : LinkKind::kPcieNoP2p)
+                << stem;
+            // The bench's output over the same points: the same fit and table.
+            Calibration cal;
+            cal.source = "test";
+            for (Collective c : {Collective::kAllReduce, Collective::kAllGather, Collective::kAllToAll})
+                cal.collectives.push_back({c, gpus, nccl->intra_node[c].table.points});
+            auto text = calibrated_profile_json(read_text(base_path), base_path, cal);
+            ASSERT_TRUE(text.is_ok()) << text.status().message();
+            auto bench = parse_hardware_profile(*text, "bench.json");
+            ASSERT_TRUE(bench.is_ok()) << bench.status().message();
+            EXPECT_EQ(bench->name, "h200_sxm_measured");  // a *_measured base keeps its name
+            for (Collective c : {Collective::kAllReduce, Collective::kAllGather, Collective::kAllToAll}) {
+                const CollectiveSpec& mine = multi->intra_node[c];
+                const CollectiveSpec& theirs = bench->intra_node[c];
+                EXPECT_EQ(mine.table.ranks, gpus) << stem << collective_name(c);
+                EXPECT_NEAR(mine.latency_us.value, theirs.latency_us.value, 1e-9)
+                    << stem << collective_name(c);
+                EXPECT_NEAR(mine.bus_bandwidth_gbps.value, theirs.bus_bandwidth_gbps.value, 1e-9);
+                EXPECT_EQ(mine.table.points, theirs.table.points);
+            }
+            // send_recv (not measured): a send of s bytes as the N-rank all_gather of N·s, its busbw shared
+            // by the N − 1 peers; a table of 2 ranks (a send is between two).
+            const CollectiveSpec& sr = multi->intra_node[Collective::kSendRecv];
+            const CollectiveSpec& ag = nccl->intra_node[Collective::kAllGather];
+            ASSERT_EQ(sr.table.points.size(), ag.table.points.size());
+            EXPECT_EQ(sr.table.ranks, 2);
+            EXPECT_EQ(sr.table.points[0],
+                      std::make_pair(ag.table.points[0].first / gpus, ag.table.points[0].second));
+            EXPECT_DOUBLE_EQ(sr.latency_us.value, ag.latency_us.value);
+            EXPECT_DOUBLE_EQ(sr.bus_bandwidth_gbps.value, ag.bus_bandwidth_gbps.value / (gpus - 1));
+            EXPECT_EQ(sr.table.provenance, Provenance::kEstimate);
         }
-        // send_recv (not measured): a send of s bytes as the 2-rank all_gather of 2s.
-        const CollectiveSpec& sr = two->intra_node[Collective::kSendRecv];
-        const auto& ag = nccl->intra_node[Collective::kAllGather].table.points;
-        ASSERT_EQ(sr.table.points.size(), ag.size());
-        EXPECT_EQ(sr.table.points[0], std::make_pair(ag[0].first / 2, ag[0].second));
-        EXPECT_EQ(sr.table.provenance, Provenance::kEstimate);
     }
 }
 

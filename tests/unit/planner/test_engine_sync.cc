@@ -1,8 +1,8 @@
 // How the engine launches and synchronises a step, as the cost model prices it (cost_model.h,
-// engine_facts.h): the pipeline schedule with synchronous sends (stages one after another for one
-// micro-batch), eager kernels when no decode CUDA graph runs (any layout of more than one rank), and the gap
-// every synchronous NCCL call adds; each pinned to a hand calculation on the round-number model
-// (planner_test_util.h).
+// engine_facts.h): the pipeline schedule with sends that run when both stages reach them (stages one after
+// another for one micro-batch), eager kernels when no decode CUDA graph runs (any layout of more than one
+// rank), and NCCL calls queued on the stream that cost their link time alone; each pinned to a hand
+// calculation on the round-number model (planner_test_util.h).
 #include <gtest/gtest.h>
 
 #include <nlohmann/json.hpp>
@@ -17,22 +17,20 @@
 namespace epinfer::planner {
 namespace {
 
-// The round profile with kernels of 1 µs latency, 0.5 µs inside a graph and 2 µs launched directly, and a
-// 10 µs gap per synchronous collective.
-HardwareProfile sync_profile() {
+// The round profile with kernels of 1 µs latency, 0.5 µs inside a graph and 2 µs launched directly.
+HardwareProfile engine_profile() {
     nlohmann::json doc = nlohmann::json::parse(testing::round_profile_json());
     doc["gpu"]["kernel_latency_us"] = 1.0;
     doc["gpu"]["graph_kernel_us"] = 0.5;
     doc["gpu"]["eager_kernel_us"] = 2.0;
-    doc["gpu"]["collective_sync_us"] = 10.0;
-    auto hw = parse_hardware_profile(doc.dump(), "sync.json");
+    auto hw = parse_hardware_profile(doc.dump(), "engine.json");
     EXPECT_TRUE(hw.is_ok()) << hw.status().message();
     return hw.is_ok() ? *hw : HardwareProfile{};
 }
 
 class EngineSync : public testing::TinyModelCosts {
 protected:
-    void SetUp() override { hw_ = sync_profile(); }
+    void SetUp() override { hw_ = engine_profile(); }
 };
 
 // One request on one GPU of the tiny model (tp1), everything but the kernels, per layer: attention weights
@@ -57,24 +55,34 @@ TEST(EngineFacts, DecodeGraphsOnlyOnOneRank) {
     EXPECT_FALSE(engine_uses_decode_graph(model_costs(testing::kimi_k2_config()), 1, 1, 0));  // MLA
 }
 
-TEST(EngineFacts, NewGpuFiguresDefaultToTheLaunchCost) {
-    // Absent eager_kernel_us and collective_sync_us read as kernel_launch_us.
+TEST(EngineFacts, EagerKernelCostDefaultsToTheLaunchCost) {
+    // Absent eager_kernel_us reads as kernel_launch_us.
     nlohmann::json doc = nlohmann::json::parse(testing::round_profile_json());
     doc["gpu"]["kernel_launch_us"] = 4.5;
     auto hw = parse_hardware_profile(doc.dump(), "launch.json");
     ASSERT_TRUE(hw.is_ok()) << hw.status().message();
     EXPECT_DOUBLE_EQ(hw->gpu.eager_kernel_us.value, 4.5);
-    EXPECT_DOUBLE_EQ(hw->gpu.collective_sync_us.value, 4.5);
-    doc["gpu"]["collective_sync_us"] = -1.0;
+    doc["gpu"]["eager_kernel_us"] = -1.0;
     auto bad = parse_hardware_profile(doc.dump(), "bad.json");
     ASSERT_FALSE(bad.is_ok());
-    EXPECT_EQ(bad.status().message(), "bad.json: gpu.collective_sync_us: must be >= 0 (got -1)");
+    EXPECT_EQ(bad.status().message(), "bad.json: gpu.eager_kernel_us: must be >= 0 (got -1)");
+}
+
+TEST(EngineFacts, TheSynchronousEnginesCollectiveGapIsRefused) {
+    // gpu.collective_sync_us priced the host-polled NCCL calls of the engine before they became asynchronous;
+    // a profile that still carries it is refused with a one-line reason rather than read differently.
+    nlohmann::json doc = nlohmann::json::parse(testing::round_profile_json());
+    doc["gpu"]["collective_sync_us"] = 22.0;
+    auto old = parse_hardware_profile(doc.dump(), "old.json");
+    ASSERT_FALSE(old.is_ok());
+    EXPECT_EQ(old.status().message(),
+              "old.json: gpu.collective_sync_us: no longer used: the engine's NCCL calls are asynchronous, a "
+              "collective costs its measured time alone; remove the key");
 }
 
 TEST_F(EngineSync, KernelCostWithAndWithoutGraphs) {
     EXPECT_DOUBLE_EQ(kernel_fixed_us(hw_.gpu, true), 1.5);
     EXPECT_DOUBLE_EQ(kernel_fixed_us(hw_.gpu, false), 3.0);
-    EXPECT_DOUBLE_EQ(collective_sync_us(hw_.gpu), 10.0);
     // tp1, one request: a decode graph, 4 · 21 + 4 = 88 kernels at 1.5 µs.
     DecodeResult one = decode_step(inputs(ParallelLayout{1, 1, 1, 1, 1}), 1, 1 << 30);
     EXPECT_TRUE(one.step.decode_graph);
@@ -87,9 +95,10 @@ TEST_F(EngineSync, KernelCostWithAndWithoutGraphs) {
     EXPECT_NEAR(big.step.launch_us, big.step.kernels * 3.0, 1e-9);
 }
 
-TEST_F(EngineSync, TwoRanksLaunchEagerlyAndPayTheSyncGap) {
+TEST_F(EngineSync, TwoRanksLaunchEagerlyAndQueueTheirCollectives) {
     // tp2, one request (test_cost_model.cc Tp2DecodeOneRequest with these kernel figures): no graph, so 88
-    // kernels at 2 + 1 µs; each of the 8 all-reduces costs its link time 10.04096 µs + the 10 µs gap.
+    // kernels at 2 + 1 µs; each of the 8 all-reduces is queued on the stream and costs its link time alone:
+    // 10 + 4096 · 1 / 1e5 = 10.04096 µs.
     DecodeResult r = decode_step(inputs(ParallelLayout{1, 2, 1, 2, 1}), 1, 1 << 30);
     const StepBreakdown& s = r.step;
     EXPECT_FALSE(s.decode_graph);
@@ -97,25 +106,24 @@ TEST_F(EngineSync, TwoRanksLaunchEagerlyAndPayTheSyncGap) {
     EXPECT_NEAR(s.launch_us, 88 * 3.0, 1e-9);
     const CollectiveTerm* attn = term(s, "attention all_reduce");
     ASSERT_NE(attn, nullptr);
-    EXPECT_NEAR(attn->us_per_call, 10.04096 + 10.0, 1e-9);
-    EXPECT_DOUBLE_EQ(attn->sync_us, 10.0);
-    EXPECT_NEAR(s.collectives_us(), 8 * 20.04096, 1e-9);
+    EXPECT_NEAR(attn->us_per_call, 10.04096, 1e-9);
+    EXPECT_NEAR(s.collectives_us(), 8 * 10.04096, 1e-9);
     const double parts = 18.415616 + 4 * 3.145728 + (4 * 0.016384 + 1.024) + (4 * 0.122944 + 0.020384);
-    EXPECT_NEAR(s.step_us, parts + 88 * 3.0 + 8 * 20.04096, 1e-9);
+    EXPECT_NEAR(s.step_us, parts + 88 * 3.0 + 8 * 10.04096, 1e-9);
 }
 
 TEST_F(EngineSync, PipelineOfOneMicroBatchRunsTheStagesInTurn) {
     // pp2, one request: one micro-batch, so stage 1 waits for all of stage 0: the whole model's time, not
     // half. Stage 0: layers 0–1, 42 kernels at 3 µs (no graph on two ranks); stage 1: layers 2–3 and the
-    // head, 46 kernels. Send of one fp32 row (4096 B): 5 + 4096 / 2e5 µs + the 10 µs gap; then the
-    // broadcast of the id and the non-finite flag (MPI on the host, no gap): 2 · (5 + 4 / 2e5) µs.
+    // head, 46 kernels. Send of one fp32 row (4096 B): 5 + 4096 / 2e5 µs; then the broadcast of the id and
+    // the non-finite flag (MPI on the host): 2 · (5 + 4 / 2e5) µs.
     DecodeResult r = decode_step(inputs(ParallelLayout{2, 1, 1, 1, 1}), 1, 1 << 30);
     const StepBreakdown& s = r.step;
     EXPECT_EQ(s.micro_batches, 1);
     EXPECT_FALSE(s.decode_graph);
     const double stage0 = 2 * kLayerUs + 2 * kLayerKernels * 3.0;
     const double stage1 = 2 * kLayerUs + kHeadUs + (2 * kLayerKernels + kHeadKernels) * 3.0;
-    const double send = 5.0 + 4096 / 2e5 + 10.0;
+    const double send = 5.0 + 4096 / 2e5;
     const double broadcast = 2 * (5.0 + 4 / 2e5);
     ASSERT_NE(term(s, "stage send"), nullptr);
     EXPECT_NEAR(term(s, "stage send")->us_per_call, send, 1e-9);
@@ -126,15 +134,15 @@ TEST_F(EngineSync, PipelineOfOneMicroBatchRunsTheStagesInTurn) {
     EXPECT_NEAR(s.bubble_us, stage0 + send, 1e-9);  // stage 1, the busier, idles through stage 0 and the send
 }
 
-TEST_F(EngineSync, PipelineOfTwoMicroBatchesWithSynchronousSends) {
+TEST_F(EngineSync, PipelineOfTwoMicroBatchesWithSendsThatWaitForTheReceiver) {
     // pp2, two requests: two micro-batches of one. Stage 1 finishes micro-batch 0 at t0 + c + t1; stage 0's
-    // second send waits for it (synchronous: stage 1 posts the receive only then), so micro-batch 1 ends at
+    // second send waits for it (stage 1's stream reaches the receive only then), so micro-batch 1 ends at
     // max(2·t0 + c, t0 + c + t1) + c + t1 = t0 + 2c + 2·t1 here (t1 > t0), then the broadcast of 2 + 2
     // values.
     DecodeResult r = decode_step(inputs(ParallelLayout{2, 1, 1, 1, 1}), 2, 1 << 30);
     const double t0 = 2 * kLayerUs + 2 * kLayerKernels * 3.0;
     const double t1 = 2 * kLayerUs + kHeadUs + (2 * kLayerKernels + kHeadKernels) * 3.0;
-    const double c = 5.0 + 4096 / 2e5 + 10.0;
+    const double c = 5.0 + 4096 / 2e5;
     const double broadcast = 2 * (5.0 + 8 / 2e5);
     EXPECT_EQ(r.step.micro_batches, 2);
     EXPECT_NEAR(r.step.step_us, t0 + 2 * c + 2 * t1 + broadcast, 1e-9);
