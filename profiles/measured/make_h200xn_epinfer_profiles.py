@@ -6,20 +6,25 @@
 Each is what `epinfer bench comm --device cuda --ranks N ... --profile-out OUT --base-profile
 profiles/measured/h200_epinfer_2026-11-29.json` writes (planner/calibration.h calibrated_profile_json):
 the one-GPU engine calibration (gpu.*) with intra_node.{all_reduce, all_gather, all_to_all} replaced by
-the N x H200 measurements of h200xN_{nvlink,no_p2p}_nccl_2026-11-29.json (the bench's --profile-out of
-that run, copied verbatim: the same points give the same least-squares fit), plus what the bench does not
-measure:
+the N x H200 measurements (the bench's --profile-out of that run, copied verbatim: the same points give the
+same least-squares fit):
+  - 2 GPUs: h200x2_{nvlink,no_p2p}_nccl_queued_2026-11-29.json (2026-11-29 20:39 UTC, lent kind
+    nvidia-h200-x2, build 01c461a), fit and the 2-rank table;
+  - 4 GPUs: h200x4_{nvlink,no_p2p}_nccl_2026-11-29.json (20:12 UTC, nvidia-h200-x4, build 01c461a), fit
+    and the 4-rank table, plus the 2-rank table of the 2-GPU run (the same H200 SXM NV18 machine type, the
+    same link setting), which the planner uses for the 2-rank groups of a 4-GPU layout (tp2-pp2);
+plus what the bench does not measure:
   - gpu.eager_kernel_us: fitted to the one-GPU --no-decode-graphs runs (below);
-  - intra_node.send_recv: estimated from the measured N-rank all_gather (each rank's block of size/N goes
-    to every other rank: a send of s bytes ~ an all_gather of N*s, its bandwidth shared by the N - 1
-    peers; exact in form at N = 2);
+  - intra_node.send_recv: estimated from the measured 2-rank all_gather (a 2-rank all_gather of 2s bytes is
+    one send/recv of s bytes per rank), in both the 2- and 4-GPU profiles;
   - intra_node.kind and note of the no-P2P run (NCCL_P2P_DISABLE=1: traffic through host memory);
   - name, description and note_calibration naming these sources (the bench would write
     "h200_sxm_measured" and its own command line).
-The 2-GPU tables are `time_us` of the synchronous engine's bench (one op from a barrier to its end, the
-host polling it); the 4-GPU tables `queued_us` of the asynchronous one (20 ops back to back, then one
-wait), which is what the bench's --profile-out fits since the NCCL calls return once queued
-(docs/benchmarks/planner.md). No figure is fitted to the layout runs the profiles are compared with.
+Every table is `queued_us` of the asynchronous engine's bench (20 ops issued back to back, then one wait),
+which is what the bench's --profile-out fits since the NCCL calls return once queued
+(docs/benchmarks/planner.md). The synchronous engine's 2-GPU run (time_us, 16:20 UTC) stays in
+h200x2_*_nccl_2026-11-29.json, no longer an input. No figure is fitted to the layout runs the profiles are
+compared with.
 Run from anywhere: python3 profiles/measured/make_h200xn_epinfer_profiles.py
 """
 import json
@@ -50,56 +55,51 @@ NO_P2P_NOTE = ("The same {n} NVLink-connected H200s with NCCL_P2P_DISABLE=1: NCC
                "--device cuda (sources in each figure).")
 NUMBER = {2: "Two", 4: "Four"}
 
-# (GPUs, link, what the bench's tables are).
-SETUPS = [
-    (2, "nvlink", "time_us"),
-    (2, "no_p2p", "time_us"),
-    (4, "nvlink", "queued_us"),
-    (4, "no_p2p", "queued_us"),
-]
+# The bench's --profile-out files (profiles/measured/), per GPU count.
+NCCL_FILES = {2: "h200x2_{link}_nccl_queued_2026-11-29.json", 4: "h200x4_{link}_nccl_2026-11-29.json"}
+RUNS = {2: "2026-11-29 20:39 UTC on 2 H200 SXM, NV18 NVLink (lent kind nvidia-h200-x2)",
+        4: "2026-11-29 20:12 UTC on 4 H200 SXM, NV18 NVLink between every pair (lent kind nvidia-h200-x4)"}
+SETUPS = [(2, "nvlink"), (2, "no_p2p"), (4, "nvlink"), (4, "no_p2p")]
 
 
 def figure(value, provenance, source):
     return {"value": value, "provenance": provenance, "source": source}
 
 
-def send_recv_from_all_gather(all_gather, ranks, what):
-    """A send of s bytes between two ranks as the measured `ranks`-rank all_gather of ranks*s bytes."""
-    points = [[size / ranks, time] for size, time in all_gather["table"]["points"]]
-    if ranks == 2:
-        source = ("estimate: a 2-rank all_gather of 2s bytes is one send/recv of s bytes per rank; the measured "
-                  "intra_node.all_gather of " + what)
-        bw_note = " (its fitted busbw: the per-rank transfer rate)"
-    else:
-        source = (f"estimate: in a {ranks}-rank all_gather of {ranks}s bytes each rank sends its s bytes to each "
-                  f"of the {ranks - 1} others, so one send/recv of s bytes takes about its time (an upper bound: "
-                  f"the {ranks - 1} transfers share the rank's links); the measured intra_node.all_gather of "
-                  + what)
-        bw_note = f" (its fitted busbw / {ranks - 1}: one peer's share of the rank's rate)"
-    table_note = ", sizes halved" if ranks == 2 else f", sizes divided by {ranks}"
+def send_recv_from_all_gather(all_gather, what):
+    """A send of s bytes between two ranks as the measured 2-rank all_gather of 2s bytes."""
+    (table,) = [t for t in all_gather["tables"] if t["ranks"] == 2]
+    points = [[size / 2, time] for size, time in table["points"]]
+    source = ("estimate: a 2-rank all_gather of 2s bytes is one send/recv of s bytes per rank; the measured "
+              "2-rank intra_node.all_gather of " + what)
     return {
         "latency_us": figure(all_gather["latency_us"]["value"], "estimate", source + " (its fitted latency)"),
-        "bus_bandwidth_gbps": figure(all_gather["bus_bandwidth_gbps"]["value"] / (ranks - 1), "estimate",
-                                     source + bw_note),
-        "table": {"ranks": 2, "points": points, "provenance": "estimate",
-                  "source": source + table_note},
+        "bus_bandwidth_gbps": figure(all_gather["bus_bandwidth_gbps"]["value"], "estimate",
+                                     source + " (its fitted busbw: the per-rank transfer rate)"),
+        "tables": [{"ranks": 2, "points": points, "provenance": "estimate", "source": source + ", sizes halved"}],
     }
 
 
 def all_reduce_busbw_at_largest(all_reduce, ranks):
     """nccl-tests busbw (GB/s) of the largest measured all_reduce: size / time x 2(n - 1)/n."""
-    size, time_us = all_reduce["table"]["points"][-1]
+    (table,) = [t for t in all_reduce["tables"] if t["ranks"] == ranks]
+    size, time_us = table["points"][-1]
     return size / (time_us * 1e3) * 2.0 * (ranks - 1) / ranks
 
 
-def make(gpus, link, timing):
-    nccl_file = f"h200x{gpus}_{link}_nccl_2026-11-29.json"
+def load(name):
+    with open(os.path.join(HERE, name)) as f:
+        return json.load(f)
+
+
+def make(gpus, link):
+    nccl_file = NCCL_FILES[gpus].format(link=link)
+    two_file = NCCL_FILES[2].format(link=link)
     out_file = f"h200x{gpus}_{link}_epinfer_2026-11-29.json"
-    with open(os.path.join(HERE, "h200_epinfer_2026-11-29.json")) as f:
-        doc = json.load(f)
+    doc = load("h200_epinfer_2026-11-29.json")
     base_note = doc["note_calibration"]
-    with open(os.path.join(HERE, nccl_file)) as f:
-        nccl = json.load(f)
+    nccl = load(nccl_file)
+    two = load(two_file)
     gpu = doc["gpu"]
     gpu["eager_kernel_us"] = figure(
         EAGER_KERNEL_US, "measured",
@@ -110,8 +110,15 @@ def make(gpus, link, timing):
     intra = doc["intra_node"]
     for c in ("all_reduce", "all_gather", "all_to_all"):
         intra[c] = nccl["intra_node"][c]
-        assert intra[c]["table"]["ranks"] == gpus, (nccl_file, c)
-    intra["send_recv"] = send_recv_from_all_gather(nccl["intra_node"]["all_gather"], gpus, nccl_file)
+        assert [t["ranks"] for t in intra[c]["tables"]] == [gpus], (nccl_file, c)
+        if gpus != 2:
+            (table,) = two["intra_node"][c]["tables"]
+            assert table["ranks"] == 2, (two_file, c)
+            table = dict(table, source=(
+                f"measured {RUNS[2]}, a host of the same H200 SXM NV18 type as this profile's {gpus} GPUs "
+                f"({RUNS[gpus]}), the same NCCL settings (profiles/measured/{two_file}): " + table["source"]))
+            intra[c]["tables"] = [table] + intra[c]["tables"]
+    intra["send_recv"] = send_recv_from_all_gather(two["intra_node"]["all_gather"], two_file)
     if link == "nvlink":
         intra["kind"] = "nvlink"
         intra["note"] = NVLINK_NOTE.format(n=gpus)
@@ -125,20 +132,22 @@ def make(gpus, link, timing):
         description = (f"{NUMBER[gpus]} NVIDIA H200 SXM as epinfer uses them with NCCL_P2P_DISABLE=1 (traffic "
                        "through host memory: a stand-in for PCIe boxes without P2P): the one-GPU engine "
                        "calibration (h200_epinfer_2026-11-29) with the collectives measured that way, 2026-11-29")
+    if gpus != 2:
+        description += ("; 2-rank tables (for 2-rank groups) from 2 H200 SXM of a 2-GPU host of the same NV18 "
+                        "type, the same link setting")
     doc["name"] = os.path.splitext(out_file)[0]
     doc["description"] = description
-    timing_note = (
-        "time_us, one op from a barrier to its end, of the engine whose NCCL calls were synchronous"
-        if timing == "time_us" else
-        "queued_us, per op of 20 ops issued back to back and waited for once, of the engine whose NCCL calls "
-        "return once queued")
+    two_note = ("" if gpus == 2 else
+                f" and the 2-rank tables of profiles/measured/{two_file} ({RUNS[2]}: the same machine type) "
+                "before each 4-rank one")
     doc["note_calibration"] = (
         f"{BASE} (gpu.* of the one-GPU engine calibration, its own note below) with "
         f"intra_node.all_reduce, intra_node.all_gather, intra_node.all_to_all of profiles/measured/{nccl_file} "
         f"(what `epinfer bench comm --device cuda --ranks {gpus} --min-bytes 1K --max-bytes 256M --iters 20 "
-        f"--profile-out OUT --base-profile {BASE}` writes from those measurements: {timing_note}), "
-        "intra_node.send_recv estimated from the all_gather, gpu.eager_kernel_us fitted as its source says; "
-        f"written by {SCRIPT}")
+        f"--profile-out OUT --base-profile {BASE}` writes from those measurements, {RUNS[gpus]}: queued_us, per "
+        "op of 20 ops issued back to back and waited for once, of the engine whose NCCL calls return once "
+        f"queued){two_note}, intra_node.send_recv estimated from the 2-rank all_gather, gpu.eager_kernel_us "
+        f"fitted as its source says; written by {SCRIPT}")
     doc["note_calibration_base"] = base_note
     with open(os.path.join(HERE, out_file), "w") as f:
         f.write(json.dumps(doc, indent=2, ensure_ascii=False) + "\n")

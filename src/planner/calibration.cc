@@ -46,10 +46,10 @@ Result<OrderedJson> collective_json(const MeasuredCollective& m, const std::stri
     }
     OrderedJson points = OrderedJson::array();
     for (const auto& [bytes, time_us] : m.points) points.push_back({bytes, time_us});
-    return OrderedJson{
-        {"latency_us", measured_figure(latency_us, fit_source)},
-        {"bus_bandwidth_gbps", measured_figure(busbw_gbps, fit_source)},
-        {"table", {{"ranks", m.ranks}, {"points", points}, {"provenance", "measured"}, {"source", source}}}};
+    OrderedJson table = {{"ranks", m.ranks}, {"points", points}, {"provenance", "measured"}, {"source", source}};
+    return OrderedJson{{"latency_us", measured_figure(latency_us, fit_source)},
+                       {"bus_bandwidth_gbps", measured_figure(busbw_gbps, fit_source)},
+                       {"tables", OrderedJson::array({table})}};
 }
 
 // measured / peak as a fraction in (0, 1]; an error names both when the measurement is above the peak.

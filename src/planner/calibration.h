@@ -81,7 +81,7 @@ struct Calibration {
 
 // The text of a complete profile: `base_json` (the base profile's file text, notes kept) with
 //  - for each measured collective, intra_node.<collective> replaced by {latency_us, bus_bandwidth_gbps
-//    (fit_latency_bandwidth over the points, algbw × collective_bus_factor), table {ranks, points}}, all
+//    (fit_latency_bandwidth over the points, algbw × collective_bus_factor), tables [{ranks, points}]}, all
 //    "provenance": "measured"; when the fit cannot resolve a bandwidth, the smallest size's time and the
 //    largest size's busbw, and the source says so;
 //  - for measured GPU ceilings, gpu.memory_efficiency = stream GB/s / gpu.memory_bandwidth_gbps and

@@ -375,8 +375,8 @@ double collective_time_us(const CollectiveSpec& spec, Collective collective, dou
     if (ranks <= 1) return 0.0;
     const double factor = collective_bus_factor(collective, ranks);
     const double us_per_byte = factor / (spec.bus_bandwidth_gbps.value * 1e3);  // GB/s = 1e3 bytes/µs
-    const auto& points = spec.table.points;
-    if (spec.table.ranks == ranks && !points.empty()) {
+    if (const SizeTable* table = spec.table_for(ranks)) {
+        const auto& points = table->points;
         if (size_bytes <= points.front().first) return points.front().second;
         if (size_bytes >= points.back().first) {
             return points.back().second + (size_bytes - points.back().first) * us_per_byte;

@@ -134,6 +134,32 @@ Result<SizeTable> parse_table(const ObjectReader& reader) {
     return table;
 }
 
+// "tables": a non-empty array of tables, group sizes strictly ascending.
+Result<std::vector<SizeTable>> parse_tables(const ObjectReader& coll) {
+    const json& array = coll.at("tables");
+    if (!array.is_array() || array.empty()) {
+        return coll.error("tables",
+                          "expected a non-empty array of {\"ranks\", \"points\", ...} (omit the key for none)");
+    }
+    std::vector<SizeTable> tables;
+    for (size_t i = 0; i < array.size(); ++i) {
+        std::string key = fmt::format("tables[{}]", i);
+        if (!array[i].is_object()) return coll.error(key, "expected an object");
+        ObjectReader reader(array[i], coll.source(), coll.key_path(key));
+        EPI_ASSIGN_OR_RETURN(SizeTable table, parse_table(reader));
+        if (!tables.empty() && table.ranks == tables.back().ranks) {
+            return reader.error("ranks", fmt::format("a second table at {} ranks (one table per group size)",
+                                                     table.ranks));
+        }
+        if (!tables.empty() && table.ranks < tables.back().ranks) {
+            return reader.error("ranks", fmt::format("group sizes must be strictly ascending ({} after {})",
+                                                     table.ranks, tables.back().ranks));
+        }
+        tables.push_back(std::move(table));
+    }
+    return tables;
+}
+
 Result<LinkSpec> parse_link(const ObjectReader& reader, std::initializer_list<LinkKind> allowed_kinds) {
     EPI_RETURN_IF_ERROR(reader.check_keys({"kind", "all_reduce", "all_gather", "all_to_all", "send_recv"}));
     LinkSpec link;
@@ -151,13 +177,16 @@ Result<LinkSpec> parse_link(const ObjectReader& reader, std::initializer_list<Li
     for (int c = 0; c < kNumCollectives; ++c) {
         const char* name = collective_name(static_cast<Collective>(c));
         EPI_ASSIGN_OR_RETURN(ObjectReader coll, reader.object(name));
-        EPI_RETURN_IF_ERROR(coll.check_keys({"latency_us", "bus_bandwidth_gbps", "table"}));
+        if (coll.has("table")) {
+            return coll.error("table", "replaced by \"tables\": [{\"ranks\": n, \"points\": ...}, ...], one "
+                                       "table per group size; put the object in a one-element array");
+        }
+        EPI_RETURN_IF_ERROR(coll.check_keys({"latency_us", "bus_bandwidth_gbps", "tables"}));
         CollectiveSpec& spec = link.collectives[c];
         EPI_ASSIGN_OR_RETURN(spec.latency_us, coll.figure("latency_us", 0.0, false));
         EPI_ASSIGN_OR_RETURN(spec.bus_bandwidth_gbps, coll.figure("bus_bandwidth_gbps", 0.0, true));
-        if (coll.has("table")) {
-            EPI_ASSIGN_OR_RETURN(ObjectReader table, coll.object("table"));
-            EPI_ASSIGN_OR_RETURN(spec.table, parse_table(table));
+        if (coll.has("tables")) {
+            EPI_ASSIGN_OR_RETURN(spec.tables, parse_tables(coll));
         }
     }
     return link;
@@ -250,6 +279,13 @@ const char* collective_name(Collective collective) {
             return "send_recv";
     }
     return "?";
+}
+
+const SizeTable* CollectiveSpec::table_for(int ranks) const {
+    for (const SizeTable& table : tables) {
+        if (table.ranks == ranks && !table.points.empty()) return &table;
+    }
+    return nullptr;
 }
 
 int64_t GpuSpec::usable_bytes() const {

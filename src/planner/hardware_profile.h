@@ -3,8 +3,8 @@
 // A profile is a JSON file (schema in docs/planner.md, "epinfer.hardware_profile/1"): one GPU (memory,
 // usable fraction, memory bandwidth, dense bf16/fp8/fp4 matrix rates, kernel launch overheads and latency,
 // efficiencies), the intra-node link and optionally the inter-node link, each with a latency and a bus
-// bandwidth per collective (all_reduce, all_gather, all_to_all, send_recv) and optionally a table of
-// measured times over message size. Every figure records where it came from (datasheet, measured, estimate)
+// bandwidth per collective (all_reduce, all_gather, all_to_all, send_recv) and optionally tables of
+// measured times over message size, one per group size. Every figure records where it came from (datasheet, measured, estimate)
 // and its source. Shipped profiles live in the project's profiles/ folder; `epinfer bench comm` writes the
 // same format.
 #pragma once
@@ -55,11 +55,14 @@ struct SizeTable {
 };
 
 // Cost of one collective: time = latency + size · factor(n) / bus_bandwidth (nccl-tests busbw
-// convention, cost_model.h), or the table when it was measured at the group size in question.
+// convention, cost_model.h), or the table measured at the group size n in question when there is one.
 struct CollectiveSpec {
     Figure latency_us;
-    Figure bus_bandwidth_gbps;  // GB/s = 1e9 bytes/s
-    SizeTable table;            // no points = none
+    Figure bus_bandwidth_gbps;     // GB/s = 1e9 bytes/s
+    std::vector<SizeTable> tables;  // ranks strictly ascending, each with points; empty = none
+
+    // The table measured at `ranks`, or nullptr when there is none.
+    const SizeTable* table_for(int ranks) const;
 };
 
 struct LinkSpec {
@@ -109,7 +112,8 @@ struct HardwareProfile {
 // Parses the JSON text of a profile. `source` names the file in error messages.
 // Errors: kInvalidArgument, one line "SOURCE: KEY.PATH: problem", for malformed JSON, a missing or
 // unknown key, a wrong type, a value out of range (memory ≤ 0, a fraction outside (0, 1], a negative
-// rate, a link kind not allowed where it is, table sizes not ascending).
+// rate, a link kind not allowed where it is, table sizes not ascending, two tables of one collective at
+// one group size or out of order, the single "table" key of earlier profiles).
 Result<HardwareProfile> parse_hardware_profile(const std::string& json_text, const std::string& source);
 
 // Reads and parses one profile file. Errors: kNotFound when it cannot be read; otherwise as above.

@@ -82,11 +82,12 @@ TEST(CalibratedProfile, ReplacesMeasuredCollectivesOnly) {
     EXPECT_EQ(ar.latency_us.provenance, Provenance::kMeasured);
     EXPECT_EQ(ar.bus_bandwidth_gbps.provenance, Provenance::kMeasured);
     EXPECT_NE(ar.bus_bandwidth_gbps.source.find("testhost"), std::string::npos);
-    EXPECT_EQ(ar.table.ranks, 2);
-    ASSERT_EQ(ar.table.points.size(), 3u);
-    EXPECT_EQ(ar.table.points[1], std::make_pair(3000.0, 26.0));
-    EXPECT_EQ(ar.table.provenance, Provenance::kMeasured);
-    EXPECT_EQ(ar.table.source, cal.source);
+    ASSERT_EQ(ar.tables.size(), 1u);  // the measured group size's table replaces the base's tables
+    EXPECT_EQ(ar.tables[0].ranks, 2);
+    ASSERT_EQ(ar.tables[0].points.size(), 3u);
+    EXPECT_EQ(ar.tables[0].points[1], std::make_pair(3000.0, 26.0));
+    EXPECT_EQ(ar.tables[0].provenance, Provenance::kMeasured);
+    EXPECT_EQ(ar.tables[0].source, cal.source);
 
     EXPECT_NEAR(p.value().intra_node[Collective::kAllGather].bus_bandwidth_gbps.value, 0.25, 1e-12);
     const CollectiveSpec& a2a = p.value().intra_node[Collective::kAllToAll];
@@ -205,8 +206,9 @@ TEST(EngineCalibration, MeasuredH200ProfileComesFromItsSources) {
 
 TEST(EngineCalibration, MultiGpuProfilesAreTheBenchOverTheEngineProfile) {
     // profiles/measured/h200x{2,4}_{nvlink,no_p2p}_epinfer_2026-11-29.json: what `bench comm --profile-out
-    // --base-profile profiles/measured/h200_epinfer_2026-11-29.json` writes from the measured tables of
-    // h200x{2,4}_*_nccl_2026-11-29.json, plus the figures the bench does not measure
+    // --base-profile profiles/measured/h200_epinfer_2026-11-29.json` writes from the measured tables of the
+    // N-GPU run (h200x2_*_nccl_queued_2026-11-29.json, h200x4_*_nccl_2026-11-29.json), the 4-GPU ones with
+    // the 2-GPU run's 2-rank tables added, plus the figures the bench does not measure
     // (profiles/measured/make_h200xn_epinfer_profiles.py).
     const std::string dir = std::string(EPINFER_TEST_DATA_DIR) + "/../../profiles/measured/";
     const std::string base_path = dir + "h200_epinfer_2026-11-29.json";
@@ -219,10 +221,14 @@ TEST(EngineCalibration, MultiGpuProfilesAreTheBenchOverTheEngineProfile) {
     for (int gpus : {2, 4}) {
         for (const char* link : {"nvlink", "no_p2p"}) {
             const std::string stem = "h200x" + std::to_string(gpus) + "_" + link;
+            const std::string two_stem = std::string("h200x2_") + link;
             auto multi = load_hardware_profile_file(dir + stem + "_epinfer_2026-11-29.json");
-            auto nccl = load_hardware_profile_file(dir + stem + "_nccl_2026-11-29.json");
+            auto nccl = load_hardware_profile_file(
+                dir + stem + (gpus == 2 ? "_nccl_queued_2026-11-29.json" : "_nccl_2026-11-29.json"));
+            auto two = load_hardware_profile_file(dir + two_stem + "_nccl_queued_2026-11-29.json");
             ASSERT_TRUE(multi.is_ok()) << multi.status().message();
             ASSERT_TRUE(nccl.is_ok()) << nccl.status().message();
+            ASSERT_TRUE(two.is_ok()) << two.status().message();
             const GpuSpec& g = multi->gpu;
             const GpuSpec& e = engine->gpu;
             EXPECT_EQ(g.kernel_latency_us.value, e.kernel_latency_us.value) << stem;
@@ -236,8 +242,10 @@ TEST(EngineCalibration, MultiGpuProfilesAreTheBenchOverTheEngineProfile) {
             // The bench's output over the same points: the same fit and table.
             Calibration cal;
             cal.source = "test";
-            for (Collective c : {Collective::kAllReduce, Collective::kAllGather, Collective::kAllToAll})
-                cal.collectives.push_back({c, gpus, nccl->intra_node[c].table.points});
+            for (Collective c : {Collective::kAllReduce, Collective::kAllGather, Collective::kAllToAll}) {
+                ASSERT_EQ(nccl->intra_node[c].tables.size(), 1u) << stem << collective_name(c);
+                cal.collectives.push_back({c, gpus, nccl->intra_node[c].tables[0].points});
+            }
             auto text = calibrated_profile_json(read_text(base_path), base_path, cal);
             ASSERT_TRUE(text.is_ok()) << text.status().message();
             auto bench = parse_hardware_profile(*text, "bench.json");
@@ -246,23 +254,28 @@ TEST(EngineCalibration, MultiGpuProfilesAreTheBenchOverTheEngineProfile) {
             for (Collective c : {Collective::kAllReduce, Collective::kAllGather, Collective::kAllToAll}) {
                 const CollectiveSpec& mine = multi->intra_node[c];
                 const CollectiveSpec& theirs = bench->intra_node[c];
-                EXPECT_EQ(mine.table.ranks, gpus) << stem << collective_name(c);
                 EXPECT_NEAR(mine.latency_us.value, theirs.latency_us.value, 1e-9)
                     << stem << collective_name(c);
                 EXPECT_NEAR(mine.bus_bandwidth_gbps.value, theirs.bus_bandwidth_gbps.value, 1e-9);
-                EXPECT_EQ(mine.table.points, theirs.table.points);
+                // The N-rank table of the N-GPU run; on 4 GPUs also the 2-GPU run's 2-rank table.
+                ASSERT_NE(mine.table_for(gpus), nullptr) << stem << collective_name(c);
+                EXPECT_EQ(mine.table_for(gpus)->points, theirs.tables[0].points);
+                ASSERT_NE(mine.table_for(2), nullptr) << stem << collective_name(c);
+                EXPECT_EQ(mine.table_for(2)->points, two->intra_node[c].tables[0].points);
+                EXPECT_EQ(mine.table_for(2)->provenance, Provenance::kMeasured);
+                EXPECT_EQ(mine.tables.size(), gpus == 2 ? 1u : 2u) << stem << collective_name(c);
             }
-            // send_recv (not measured): a send of s bytes as the N-rank all_gather of N·s, its busbw shared
-            // by the N − 1 peers; a table of 2 ranks (a send is between two).
+            // send_recv (not measured): a send of s bytes as the 2-rank all_gather of 2·s, its fit as is.
             const CollectiveSpec& sr = multi->intra_node[Collective::kSendRecv];
-            const CollectiveSpec& ag = nccl->intra_node[Collective::kAllGather];
-            ASSERT_EQ(sr.table.points.size(), ag.table.points.size());
-            EXPECT_EQ(sr.table.ranks, 2);
-            EXPECT_EQ(sr.table.points[0],
-                      std::make_pair(ag.table.points[0].first / gpus, ag.table.points[0].second));
+            const CollectiveSpec& ag = two->intra_node[Collective::kAllGather];
+            ASSERT_EQ(sr.tables.size(), 1u);
+            ASSERT_EQ(sr.tables[0].points.size(), ag.tables[0].points.size());
+            EXPECT_EQ(sr.tables[0].ranks, 2);
+            EXPECT_EQ(sr.tables[0].points[0],
+                      std::make_pair(ag.tables[0].points[0].first / 2, ag.tables[0].points[0].second));
             EXPECT_DOUBLE_EQ(sr.latency_us.value, ag.latency_us.value);
-            EXPECT_DOUBLE_EQ(sr.bus_bandwidth_gbps.value, ag.bus_bandwidth_gbps.value / (gpus - 1));
-            EXPECT_EQ(sr.table.provenance, Provenance::kEstimate);
+            EXPECT_DOUBLE_EQ(sr.bus_bandwidth_gbps.value, ag.bus_bandwidth_gbps.value);
+            EXPECT_EQ(sr.tables[0].provenance, Provenance::kEstimate);
         }
     }
 }

@@ -54,15 +54,16 @@ TEST(CalibrationCli, BenchCommProfileDrivesPlan) {
     EXPECT_EQ(profile.value().name, "h200_sxm_measured");
     for (Collective c : {Collective::kAllReduce, Collective::kAllGather, Collective::kAllToAll}) {
         const CollectiveSpec& spec = profile.value().intra_node[c];
-        EXPECT_EQ(spec.table.ranks, 2) << collective_name(c);
-        EXPECT_EQ(spec.table.points.size(), 4u) << collective_name(c);  // 1K, 4K, 16K, 64K
-        EXPECT_EQ(spec.table.provenance, Provenance::kMeasured);
+        ASSERT_EQ(spec.tables.size(), 1u) << collective_name(c);
+        EXPECT_EQ(spec.tables[0].ranks, 2) << collective_name(c);
+        EXPECT_EQ(spec.tables[0].points.size(), 4u) << collective_name(c);  // 1K, 4K, 16K, 64K
+        EXPECT_EQ(spec.tables[0].provenance, Provenance::kMeasured);
         EXPECT_EQ(spec.latency_us.provenance, Provenance::kMeasured);
         EXPECT_EQ(spec.bus_bandwidth_gbps.provenance, Provenance::kMeasured);
-        EXPECT_NE(spec.table.source.find("epinfer bench comm --ranks 2"), std::string::npos)
-            << spec.table.source;
+        EXPECT_NE(spec.tables[0].source.find("epinfer bench comm --ranks 2"), std::string::npos)
+            << spec.tables[0].source;
     }
-    EXPECT_EQ(profile.value().intra_node[Collective::kAllToAll].table.points.front().first, 1024.0);
+    EXPECT_EQ(profile.value().intra_node[Collective::kAllToAll].tables[0].points.front().first, 1024.0);
     // send_recv is not measured: the datasheet/estimate figure stays.
     EXPECT_NE(profile.value().intra_node[Collective::kSendRecv].latency_us.provenance, Provenance::kMeasured);
 
@@ -109,8 +110,8 @@ TEST(CalibrationCli, BaseProfileMayBeAFile) {
     EXPECT_EQ(profile->gpu.kernel_latency_us.value, engine->gpu.kernel_latency_us.value);
     EXPECT_EQ(profile->gpu.eager_kernel_us.value, engine->gpu.eager_kernel_us.value);
     EXPECT_EQ(profile->gpu.expert_matmul_efficiency.value, engine->gpu.expert_matmul_efficiency.value);
-    EXPECT_EQ(profile->intra_node[Collective::kAllReduce].table.ranks, 2);
-    EXPECT_EQ(profile->intra_node[Collective::kAllReduce].table.provenance, Provenance::kMeasured);
+    ASSERT_NE(profile->intra_node[Collective::kAllReduce].table_for(2), nullptr);
+    EXPECT_EQ(profile->intra_node[Collective::kAllReduce].table_for(2)->provenance, Provenance::kMeasured);
     nlohmann::json doc = nlohmann::json::parse(epinfer::testing::read_text_file(profile_path));
     EXPECT_NE(doc["note_calibration"].get<std::string>().find(base), std::string::npos);
     ASSERT_TRUE(doc.contains("note_calibration_base"));

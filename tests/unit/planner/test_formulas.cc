@@ -87,6 +87,13 @@ TEST(CostFormula, ExpectedMaxima) {
     EXPECT_DOUBLE_EQ(expected_max_binomial(48, 1.0, 8), 48.0);
 }
 
+SizeTable size_table(int ranks, std::vector<std::pair<double, double>> points) {
+    SizeTable table;
+    table.ranks = ranks;
+    table.points = std::move(points);
+    return table;
+}
+
 TEST(CostFormula, CollectiveCost) {
     CollectiveSpec spec;
     spec.latency_us.value = 10.0;
@@ -102,8 +109,7 @@ TEST(CostFormula, CollectiveCost) {
 
     // A table measured at 8 ranks (the RTX PRO 6000 all_reduce points of FACTS.md C.5).
     spec.bus_bandwidth_gbps.value = 40.0;
-    spec.table.ranks = 8;
-    spec.table.points = {{256, 24.1}, {65536, 24.6}, {262144, 28.0}};
+    spec.tables = {size_table(8, {{256, 24.1}, {65536, 24.6}, {262144, 28.0}})};
     // One Kimi token's hidden state, 7168 · 2 B = 14336 B: 24.1 + (14336 − 256)/(65536 − 256) · 0.5.
     EXPECT_NEAR(collective_time_us(spec, Collective::kAllReduce, 14336, 8), 24.207843137254905, 1e-9);
     EXPECT_DOUBLE_EQ(collective_time_us(spec, Collective::kAllReduce, 8, 8), 24.1);  // below the table
@@ -112,6 +118,29 @@ TEST(CostFormula, CollectiveCost) {
                 1e-9);
     // Another group size ignores the table: 4 ranks, 1 MB: 10 + 1e6 · 1.5 / 4e4 = 47.5.
     EXPECT_DOUBLE_EQ(collective_time_us(spec, Collective::kAllReduce, 1e6, 4), 47.5);
+}
+
+TEST(CostFormula, CollectiveCostPicksTheTableOfTheGroupSize) {
+    // A 4-GPU profile with tables at 2 and 4 ranks (the shapes of the H200 NVLink all_reduce: ~50 µs at 2
+    // ranks, ~300 µs at 4) and the 4-rank fit 300 µs + 500 GB/s.
+    CollectiveSpec spec;
+    spec.latency_us.value = 300.0;
+    spec.bus_bandwidth_gbps.value = 500.0;
+    spec.tables = {size_table(2, {{1024, 50.0}, {16384, 56.0}}),
+                   size_table(4, {{1024, 260.0}, {16384, 350.0}})};
+    ASSERT_NE(spec.table_for(2), nullptr);
+    EXPECT_EQ(spec.table_for(2)->ranks, 2);
+    EXPECT_EQ(spec.table_for(4)->ranks, 4);
+    EXPECT_EQ(spec.table_for(8), nullptr);
+    // 2 ranks, 8704 B (halfway): 50 + 0.5 · 6 = 53; 4 ranks: 260 + 0.5 · 90 = 305.
+    EXPECT_DOUBLE_EQ(collective_time_us(spec, Collective::kAllReduce, 8704, 2), 53.0);
+    EXPECT_DOUBLE_EQ(collective_time_us(spec, Collective::kAllReduce, 8704, 4), 305.0);
+    // Above the 2-rank table: 56 + (1e6 − 16384) · f(2) = 1 / (500 GB/s = 5e5 B/µs) = 56 + 1.967232.
+    EXPECT_NEAR(collective_time_us(spec, Collective::kAllReduce, 1e6, 2), 57.967232, 1e-9);
+    // 8 ranks: no table, the fit: 300 + 1e6 · 2·7/8 / 5e5 = 303.5.
+    EXPECT_DOUBLE_EQ(collective_time_us(spec, Collective::kAllReduce, 1e6, 8), 303.5);
+    // One rank: nothing to move.
+    EXPECT_DOUBLE_EQ(collective_time_us(spec, Collective::kAllReduce, 8704, 1), 0.0);
 }
 
 TEST(CostFormula, Roofline) {

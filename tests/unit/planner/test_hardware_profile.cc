@@ -64,7 +64,9 @@ TEST(HardwareProfile, ShippedFiguresFromFacts) {
     ASSERT_TRUE(rtx.is_ok());
     EXPECT_EQ(rtx->intra_node.kind, LinkKind::kPcieP2p);
     EXPECT_DOUBLE_EQ(rtx->gpu.memory_bandwidth_gbps.value, 1792.0);  // FACTS.md C.1
-    EXPECT_EQ(rtx->intra_node[Collective::kAllReduce].table.points.size(), 3u);
+    ASSERT_EQ(rtx->intra_node[Collective::kAllReduce].tables.size(), 1u);
+    EXPECT_EQ(rtx->intra_node[Collective::kAllReduce].tables[0].ranks, 8);
+    EXPECT_EQ(rtx->intra_node[Collective::kAllReduce].tables[0].points.size(), 3u);
     auto rtx4090 = load_hardware_profile_file(kProfilesDir + "/rtx_4090.json");
     ASSERT_TRUE(rtx4090.is_ok());
     EXPECT_EQ(rtx4090->intra_node.kind, LinkKind::kPcieNoP2p);
@@ -124,10 +126,32 @@ TEST(HardwareProfile, ErrorsNameFileAndKey) {
               }),
               "bad.json: gpu.bf16_tflops.provenance: 'guess' is not one of datasheet, measured, estimate");
     EXPECT_EQ(error_after([](json& d) {
-                  d["intra_node"]["all_reduce"]["table"] =
-                      json{{"ranks", 8}, {"points", {{1024, 5.0}, {512, 6.0}}}};
+                  d["intra_node"]["all_reduce"]["tables"] =
+                      json::array({json{{"ranks", 8}, {"points", {{1024, 5.0}, {512, 6.0}}}}});
               }),
-              "bad.json: intra_node.all_reduce.table.points[1]: sizes must be strictly ascending");
+              "bad.json: intra_node.all_reduce.tables[0].points[1]: sizes must be strictly ascending");
+    // Several tables, one per group size, in ascending order.
+    const json t2 = {{"ranks", 2}, {"points", {{1024, 50.0}, {4096, 52.0}}}};
+    const json t4 = {{"ranks", 4}, {"points", {{1024, 260.0}, {4096, 150.0}}}};
+    EXPECT_EQ(error_after([&](json& d) { d["intra_node"]["all_gather"]["tables"] = json::array({t2, t4}); }),
+              "(parsed)");
+    EXPECT_EQ(error_after([&](json& d) { d["intra_node"]["all_gather"]["tables"] = json::array({t2, t2}); }),
+              "bad.json: intra_node.all_gather.tables[1].ranks: a second table at 2 ranks (one table per "
+              "group size)");
+    EXPECT_EQ(error_after([&](json& d) { d["intra_node"]["all_gather"]["tables"] = json::array({t4, t2}); }),
+              "bad.json: intra_node.all_gather.tables[1].ranks: group sizes must be strictly ascending (2 "
+              "after 4)");
+    EXPECT_EQ(error_after([](json& d) { d["intra_node"]["all_gather"]["tables"] = json::array(); }),
+              "bad.json: intra_node.all_gather.tables: expected a non-empty array of {\"ranks\", "
+              "\"points\", ...} (omit the key for none)");
+    EXPECT_EQ(error_after([](json& d) {
+                  d["intra_node"]["all_gather"]["tables"] = json::array({json{{"ranks", 1}}});
+              }),
+              "bad.json: intra_node.all_gather.tables[0].ranks: expected an integer >= 2");
+    // The single "table" of earlier profiles: refused, saying what replaces it.
+    EXPECT_EQ(error_after([&](json& d) { d["intra_node"]["all_gather"]["table"] = t2; }),
+              "bad.json: intra_node.all_gather.table: replaced by \"tables\": [{\"ranks\": n, \"points\": "
+              "...}, ...], one table per group size; put the object in a one-element array");
     EXPECT_EQ(error_after([](json& d) { d["schema"] = "epinfer.hardware_profile/2"; }),
               "bad.json: schema: 'epinfer.hardware_profile/2' is not 'epinfer.hardware_profile/1'");
     EXPECT_EQ(error_after([](json& d) { d.erase("inter_node"); }), "(parsed)");  // optional

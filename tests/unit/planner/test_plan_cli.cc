@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
@@ -185,15 +186,15 @@ TEST(PlanCli, ClosedLoopContextFollowsTheRequests) {
         EXPECT_FALSE(layout["decode"][0]["breakdown"]["decode_graph"].get<bool>());
     }
     // tp2 at one request: each all-reduce of one fp32 row (2048 · 4 = 8192 B) costs the measured 2-rank
-    // table between 4096 B (45.5085 µs) and 16384 B (46.3635 µs), no more (the NCCL calls are queued):
-    // 45.5085 + 4096 / 12288 · 0.855 = 45.7935 µs.
+    // table (queued_us) between 4096 B (52.9126 µs) and 16384 B (55.2279 µs), no more (the NCCL calls are
+    // queued): 52.9126 + 4096 / 12288 · 2.3153 = 53.684366667 µs.
     EXPECT_EQ(doc["layouts"][0]["spec"], "tp2");
     int all_reduces = 0;
     for (const auto& c : doc["layouts"][0]["decode"][0]["breakdown"]["collectives"]) {
         EXPECT_FALSE(c.contains("sync_us_per_call"));
         if (c["kind"] != "all_reduce") continue;
         EXPECT_EQ(c["size_bytes"].get<double>(), 8192.0) << c["what"];
-        EXPECT_NEAR(c["us_per_call"].get<double>(), 45.7935, 1e-9) << c["what"];
+        EXPECT_NEAR(c["us_per_call"].get<double>(), 52.9126 + 4096.0 / 12288.0 * 2.3153, 1e-9) << c["what"];
         all_reduces += c["calls"].get<int>();
     }
     EXPECT_EQ(all_reduces, 2 * 48);  // attention and MoE, 48 layers
@@ -206,6 +207,29 @@ TEST(PlanCli, ClosedLoopContextFollowsTheRequests) {
     EXPECT_EQ(wide_doc["options"]["context_tokens"], 4096);
     EXPECT_FALSE(wide_doc["layouts"][0]["decode"][1]["kv_fits"].get<bool>());
     expect_one_line_error(run_plan(args + " --context 0"), "--context 0: must be >= 1");
+}
+
+TEST(PlanCli, TwoRankGroupsOfAFourGpuProfileUseItsTwoRankTable) {
+    // h200x4_nvlink_epinfer_2026-11-29.json carries all_reduce tables at 2 ranks (2-GPU run) and 4 ranks
+    // (4-GPU run). Qwen3-235B-A22B's fp32 row is 4096 · 4 = 16384 B, a measured size of both: tp2-pp2
+    // prices its all-reduces at the 2-rank 55.2279 µs, tp4 at the 4-rank 352.38735 µs.
+    const std::string args = "--model '" + kConfigsDir + "/qwen3_235b_a22b.json' --hardware '" + kProfilesDir +
+                             "/measured/h200x4_nvlink_epinfer_2026-11-29.json' --gpus 4 --layout tp4,pp2-tp2 "
+                             "--concurrency 1 --input-len 128 --output-len 128 --json";
+    CliResult r = run_plan(args);
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    nlohmann::json doc = nlohmann::json::parse(r.out);
+    std::map<std::string, double> us_per_call;
+    for (const auto& layout : doc["layouts"]) {
+        for (const auto& c : layout["decode"][0]["breakdown"]["collectives"]) {
+            if (c["kind"] != "all_reduce") continue;
+            EXPECT_EQ(c["size_bytes"].get<double>(), 16384.0) << layout["spec"] << c["what"];
+            us_per_call[layout["spec"].get<std::string>()] = c["us_per_call"].get<double>();
+        }
+    }
+    ASSERT_EQ(us_per_call.size(), 2u) << r.out.substr(0, 300);
+    EXPECT_NEAR(us_per_call["tp4"], 352.38735, 1e-6);
+    EXPECT_NEAR(us_per_call["pp2-tp2"], 55.2279, 1e-6);
 }
 
 TEST(PlanCli, BadInputsFailInOneLine) {
