@@ -10,6 +10,7 @@
 //   epinfer bench ep --ranks 2 --device cuda                        # T = 128 and 4096, DeepSeek-V3 shape
 //   epinfer bench ep --ranks 4 --tokens 64 --hidden 512 --experts 16 --top-k 2   # CPU ranks over MPI
 #include <fmt/format.h>
+#include <unistd.h>
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
@@ -39,9 +40,9 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 struct BenchEpOptions {
-    int ranks = 0;  // 0: the world's size
+    int ranks = 0;                    // 0: the world's size
     std::string tokens = "128,4096";  // --tokens as given, parsed by parse_token_counts
-    int64_t hidden = 7168;  // DeepSeek-V3 / Kimi K2
+    int64_t hidden = 7168;            // DeepSeek-V3 / Kimi K2
     int64_t experts = 256;
     int64_t top_k = 8;
     int iters = 20;
@@ -68,8 +69,8 @@ Result<double> slowest(Communicator& world, Clock::time_point start) {
     return s;
 }
 
-Result<EpRow> bench_tokens(Communicator& world, Communicator& ep, Backend& backend, const ExpertPlacement& placement,
-                           int64_t T, const BenchEpOptions& o) {
+Result<EpRow> bench_tokens(Communicator& world, Communicator& ep, Backend& backend,
+                           const ExpertPlacement& placement, int64_t T, const BenchEpOptions& o) {
     const int64_t H = o.hidden, K = o.top_k;
     std::mt19937 rng(static_cast<uint32_t>(1000 + world.rank()));
     std::uniform_real_distribution<float> u(-1.0f, 1.0f);
@@ -121,7 +122,8 @@ Result<EpRow> bench_tokens(Communicator& world, Communicator& ep, Backend& backe
         std::vector<int64_t> sc(h.send_counts), sd(h.send_displs), rc(h.recv_counts), rd(h.recv_displs);
         for (auto* v : {&sc, &sd, &rc, &rd})
             for (int64_t& e : *v) e *= H;
-        EPI_ASSIGN_OR_RETURN(DeviceBuffer send, DeviceBuffer::alloc_f32(backend, std::max<int64_t>(1, sd.back() + sc.back())));
+        EPI_ASSIGN_OR_RETURN(DeviceBuffer send,
+                             DeviceBuffer::alloc_f32(backend, std::max<int64_t>(1, sd.back() + sc.back())));
         EPI_RETURN_IF_ERROR(backend.synchronize());
         EPI_RETURN_IF_ERROR(world.barrier());
         start = Clock::now();
@@ -175,9 +177,9 @@ Result<std::vector<int64_t>> parse_token_counts(const std::string& text) {
         const size_t end = std::min(text.find(',', begin), text.size());
         const std::string item = text.substr(begin, end - begin);
         if (item.empty())
-            return invalid_argument(
-                fmt::format("bench ep: --tokens '{}' has an empty item (give integers separated by single commas)",
-                            text));
+            return invalid_argument(fmt::format(
+                "bench ep: --tokens '{}' has an empty item (give integers separated by single commas)",
+                text));
         int64_t value = 0;
         const char* last = item.data() + item.size();
         const auto [ptr, ec] = std::from_chars(item.data(), last, value);
@@ -199,12 +201,28 @@ Status check_options(const BenchEpOptions& o, const std::vector<int64_t>& token_
     if (o.iters < 1) return outside("--iters", o.iters, 1, 1 << 20);
     if (o.warmup_iters < 0) return outside("--warmup-iters", o.warmup_iters, 0, 1 << 20);
     if (o.ranks > o.experts)
-        return invalid_argument(fmt::format("bench ep: --ranks {} exceeds --experts {} (every rank holds one)",
-                                            o.ranks, o.experts));
+        return invalid_argument(fmt::format(
+            "bench ep: --ranks {} exceeds --experts {} (every rank holds one)", o.ranks, o.experts));
+    // CPU ranks share this host's memory: x and out [T, H], and about min(K, ranks) rows per token each
+    // sent, received and returned, fp32, on every rank.
+    const int64_t ranks = std::max(o.ranks, 1);
+    const double host_bytes =
+        static_cast<double>(sysconf(_SC_PHYS_PAGES)) * static_cast<double>(sysconf(_SC_PAGESIZE));
     for (const int64_t t : token_counts) {
         if (t * o.hidden > kMaxRowElements)
-            return invalid_argument(fmt::format("bench ep: --tokens {} × --hidden {} exceeds {} elements per rank", t,
-                                                o.hidden, kMaxRowElements));
+            return invalid_argument(
+                fmt::format("bench ep: --tokens {} × --hidden {} exceeds {} elements per rank", t, o.hidden,
+                            kMaxRowElements));
+        const double need = 4.0 * static_cast<double>(t) * static_cast<double>(o.hidden) *
+                            (2.0 + 3.0 * static_cast<double>(std::min<int64_t>(o.top_k, ranks))) *
+                            static_cast<double>(ranks);
+        if (o.device == "cpu" && host_bytes > 0 && need > 0.8 * host_bytes) {
+            return invalid_argument(
+                fmt::format("bench ep: --tokens {} × --hidden {} on {} CPU rank(s) needs about {:.1f} GiB of "
+                            "host memory, more "
+                            "than 80 % of this machine's {:.1f} GiB",
+                            t, o.hidden, ranks, need / (1 << 30), host_bytes / (1 << 30)));
+        }
     }
     return require_device_built(o.device);
 }
@@ -216,10 +234,13 @@ Status run_bench_ep(const BenchEpOptions& o) {
     EPI_RETURN_IF_ERROR(relaunch_under_mpirun_if_needed(o.ranks));
     EPI_ASSIGN_OR_RETURN(std::unique_ptr<Communicator> world, create_world_communicator());
     if (o.ranks > 0 && world->size() != o.ranks)
-        return invalid_argument(fmt::format("--ranks {}, but the MPI world has {} ranks", o.ranks, world->size()));
+        return invalid_argument(
+            fmt::format("--ranks {}, but the MPI world has {} ranks", o.ranks, world->size()));
     if (world->size() > o.experts)
-        return invalid_argument(fmt::format("bench ep: {} ranks but only --experts {}", world->size(), o.experts));
-    EPI_ASSIGN_OR_RETURN(const ExpertPlacement placement, ExpertPlacement::contiguous(o.experts, world->size()));
+        return invalid_argument(
+            fmt::format("bench ep: {} ranks but only --experts {}", world->size(), o.experts));
+    EPI_ASSIGN_OR_RETURN(const ExpertPlacement placement,
+                         ExpertPlacement::contiguous(o.experts, world->size()));
     std::unique_ptr<Backend> backend;
     std::unique_ptr<Communicator> nccl;
 #if EPINFER_WITH_CUDA  // else --device cuda was refused before the ranks started
@@ -241,22 +262,27 @@ Status run_bench_ep(const BenchEpOptions& o) {
     }
     int64_t wrong = 0;
     if (world->rank() == 0) {
-        std::printf("# epinfer bench ep: %d rank(s), rows over %s, bookkeeping over MPI; H %lld fp32, E %lld, top-%lld "
-                    "uniform; median of %d iterations (the slowest rank's)\n",
-                    world->size(), ep.backend_name(), static_cast<long long>(o.hidden),
-                    static_cast<long long>(o.experts), static_cast<long long>(o.top_k), o.iters);
-        std::printf("%10s %12s %10s %12s %12s %12s %14s %6s\n", "tokens", "rows_sent", "MB_sent", "dispatch_us",
-                    "combine_us", "a2a_us", "dispatch/a2a", "check");
+        std::printf(
+            "# epinfer bench ep: %d rank(s), rows over %s, bookkeeping over MPI; H %lld fp32, E %lld, "
+            "top-%lld "
+            "uniform; median of %d iterations (the slowest rank's)\n",
+            world->size(), ep.backend_name(), static_cast<long long>(o.hidden),
+            static_cast<long long>(o.experts), static_cast<long long>(o.top_k), o.iters);
+        std::printf("%10s %12s %10s %12s %12s %12s %14s %6s\n", "tokens", "rows_sent", "MB_sent",
+                    "dispatch_us", "combine_us", "a2a_us", "dispatch/a2a", "check");
         for (const EpRow& r : rows) {
             const double mb = r.rows_sent * static_cast<double>(o.hidden) * 4.0 / 1e6;
-            std::printf("%10lld %12.1f %10.2f %12.1f %12.1f %12.1f %14.2f %6s\n", static_cast<long long>(r.tokens),
-                        r.rows_sent, mb, r.dispatch_us, r.combine_us, r.a2a_us,
-                        r.a2a_us > 0 ? r.dispatch_us / r.a2a_us : 0.0, r.wrong == 0 ? "ok" : "FAIL");
+            std::printf("%10lld %12.1f %10.2f %12.1f %12.1f %12.1f %14.2f %6s\n",
+                        static_cast<long long>(r.tokens), r.rows_sent, mb, r.dispatch_us, r.combine_us,
+                        r.a2a_us, r.a2a_us > 0 ? r.dispatch_us / r.a2a_us : 0.0,
+                        r.wrong == 0 ? "ok" : "FAIL");
         }
         std::fflush(stdout);
     }
     for (const EpRow& r : rows) wrong += r.wrong;
-    if (wrong > 0) return internal_error(fmt::format("bench ep: {} combined elements differ from the expected sums", wrong));
+    if (wrong > 0)
+        return internal_error(
+            fmt::format("bench ep: {} combined elements differ from the expected sums", wrong));
     return Status::ok();
 }
 
@@ -264,8 +290,10 @@ Status run_bench_ep(const BenchEpOptions& o) {
 
 void add_bench_ep_command(CLI::App& bench) {
     auto opts = std::make_shared<BenchEpOptions>();
-    CLI::App* ep = bench.add_subcommand("ep", "EP dispatch and combine across ranks (DP attention's MoE transport)");
-    ep->add_option("--ranks", opts->ranks, "ranks; without MPI around, starts them through mpirun (default: the world)")
+    CLI::App* ep =
+        bench.add_subcommand("ep", "EP dispatch and combine across ranks (DP attention's MoE transport)");
+    ep->add_option("--ranks", opts->ranks,
+                   "ranks; without MPI around, starts them through mpirun (default: the world)")
         ->check(CLI::Range(1, 4096));
     ep->add_option("--tokens", opts->tokens, "tokens per rank, comma separated (default 128,4096)");
     ep->add_option("--hidden", opts->hidden, "row width H (default 7168)");
@@ -273,7 +301,8 @@ void add_bench_ep_command(CLI::App& bench) {
     ep->add_option("--top-k", opts->top_k, "experts per token K (default 8)");
     ep->add_option("--iters", opts->iters, "timed iterations (default 20)");
     ep->add_option("--warmup-iters", opts->warmup_iters, "untimed iterations first (default 3)");
-    ep->add_option("--device", opts->device, "cpu: MPI on host rows; cuda: NCCL on GPU rows, one GPU per rank")
+    ep->add_option("--device", opts->device,
+                   "cpu: MPI on host rows; cuda: NCCL on GPU rows, one GPU per rank")
         ->check(CLI::IsMember({"cpu", "cuda"}));
     ep->callback([opts] { exit_on_error(run_bench_ep(*opts)); });
 }

@@ -20,6 +20,7 @@
 
 #include "checkpoint/hf_config.h"
 #include "commands.h"
+#include "engine/bench_serving.h"
 #include "planner/engine_facts.h"
 #include "planner/layouts.h"
 #include "planner/plan_report.h"
@@ -29,6 +30,9 @@ namespace epinfer::cli {
 namespace {
 
 namespace fs = std::filesystem;
+
+// The most requests in flight a --concurrency level may ask for (as `epinfer bench`'s levels).
+constexpr int64_t kMaxPlanConcurrency = 65536;
 
 struct PlanArgs {
     std::string model;
@@ -40,7 +44,7 @@ struct PlanArgs {
     int64_t input_len = 2048;
     int64_t output_len = 0;
     int64_t max_step_tokens = planner::kEngineMaxStepTokens;
-    std::vector<int64_t> concurrency = {1, 8, 32, 64, 256, 1024};
+    std::string concurrency = "1,8,32,64,256,1024";
     std::string weight_dtype;
     std::string kv_dtype = "fp32";
     std::string layouts;
@@ -84,7 +88,8 @@ Status run_plan(const PlanArgs& args) {
                          planner::resolve_hardware_profile(args.hardware, executable_path()));
     request.gpus = args.gpus;
     request.nodes = args.nodes;
-    request.concurrency = args.concurrency;
+    EPI_ASSIGN_OR_RETURN(request.concurrency,
+                         parse_concurrency_list(args.concurrency, "--concurrency", kMaxPlanConcurrency));
     request.input_len = args.input_len;
     request.output_len = args.output_len;
     request.max_step_tokens = args.max_step_tokens;
@@ -147,8 +152,7 @@ void add_plan_command(CLI::App& app) {
     cmd->add_option("--max-step-tokens", args->max_step_tokens,
                     "the engine's tokens per step: closed-loop chunks, activation and EP buffer rows")
         ->capture_default_str();
-    cmd->add_option("--concurrency", args->concurrency, "requests in flight, comma separated")
-        ->delimiter(',')
+    cmd->add_option("--concurrency", args->concurrency, "requests in flight, comma separated (each ≤ 65536)")
         ->capture_default_str();
     cmd->add_option("--weight-dtype", args->weight_dtype,
                     "bf16|fp8|int4|nvfp4|mxfp4 for every linear weight, or experts=D,dense=D "

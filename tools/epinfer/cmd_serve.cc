@@ -18,20 +18,21 @@
 // first) or cuts the drain (the next), the followers run on until rank 0's shutdown releases them. The
 // supervisor exits with mpirun's status, 0 after that orderly stop; if mpirun has not exited
 // --drain-timeout-s + 60 s after the first signal, the supervisor ends it (SIGTERM, then SIGKILL).
-// Before the ranks are ready (weights loading) a stop signal ends them at once, exit status not 0.
+// A stop signal that comes while the ranks load is kept: the server stops as soon as it is up, exit 0.
 #include <fmt/format.h>
 
+#include <atomic>
 #include <charconv>
 #include <chrono>
 #include <cmath>
 #include <csignal>
 #include <cstdio>
-#include <atomic>
 #include <memory>
 #include <optional>
 #include <string>
 #include <thread>
 
+#include "comm/communicator.h"
 #include "commands.h"
 #include "engine/engine.h"
 #include "model_setup.h"
@@ -51,7 +52,9 @@ extern "C" void on_stop_signal(int signal_number) {
 }
 
 const char* signal_name(int signal_number) {
-    return signal_number == SIGINT ? "SIGINT" : signal_number == SIGUSR1 ? "SIGUSR1" : "SIGTERM";
+    return signal_number == SIGINT    ? "SIGINT"
+           : signal_number == SIGUSR1 ? "SIGTERM/SIGINT at mpirun's supervisor (SIGUSR1)"
+                                      : "SIGTERM";
 }
 
 // From the first stop signal, how long mpirun's supervisor waits beyond --drain-timeout-s for the ranks to
@@ -62,7 +65,8 @@ struct ServeFlags {
     ModelSetupFlags setup;
     std::string host = "127.0.0.1";
     std::string port = "8000";
-    std::optional<std::string> served_model_name;  // default: --model (or --config with --random-weights) as given
+    std::optional<std::string>
+        served_model_name;  // default: --model (or --config with --random-weights) as given
     std::string max_body_bytes = "1048576";
     std::string request_timeout_s = "600";
     std::string drain_timeout_s = "30";
@@ -76,8 +80,8 @@ Result<int64_t> parse_int_flag(const std::string& text, const char* flag, int64_
     if (text.empty() || ec != std::errc() || ptr != end)
         return invalid_argument(std::string(flag) + " '" + text + "' is not an integer");
     if (value < lo || value > hi)
-        return invalid_argument(std::string(flag) + " must be in [" + std::to_string(lo) + ", " + std::to_string(hi) +
-                                "], got " + text);
+        return invalid_argument(std::string(flag) + " must be in [" + std::to_string(lo) + ", " +
+                                std::to_string(hi) + "], got " + text);
     return value;
 }
 
@@ -103,8 +107,10 @@ Result<ServeValues> parse_serve_values(const ServeFlags& f) {
     o.host = f.host;
     EPI_ASSIGN_OR_RETURN(const int64_t port, parse_int_flag(f.port, "--port", 0, 65535));
     o.port = static_cast<int>(port);
-    EPI_ASSIGN_OR_RETURN(o.max_body_bytes, parse_int_flag(f.max_body_bytes, "--max-body-bytes", 1, int64_t{1} << 32));
-    EPI_ASSIGN_OR_RETURN(o.request_timeout_s, parse_seconds_flag(f.request_timeout_s, "--request-timeout-s", 0.001));
+    EPI_ASSIGN_OR_RETURN(o.max_body_bytes,
+                         parse_int_flag(f.max_body_bytes, "--max-body-bytes", 1, int64_t{1} << 32));
+    EPI_ASSIGN_OR_RETURN(o.request_timeout_s,
+                         parse_seconds_flag(f.request_timeout_s, "--request-timeout-s", 0.001));
     EPI_ASSIGN_OR_RETURN(v.drain_timeout_s, parse_seconds_flag(f.drain_timeout_s, "--drain-timeout-s", 0.0));
     EPI_ASSIGN_OR_RETURN(const int64_t threads, parse_int_flag(f.http_threads, "--http-threads", 1, 4096));
     o.num_http_threads = static_cast<int>(threads);
@@ -117,9 +123,11 @@ Result<ServeValues> parse_serve_values(const ServeFlags& f) {
 }
 
 // SIGTERM, SIGINT and SIGUSR1 (what mpirun's supervisor sends the ranks instead) stop the server.
+// SA_RESTART: a signal that comes while a rank loads does not fail its reads or MPI's system calls.
 void install_stop_handlers() {
     struct sigaction action {};
     action.sa_handler = on_stop_signal;
+    action.sa_flags = SA_RESTART;
     sigemptyset(&action.sa_mask);
     for (const int signal_number : {SIGTERM, SIGINT, SIGUSR1}) sigaddset(&action.sa_mask, signal_number);
     for (const int signal_number : {SIGTERM, SIGINT, SIGUSR1}) sigaction(signal_number, &action, nullptr);
@@ -129,13 +137,17 @@ Status run_serve(const ServeFlags& flags) {
     EPI_ASSIGN_OR_RETURN(const ServeValues values, parse_serve_values(flags));
     ModelSetupFlags setup_flags = flags.setup;
     setup_flags.mpirun_stop = MpirunStop{SIGUSR1, values.drain_timeout_s + kMpirunExitMarginS};
+    // A rank of a layout keeps a stop signal that comes while it loads (the server then stops as soon as
+    // it is up, exit 0) instead of dying of SIGUSR1's default action; one rank alone still ends at once.
+    if (launched_by_mpi()) install_stop_handlers();
     EPI_ASSIGN_OR_RETURN(ModelSetup setup, start_model(setup_flags));
     // From here a signal drains the server instead of killing the process (followers wait for the driver).
     install_stop_handlers();
     EPI_ASSIGN_OR_RETURN(std::unique_ptr<Engine> engine, Engine::create(*setup.model, setup.engine_options));
     if (!setup.is_driver()) return engine->run_follower();
 
-    EPI_ASSIGN_OR_RETURN(std::unique_ptr<server::HttpServer> http, server::HttpServer::start(*engine, values.server));
+    EPI_ASSIGN_OR_RETURN(std::unique_ptr<server::HttpServer> http,
+                         server::HttpServer::start(*engine, values.server));
     std::fprintf(stderr, "epinfer serve: listening on http://%s:%d\n", http->host().c_str(), http->port());
     std::fflush(stderr);
     while (g_stop_signal == 0 && http->engine_error().is_ok())
@@ -153,7 +165,8 @@ Status run_serve(const ServeFlags& flags) {
     std::thread watcher([&] {
         while (!drained.load()) {
             if (g_num_stop_signals > signals_at_drain) {
-                std::fprintf(stderr, "epinfer serve: %s during the drain: cut short, aborting the requests left\n",
+                std::fprintf(stderr,
+                             "epinfer serve: %s during the drain: cut short, aborting the requests left\n",
                              signal_name(g_stop_signal));
                 std::fflush(stderr);
                 http->cut_drain();
@@ -174,21 +187,24 @@ Status run_serve(const ServeFlags& flags) {
 
 void add_serve_command(CLI::App& app) {
     auto flags = std::make_shared<ServeFlags>();
-    CLI::App* cmd = app.add_subcommand("serve", "OpenAI-compatible HTTP server over token ids (/v1/completions)");
+    CLI::App* cmd =
+        app.add_subcommand("serve", "OpenAI-compatible HTTP server over token ids (/v1/completions)");
     add_model_setup_flags(*cmd, flags->setup, /*allow_random_weights=*/true);
     cmd->add_option("--host", flags->host, "Address to listen on (default 127.0.0.1)");
     cmd->add_option("--port", flags->port, "Port; 0 = a free port, printed when ready (default 8000)");
     cmd->add_option("--served-model-name", flags->served_model_name,
                     "Model id of /v1/models and of requests' \"model\" (default: --model as given)");
-    cmd->add_option("--max-body-bytes", flags->max_body_bytes, "Largest request body; larger → 413 (default 1048576)");
+    cmd->add_option("--max-body-bytes", flags->max_body_bytes,
+                    "Largest request body; larger → 413 (default 1048576)");
     cmd->add_option("--request-timeout-s", flags->request_timeout_s,
                     "A request still running after this is cancelled (default 600)");
     cmd->add_option("--drain-timeout-s", flags->drain_timeout_s,
                     "On SIGTERM/SIGINT, running requests may finish for this long (default 30); a second "
                     "SIGTERM/SIGINT aborts them at once");
-    cmd->add_option("--http-threads", flags->http_threads,
-                    "Connections served at once; each streaming request holds one thread, so keep this above "
-                    "the streams expected at once, or /health and 503 replies wait behind them (default 1024)");
+    cmd->add_option(
+        "--http-threads", flags->http_threads,
+        "Connections served at once; each streaming request holds one thread, so keep this above "
+        "the streams expected at once, or /health and 503 replies wait behind them (default 1024)");
     cmd->callback([flags] { exit_on_error(run_serve(*flags)); });
 }
 

@@ -84,10 +84,11 @@ TEST(BenchCli, OfflineOnTheTinyFixtureWritesJson) {
 TEST(BenchCli, NumPromptsPerLevel) {
     const auto dir = cli_scratch_dir("epinfer_bench_prompts_per_level");
     const auto json_path = dir / "bench.json";
-    const CliResult r = run_epinfer("bench --model " + kTinyModel +
-                                    " --concurrency 1,2 --num-prompts 2,5 --input-len 4 --output-len 2 --threads 2"
-                                    " --kv-cache-tokens 1024 --warmup 0 --json " +
-                                    json_path.string());
+    const CliResult r =
+        run_epinfer("bench --model " + kTinyModel +
+                    " --concurrency 1,2 --num-prompts 2,5 --input-len 4 --output-len 2 --threads 2"
+                    " --kv-cache-tokens 1024 --warmup 0 --json " +
+                    json_path.string());
     ASSERT_EQ(r.exit_code, 0) << r.err;
     const json j = read_json(json_path);
     ASSERT_EQ(j["results"].size(), 2u) << j.dump();
@@ -181,15 +182,23 @@ TEST(BenchCli, BenchEpBadFlagsAreOneLineBeforeAnyRankStarts) {
                           "bench ep: --hidden 100000000000 is outside [1, 65536]");
     expect_one_line_error(run_epinfer("bench ep --ranks 9 --experts 8"), "--ranks 9 exceeds --experts 8");
     expect_one_line_error(run_epinfer("bench ep --warmup-iters -1"), "--warmup-iters -1 is outside");
-    expect_one_line_error(run_epinfer("bench ep --tokens 1048576 --hidden 4096"), "exceeds 2147483648 elements");
-    // A list with an empty item, a word or a negative count: one line naming the value, before any rank starts.
+    expect_one_line_error(run_epinfer("bench ep --tokens 1048576 --hidden 4096"),
+                          "exceeds 2147483648 elements");
+    // A list with an empty item, a word or a negative count: one line naming the value, before any rank
+    // starts.
     expect_one_line_error(run_epinfer("bench ep --ranks 2 --tokens 1,,2"),
                           "bench ep: --tokens '1,,2' has an empty item");
-    expect_one_line_error(run_epinfer("bench ep --ranks 2 --tokens 8,"), "bench ep: --tokens '8,' has an empty item");
+    expect_one_line_error(run_epinfer("bench ep --ranks 2 --tokens 8,"),
+                          "bench ep: --tokens '8,' has an empty item");
     expect_one_line_error(run_epinfer("bench ep --ranks 2 --tokens 8,x"),
                           "bench ep: --tokens '8,x': 'x' is not an integer");
     expect_one_line_error(run_epinfer("bench ep --ranks 2 --tokens 8,-1"),
                           "bench ep: --tokens -1 is outside [0, 1048576]");
+    // More host memory than any machine has (about 52 TiB over 256 CPU ranks): refused before they start.
+    expect_one_line_error(
+        run_epinfer("bench ep --ranks 256 --tokens 1048576 --hidden 2048"),
+        "bench ep: --tokens 1048576 × --hidden 2048 on 256 CPU rank(s) needs about 53248.0 GiB of "
+        "host memory, more than 80 % of this machine's");
 }
 
 TEST(BenchCli, CommStillRunsAsASubcommand) {

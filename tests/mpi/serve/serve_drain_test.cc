@@ -6,9 +6,11 @@
 #include <gtest/gtest.h>
 #include <signal.h>
 
+#include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <thread>
 
 #include "common/cli_runner.h"
 #include "serve_process.h"
@@ -32,13 +34,29 @@ std::filesystem::path write_slow_config() {
 }
 
 std::vector<std::string> serve_tp2_args(const std::filesystem::path& config_dir) {
-    return {"serve", "--config", (config_dir / "config.json").string(), "--random-weights", "--tp", "2",
-            "--port", "0", "--threads", "1", "--kv-cache-tokens", "4096", "--max-running", "2",
-            "--drain-timeout-s", "600"};
+    return {"serve",
+            "--config",
+            (config_dir / "config.json").string(),
+            "--random-weights",
+            "--tp",
+            "2",
+            "--port",
+            "0",
+            "--threads",
+            "1",
+            "--kv-cache-tokens",
+            "4096",
+            "--max-running",
+            "2",
+            "--drain-timeout-s",
+            "600"};
 }
 
 json stream_body(int64_t max_tokens) {
-    return {{"prompt", {5, 6, 7}}, {"max_tokens", max_tokens}, {"temperature", 0}, {"ignore_eos", true},
+    return {{"prompt", {5, 6, 7}},
+            {"max_tokens", max_tokens},
+            {"temperature", 0},
+            {"ignore_eos", true},
             {"stream", true}};
 }
 
@@ -59,7 +77,9 @@ TEST(ServeMpi, SigtermDrainsEveryRankAndExitsZero) {
     BackgroundStream client(port, stream_body(kMaxTokens));
     EXPECT_TRUE(client.wait_started());
     ASSERT_EQ(kill(serve.pid(), SIGTERM), 0);
-    EXPECT_TRUE(serve.wait_for_err("epinfer serve: SIGUSR1: draining (at most 600 s", 120.0)) << serve.err();
+    EXPECT_TRUE(serve.wait_for_err(
+        "epinfer serve: SIGTERM/SIGINT at mpirun's supervisor (SIGUSR1): draining (at most 600 s", 120.0))
+        << serve.err();
     // Draining, or (the stream done) already closed: no new work either way.
     const HttpReply late = http_post(port, "/v1/completions", stream_body(4).dump());
     EXPECT_TRUE(late.status == 503 || late.status == -1) << late.status << " " << late.body;
@@ -98,14 +118,15 @@ TEST(ServeMpi, SecondSigtermCutsTheDrainShort) {
     BackgroundStream client(port, stream_body(kMaxTokens));
     EXPECT_TRUE(client.wait_started());
     ASSERT_EQ(kill(serve.pid(), SIGTERM), 0);
-    EXPECT_TRUE(serve.wait_for_err("epinfer serve: SIGUSR1: draining", 120.0)) << serve.err();
+    EXPECT_TRUE(serve.wait_for_err("(SIGUSR1): draining", 120.0)) << serve.err();
     ASSERT_EQ(kill(serve.pid(), SIGTERM), 0);
     EXPECT_EQ(serve.wait_exit(300.0), 0) << serve.err();
     client.join();
     std::filesystem::remove_all(config_dir);
 
     const std::string err = serve.err();
-    EXPECT_NE(err.find("SIGUSR1 during the drain: cut short, aborting the requests left"), std::string::npos)
+    EXPECT_NE(err.find("(SIGUSR1) during the drain: cut short, aborting the requests left"),
+              std::string::npos)
         << err;
     EXPECT_NE(err.find("epinfer serve: stopped"), std::string::npos) << err;
     const StreamReply& stream = client.reply;
@@ -115,6 +136,24 @@ TEST(ServeMpi, SecondSigtermCutsTheDrainShort) {
     const json& last = stream.chunks.back();
     EXPECT_EQ(last.at("choices").at(0).at("finish_reason"), "abort") << last.dump();
     EXPECT_LT(last.at("usage").at("completion_tokens").get<int64_t>(), kMaxTokens) << last.dump();
+}
+
+// A SIGTERM that comes while the ranks load is kept until they are up: the server then stops at once, every
+// rank and the supervisor exit 0 (it used to end the ranks through SIGUSR1's default action, exit 138).
+TEST(ServeMpi, SigtermWhileTheRanksLoadStopsOnceUp) {
+    const std::filesystem::path config_dir = write_slow_config();
+    ServeProcess serve(serve_tp2_args(config_dir));
+    ASSERT_GT(serve.pid(), 0);
+    std::this_thread::sleep_for(std::chrono::seconds(3));  // mpirun has started the ranks, which are loading
+    SCOPED_TRACE(serve.err().find("listening") == std::string::npos ? "signal sent while loading"
+                                                                    : "signal sent after the server was up");
+    ASSERT_EQ(kill(serve.pid(), SIGTERM), 0);
+    EXPECT_EQ(serve.wait_exit(300.0), 0) << serve.err();
+    std::filesystem::remove_all(config_dir);
+    const std::string err = serve.err();
+    EXPECT_NE(err.find("(SIGUSR1): draining"), std::string::npos) << err;
+    EXPECT_NE(err.find("epinfer serve: stopped"), std::string::npos) << err;
+    EXPECT_EQ(err.find("epinfer: error"), std::string::npos) << err;
 }
 
 }  // namespace

@@ -213,7 +213,8 @@ TEST(PlanCli, TwoRankGroupsOfAFourGpuProfileUseItsTwoRankTable) {
     // h200x4_nvlink_epinfer_2026-11-29.json carries all_reduce tables at 2 ranks (2-GPU run) and 4 ranks
     // (4-GPU run). Qwen3-235B-A22B's fp32 row is 4096 · 4 = 16384 B, a measured size of both: tp2-pp2
     // prices its all-reduces at the 2-rank 55.2279 µs, tp4 at the 4-rank 352.38735 µs.
-    const std::string args = "--model '" + kConfigsDir + "/qwen3_235b_a22b.json' --hardware '" + kProfilesDir +
+    const std::string args = "--model '" + kConfigsDir + "/qwen3_235b_a22b.json' --hardware '" +
+                             kProfilesDir +
                              "/measured/h200x4_nvlink_epinfer_2026-11-29.json' --gpus 4 --layout tp4,pp2-tp2 "
                              "--concurrency 1 --input-len 128 --output-len 128 --json";
     CliResult r = run_plan(args);
@@ -245,6 +246,10 @@ TEST(PlanCli, BadInputsFailInOneLine) {
     expect_one_line_error(run_plan(kimi + "--hardware h200_sxm --gpus 8 --weight-dtype int3"),
                           "--weight-dtype 'int3'");
     expect_one_line_error(run_plan("--hardware h200_sxm --gpus 8"), "--model is required");
+    expect_one_line_error(run_plan(kimi + "--hardware h200_sxm --gpus 8 --concurrency 1,,8"),
+                          "--concurrency '1,,8': '' is not an integer");
+    expect_one_line_error(run_plan(kimi + "--hardware h200_sxm --gpus 8 --concurrency 99999999999999"),
+                          "--concurrency '99999999999999': 99999999999999 is outside [1, 65536]");
     expect_one_line_error(run_plan("--model /nonexistent/config.json --hardware h200_sxm --gpus 8"),
                           "/nonexistent/config.json");
 
