@@ -31,14 +31,11 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "backend/backend.h"
-#if EPINFER_WITH_CUDA
-#include "backend/cuda/cuda_backend.h"
-#endif
 #include "comm/communicator.h"
-#include "comm/nccl_communicator.h"
 #include "commands.h"
 #include "core/env.h"
 #include "model_setup.h"
@@ -358,15 +355,11 @@ Status run_bench_comm(const BenchCommOptions& opts) {
     // --device cuda: one GPU per rank of a host, NCCL over the same ranks (bootstrapped over the world).
     std::unique_ptr<Backend> device;
     std::unique_ptr<Communicator> nccl;
-#if EPINFER_WITH_CUDA  // else --device cuda was refused before the ranks started
     if (opts.device == "cuda") {
-        EPI_ASSIGN_OR_RETURN(const HostRanks host, host_ranks(comm.get()));
-        EPI_ASSIGN_OR_RETURN(device, make_cuda_backend(host.index));
-        NcclOptions nccl_options;
-        nccl_options.device = host.index;
-        EPI_ASSIGN_OR_RETURN(nccl, create_nccl_communicator(*comm, nccl_options));
+        EPI_ASSIGN_OR_RETURN(GpuRank gpu, make_gpu_rank(*comm));
+        device = std::move(gpu.backend);
+        nccl = std::move(gpu.nccl);
     }
-#endif
     Communicator& op_comm = nccl != nullptr ? *nccl : *comm;
     std::vector<BenchRow> rows;
     for (BenchOp op : {BenchOp::kAllReduce, BenchOp::kAllGather, BenchOp::kAllToAllV}) {

@@ -21,13 +21,10 @@
 #include <numeric>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "backend/cpu/cpu_backend.h"
-#if EPINFER_WITH_CUDA
-#include "backend/cuda/cuda_backend.h"
-#include "comm/nccl_communicator.h"
-#endif
 #include "commands.h"
 #include "core/env.h"
 #include "layers/moe/ep_device.h"
@@ -243,17 +240,13 @@ Status run_bench_ep(const BenchEpOptions& o) {
                          ExpertPlacement::contiguous(o.experts, world->size()));
     std::unique_ptr<Backend> backend;
     std::unique_ptr<Communicator> nccl;
-#if EPINFER_WITH_CUDA  // else --device cuda was refused before the ranks started
     if (o.device == "cuda") {
-        EPI_ASSIGN_OR_RETURN(const HostRanks host, host_ranks(world.get()));
-        EPI_ASSIGN_OR_RETURN(backend, make_cuda_backend(host.index));
-        NcclOptions options;
-        options.device = host.index;
-        options.stream = cuda_stream_of(*backend);
-        EPI_ASSIGN_OR_RETURN(nccl, create_nccl_communicator(*world, options));
+        EPI_ASSIGN_OR_RETURN(GpuRank gpu, make_gpu_rank(*world));
+        backend = std::move(gpu.backend);
+        nccl = std::move(gpu.nccl);
+    } else {
+        backend = make_cpu_backend(1);
     }
-#endif
-    if (backend == nullptr) backend = make_cpu_backend(1);
     Communicator& ep = nccl != nullptr ? *nccl : *world;
     std::vector<EpRow> rows;
     for (const int64_t T : token_counts) {

@@ -169,19 +169,26 @@ Result<std::unique_ptr<Backend>> make_backend(const SetupValues& v, int device_i
     return make_cpu_backend(v.threads);
 }
 
-// The NCCL world over the ranks of `world`, on the stream of `backend`, when the ranks are several GPUs;
-// null for CPU ranks and for one rank (its groups have nothing to move).
-Result<std::unique_ptr<Communicator>> make_device_world(Communicator& world, Backend& backend, int device_index) {
-    if (backend.host_accessible() || world.size() == 1) return std::unique_ptr<Communicator>();
+// The NCCL world over the ranks of `world` on the stream of `backend` (a CUDA backend on device
+// `device_index`).
+Result<std::unique_ptr<Communicator>> nccl_world_on(Communicator& world, Backend& backend, int device_index) {
 #if EPINFER_WITH_CUDA
     NcclOptions options;
     options.device = device_index;
     options.stream = cuda_stream_of(backend);
     return create_nccl_communicator(world, options);
 #else
+    (void)world;
     (void)device_index;
     return not_supported(std::string("backend ") + backend.name() + " has no communicator for its memory");
 #endif
+}
+
+// The NCCL world over the ranks of `world`, on the stream of `backend`, when the ranks are several GPUs;
+// null for CPU ranks and for one rank (its groups have nothing to move).
+Result<std::unique_ptr<Communicator>> make_device_world(Communicator& world, Backend& backend, int device_index) {
+    if (backend.host_accessible() || world.size() == 1) return std::unique_ptr<Communicator>();
+    return nccl_world_on(world, backend, device_index);
 }
 
 // The memory one rank may plan with: the device's free memory (cpu: MemAvailable shared by this host's
@@ -252,6 +259,19 @@ std::string layout_words(const ParallelLayout& l) {
 }
 
 }  // namespace
+
+Result<GpuRank> make_gpu_rank(Communicator& world) {
+#if EPINFER_WITH_CUDA
+    EPI_ASSIGN_OR_RETURN(const HostRanks host, host_ranks(&world));
+    GpuRank rank;
+    EPI_ASSIGN_OR_RETURN(rank.backend, make_cuda_backend(host.index));
+    EPI_ASSIGN_OR_RETURN(rank.nccl, nccl_world_on(world, *rank.backend, host.index));
+    return rank;
+#else
+    (void)world;
+    return require_device_built("cuda");
+#endif
+}
 
 void add_model_setup_flags(CLI::App& cmd, ModelSetupFlags& f, bool allow_random_weights) {
     CLI::Option* model = cmd.add_option("--model", f.model_dir, "Checkpoint folder (config.json + safetensors)");

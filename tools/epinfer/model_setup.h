@@ -74,6 +74,16 @@ struct HostRanks {
 };
 Result<HostRanks> host_ranks(Communicator* world);
 
+// One GPU per rank for the bench commands' --device cuda: the CUDA backend of this rank's GPU (device
+// host_ranks(world).index) and an NCCL communicator over the ranks of `world` (same order) on that
+// backend's stream, also at world size 1. Collective over `world`. Errors: kNotSupported in a build
+// without CUDA; the backend's and NCCL's errors.
+struct GpuRank {
+    std::unique_ptr<Backend> backend;
+    std::unique_ptr<Communicator> nccl;
+};
+Result<GpuRank> make_gpu_rank(Communicator& world);
+
 // --device cuda in a build without CUDA: one kNotSupported line naming the CMake option; OK otherwise.
 // Called before a command re-runs itself under mpirun, so that the error is printed once.
 Status require_device_built(const std::string& device);
