@@ -32,6 +32,10 @@ set_target_properties(epinfer_backend_cuda PROPERTIES CUDA_RUNTIME_LIBRARY Stati
 target_link_libraries(epinfer_backend_cuda PUBLIC epinfer_backend CUDA::cudart_static PRIVATE CUDA::cublas)
 # Code that has a CUDA path (tests, the CLI) sees EPINFER_WITH_CUDA=1.
 target_compile_definitions(epinfer_backend_cuda PUBLIC EPINFER_WITH_CUDA=1)
+# The host side of the wgmma kernels (kernels/*_sm90.cu) launches them only when the build has sm_90a code.
+if(CMAKE_CUDA_ARCHITECTURES MATCHES "90a")
+  target_compile_definitions(epinfer_backend_cuda PRIVATE EPINFER_CUDA_HAS_SM90A=1)
+endif()
 # 2810: nvcc's front end flags `status_ = internal_error(...)` in core/status.h (an assignment whose
 # Status& result is discarded) as ignoring a [[nodiscard]] type; g++ and clang do not.
 target_compile_options(epinfer_backend_cuda PRIVATE

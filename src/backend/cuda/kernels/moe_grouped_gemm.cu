@@ -7,13 +7,14 @@
 // 16-byte rows of bf16 (SwiGLU pairs gate row f with up row N + f there).
 #include "backend/cuda/kernels/moe_common.cuh"
 #include "backend/cuda/kernels/moe_grouped_gemm.cuh"
+#include "backend/cuda/kernels/moe_grouped_gemm_sm90.cuh"
+#include "backend/cuda/kernels/moe_grouped_gemm_tiles.cuh"
 
 namespace epinfer::cuda {
 namespace {
 
-constexpr int kBK = 64;           // K per pipeline stage: 8 chunks of 16 bytes per row
-constexpr int kChunksPerRow = kBK / 8;
-constexpr int kBlockN = 16;       // weight tiles per rasterisation block (module comment)
+using namespace moe_gemm;
+
 constexpr int kEpiloguePad = 4;   // fp32 padding per staged row: conflict-free fragment stores
 
 template <int BM, int BN, int WarpsM, int WarpsN, int Stages, int MinBlocks>
@@ -45,78 +46,8 @@ using NarrowTile = TileConfig<128, 64, 4, 1, 4, 2>;
 // 128 × 128 tile of 96 KB instead.
 using WideTile = TileConfig<256, 128, 4, 2, 3, 1>;
 using WideTileSmall = TileConfig<128, 128, 2, 2, 3, 2>;
-static_assert(WideTile::kBN == WideTileSmall::kBN, "one tile_rows for both wide tiles");
-
-struct TileCoord {
-    int64_t group = 0;
-    int64_t n_tile = 0;
-    int64_t row0 = 0;     // first GEMM row of the tile
-    int rows_valid = 0;   // GEMM rows of the tile inside the group (≥ 1)
-};
-
-// Tile `tile` of the launch: group by group; inside a group, blocks of kBlockN weight tiles × all row tiles,
-// the weight tile fastest. False when the tile is past the device-side total.
-template <int BN>
-__device__ bool locate_tile(const MoeGroupedGemmArgs& args, int64_t tile, int64_t n_tiles, TileCoord& tc) {
-    const int32_t* offsets = args.group_tile_offsets;  // [G + 1]
-    const int64_t total_m = offsets[args.num_groups];
-    if (tile >= n_tiles * total_m) return false;
-    const int64_t m_lin = tile / n_tiles;
-    int64_t lo = 0, hi = args.num_groups;  // largest g with offsets[g] ≤ m_lin
-    while (hi - lo > 1) {
-        const int64_t mid = (lo + hi) / 2;
-        if (offsets[mid] <= m_lin) lo = mid; else hi = mid;
-    }
-    const int64_t g = lo;
-    const int64_t m_tiles = offsets[g + 1] - offsets[g];
-    const int64_t local = tile - n_tiles * offsets[g];
-    const int64_t block = local / (kBlockN * m_tiles);
-    const int64_t rem = local - block * kBlockN * m_tiles;
-    const int64_t block_size = min(int64_t{kBlockN}, n_tiles - block * kBlockN);
-    const int64_t m_tile = rem / block_size;
-    tc.group = g;
-    tc.n_tile = block * kBlockN + rem % block_size;
-    tc.row0 = args.group_row_begin[g] + m_tile * BN;
-    tc.rows_valid = static_cast<int>(min(int64_t{BN}, args.group_row_end[g] - tc.row0));
-    return true;
-}
-
-// Weight row of local A row r of tile n_tile (N_w space), or −1 past the end.
-template <int BM, bool kSwiGlu>
-__device__ __forceinline__ int64_t weight_row(int r, int64_t n_tile, int64_t n) {
-    if constexpr (kSwiGlu) {
-        const int64_t f = n_tile * (BM / 2) + (r % (BM / 2));
-        return f < n ? (r < BM / 2 ? f : n + f) : -1;
-    } else {
-        const int64_t f = n_tile * BM + r;
-        return f < n ? f : -1;
-    }
-}
-
-__device__ __forceinline__ int swizzle(int row, int chunk) {
-    return row * kBK + ((chunk ^ (row & 7)) * 8);
-}
-
-// The weights of group g: rows [0, N) from `first`, and (kSwiGlu) the up rows [N, 2N) from `second`.
-struct GroupWeights {
-    const bf16* first;   // [N, Kd]
-    const bf16* second;  // [N, Kd] (kSwiGlu), else unused
-};
-
-template <bool kSwiGlu>
-__device__ __forceinline__ GroupWeights group_weights(const MoeGroupedGemmArgs& args, int64_t g) {
-    const int64_t rows_kd = args.out_features * args.in_features;
-    const bf16* w;
-    if (g >= args.num_weight_groups) {
-        w = static_cast<const bf16*>(args.extra_weights);
-    } else if (args.weight_ptrs != nullptr) {
-        const void* const* ptrs = args.weight_ptrs + g * args.weight_ptr_stride;
-        return {static_cast<const bf16*>(ptrs[0]), kSwiGlu ? static_cast<const bf16*>(ptrs[1]) : nullptr};
-    } else {
-        w = static_cast<const bf16*>(args.weights) + g * args.weight_group_stride;
-    }
-    return {w, w + rows_kd};
-}
+static_assert(WideTile::kBN == kWideTokens && WideTileSmall::kBN == kWideTokens && WideTile::kBM == kWideFeatures,
+              "one kWide tile geometry for every wide kernel");
 
 template <class Cfg, bool kSwiGlu, bool kSplit>
 __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks) moe_grouped_gemm_kernel(MoeGroupedGemmArgs args) {
@@ -137,54 +68,15 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks) moe_grouped_ge
     const int warp = tid / 32;
     const int wm = warp % Cfg::kWarpsM;
     const int wn = warp / Cfg::kWarpsM;
-    const int chunk = tid % kChunksPerRow;  // this thread's 16-byte chunk in every row it loads
-    const int row_first = tid / kChunksPerRow;
-
     // K range of this split.
     const int64_t k_tiles = ceil_div<int64_t>(kd, kBK);
     const int64_t k_per_split = ceil_div<int64_t>(k_tiles, args.split_k);
     const int64_t kt_begin = split * k_per_split;
     const int64_t kt_end = min(k_tiles, kt_begin + k_per_split);
 
-    // Source rows of this thread's chunks (nullptr: past the weights' or the group's end).
-    const GroupWeights gw = group_weights<kSwiGlu>(args, tc.group);
-    const bf16* w = gw.first;  // a valid address for the zero-filling copies below
-    const bf16* a_src[Cfg::kALoads];
-    #pragma unroll
-    for (int i = 0; i < Cfg::kALoads; ++i) {
-        const int64_t wr = weight_row<Cfg::kBM, kSwiGlu>(row_first + i * Cfg::kRowStep, tc.n_tile, n);
-        a_src[i] = wr < 0 ? nullptr : (wr < n ? gw.first + wr * kd : gw.second + (wr - n) * kd) + chunk * 8;
-    }
-    const bf16* x = static_cast<const bf16*>(args.x);              // [rows_x, Kd]
-    const bf16* b_src[Cfg::kBLoads];
-    #pragma unroll
-    for (int j = 0; j < Cfg::kBLoads; ++j) {
-        const int r = row_first + j * Cfg::kRowStep;
-        if (r < tc.rows_valid) {
-            const int64_t row = tc.row0 + r;
-            const int64_t x_row = args.x_row_of_row ? args.x_row_of_row[row] : row;
-            b_src[j] = x + x_row * kd + chunk * 8;
-        } else {
-            b_src[j] = nullptr;
-        }
-    }
-
+    const StageLoader<Cfg::kBM, Cfg::kALoads, Cfg::kBLoads, Cfg::kRowStep, kSwiGlu> loader(args, tc, tid);
     auto load_stage = [&](int stage, int64_t kt) {
-        const int64_t k0 = kt * kBK;
-        const bool k_ok = k0 + chunk * 8 < kd;
-        bf16* sa = smem_a + stage * Cfg::kAStage;
-        bf16* sb = smem_b + stage * Cfg::kBStage;
-        #pragma unroll
-        for (int i = 0; i < Cfg::kALoads; ++i) {
-            const bool ok = a_src[i] != nullptr && k_ok;
-            cp_async_16(sa + swizzle(row_first + i * Cfg::kRowStep, chunk), ok ? a_src[i] + k0 : w, ok ? 16 : 0);
-        }
-        #pragma unroll
-        for (int j = 0; j < Cfg::kBLoads; ++j) {
-            if (b_src[j] == nullptr) continue;  // columns past the group: never stored, MMAs skipped
-            cp_async_16(sb + swizzle(row_first + j * Cfg::kRowStep, chunk), k_ok ? b_src[j] + k0 : b_src[j],
-                        k_ok ? 16 : 0);
-        }
+        loader.load(smem_a + stage * Cfg::kAStage, smem_b + stage * Cfg::kBStage, kt);
     };
 
     float acc[Cfg::kMFrags][Cfg::kNFrags][4];
@@ -400,7 +292,11 @@ cudaError_t launch_moe_grouped_gemm(const MoeGroupedGemmArgs& args, cudaStream_t
     if (args.tile == MoeGemmTile::kWide) {
         int device = 0, smem_optin = 0;
         cudaError_t err = cudaGetDevice(&device);
-        if (err == cudaSuccess) err = cudaDeviceGetAttribute(&smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device);
+        if (err != cudaSuccess) return err;
+        if (args.kernel == MoeGemmKernel::kAuto && moe_grouped_gemm_sm90_available(device)) {
+            return launch_moe_grouped_gemm_sm90(args, stream);
+        }
+        err = cudaDeviceGetAttribute(&smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device);
         if (err != cudaSuccess) return err;
         if (static_cast<size_t>(smem_optin) >= WideTile::kSmemBytes) {
             return swiglu ? launch_config<WideTile, true, false>(args, stream)

@@ -10,8 +10,10 @@
 //            out [rows, I] = silu(x·gateᵀ) · (x·upᵀ), computed from the fp32 accumulators.
 //   kStore:  weights [N, Kd]; out [rows, N] = x·Wᵀ.
 // Two tile shapes: kNarrow (128 weight rows × 64 tokens, 4 warps, 4 stages; split-K for decode sizes,
-// whose few tiles would otherwise not fill the GPU) and kWide (256 × 128, 8 warps of 64 × 64, 3 stages,
-// 144 KiB of shared memory; 128 × 128 where a block cannot have that much, e.g. sm_120; prefill).
+// whose few tiles would otherwise not fill the GPU) and kWide (256 weight rows × 128 tokens; prefill). On
+// H100/H200 with sm_90a in the build, kWide runs the wgmma kernel (moe_grouped_gemm_sm90.cuh: two
+// warpgroups, 4 stages, 193 KiB of shared memory); elsewhere mma.sync with 8 warps of 64 × 64, 3 stages,
+// 144 KiB (128 × 128 where a block cannot have that much, e.g. sm_120).
 // Tiles run group by group, and inside a group in blocks of 16 weight tiles × every token tile, so
 // weights and tokens are both reused from L2.
 #pragma once
@@ -25,6 +27,9 @@ namespace epinfer::cuda {
 
 enum class MoeGemmEpilogue { kSwiGlu, kStore };
 enum class MoeGemmTile { kNarrow, kWide };
+// The kernel of kWide tiles: kAuto: wgmma where moe_grouped_gemm_sm90_available(), else mma.sync;
+// kMmaSync: mma.sync on every device (the portable kernel, so tests check it on Hopper too).
+enum class MoeGemmKernel { kAuto, kMmaSync };
 
 // Token rows per tile (the tile_rows of moe_permute.cuh) of each tile shape.
 int64_t moe_gemm_tile_rows(MoeGemmTile tile);
@@ -56,6 +61,7 @@ struct MoeGroupedGemmArgs {
     void* out = nullptr;        // [rows, N] bf16, device, row stride N (rows where a group has a row)
     MoeGemmEpilogue epilogue = MoeGemmEpilogue::kStore;
     MoeGemmTile tile = MoeGemmTile::kNarrow;
+    MoeGemmKernel kernel = MoeGemmKernel::kAuto;
     // Split-K (kNarrow only): split_k > 1 writes fp32 partial sums to partials and a second kernel reduces
     // them in split order (deterministic) and applies the epilogue.
     int split_k = 1;

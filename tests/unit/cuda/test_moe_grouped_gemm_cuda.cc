@@ -1,0 +1,154 @@
+// The grouped expert GEMM's kWide tile (backend/cuda/kernels/moe_grouped_gemm.cuh) on both of its kernels —
+// kAuto (wgmma on H100/H200 with sm_90a in the build) and kMmaSync (the portable kernel) — against a host
+// reference on fresh random bf16 weights and rows: group sizes around the warpgroup (64) and tile (128)
+// edges, empty groups, K not a multiple of the 64-wide stage, outputs not a multiple of the tile, gathered
+// rows (x_row_of_row with repeats), an extra (shared-expert) group, and per-expert weight pointers. The
+// reference sums in double and rounds the output to bf16 where the kernel does, so the bound
+// (tolerances.h "moe_grouped_gemm_cuda") measures fp32 accumulation order only.
+#if EPINFER_WITH_CUDA
+#include <cmath>
+#include <numeric>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "backend/cuda/kernels/moe_grouped_gemm.cuh"
+#include "common/compare.h"
+#include "cuda_test_util.h"
+
+namespace epinfer::test {
+namespace {
+
+struct GemmCase {
+    std::string name;
+    std::vector<int32_t> group_rows;  // rows of each group; the last is the extra group when `extra`
+    int64_t in_features;              // Kd
+    int64_t out_features;             // N
+    bool swiglu;
+    bool extra;        // the last group's weights come from extra_weights
+    bool weight_ptrs;  // per-group weight pointers instead of one stacked tensor
+};
+
+void PrintTo(const GemmCase& c, std::ostream* os) { *os << c.name; }
+
+// out [rows, N] of the reference: per row r of group g, bf16(x[x_row[r]] · W_gᵀ) or, for SwiGLU,
+// bf16(silu(x·gateᵀ) · (x·upᵀ)); dot products in double, SwiGLU in fp32 as the kernel's epilogue.
+std::vector<float> reference(const GemmCase& c, const std::vector<std::vector<uint16_t>>& weights,
+                             const std::vector<uint16_t>& x, const std::vector<int32_t>& x_row) {
+    const int64_t kd = c.in_features, n = c.out_features;
+    std::vector<float> out;
+    int64_t row = 0;
+    for (size_t g = 0; g < c.group_rows.size(); ++g) {
+        const std::vector<uint16_t>& w = weights[g];
+        for (int32_t i = 0; i < c.group_rows[g]; ++i, ++row) {
+            const uint16_t* xr = x.data() + static_cast<int64_t>(x_row[static_cast<size_t>(row)]) * kd;
+            for (int64_t f = 0; f < n; ++f) {
+                double a = 0.0, b = 0.0;
+                for (int64_t k = 0; k < kd; ++k) {
+                    const double xv = bf16_to_f32(xr[k]);
+                    a += xv * bf16_to_f32(w[static_cast<size_t>(f * kd + k)]);
+                    if (c.swiglu) b += xv * bf16_to_f32(w[static_cast<size_t>((n + f) * kd + k)]);
+                }
+                const float g_f = static_cast<float>(a), u_f = static_cast<float>(b);
+                out.push_back(bf16_round(c.swiglu ? g_f / (1.0f + std::exp(-g_f)) * u_f : g_f));
+            }
+        }
+    }
+    return out;
+}
+
+class MoeGroupedGemmCudaTest : public CudaTest, public ::testing::WithParamInterface<GemmCase> {};
+
+TEST_P(MoeGroupedGemmCudaTest, WideTileMatchesHostReferenceOnBothKernels) {
+    const GemmCase& c = GetParam();
+    const int64_t kd = c.in_features, n = c.out_features, n_w = c.swiglu ? 2 * n : n;
+    const int64_t num_groups = static_cast<int64_t>(c.group_rows.size());
+    const int64_t num_weight_groups = c.extra ? num_groups - 1 : num_groups;
+    const int64_t rows = std::accumulate(c.group_rows.begin(), c.group_rows.end(), int64_t{0});
+    const int64_t rows_x = rows / 2 + 3;  // fewer x rows than GEMM rows: gathered rows repeat
+    const uint32_t seed = static_cast<uint32_t>(rows * 7 + kd + n);
+    const float scale = 1.0f / std::sqrt(static_cast<float>(kd));
+
+    std::vector<std::vector<uint16_t>> weights;  // [G][N_w, Kd]
+    for (int64_t g = 0; g < num_groups; ++g)
+        weights.push_back(random_bf16(static_cast<size_t>(n_w * kd), seed + 10 + static_cast<uint32_t>(g), scale));
+    const std::vector<uint16_t> x = random_bf16(static_cast<size_t>(rows_x * kd), seed + 1, 1.0f);
+    std::vector<int32_t> x_row(static_cast<size_t>(rows));
+    std::mt19937 rng(seed + 2);
+    for (int32_t& r : x_row) r = static_cast<int32_t>(rng() % static_cast<uint32_t>(rows_x));
+
+    const int64_t tile_rows = cuda::moe_gemm_tile_rows(cuda::MoeGemmTile::kWide);
+    std::vector<int32_t> begin, end, tile_offsets{0};
+    int32_t row = 0;
+    for (int32_t r : c.group_rows) {
+        begin.push_back(row);
+        end.push_back(row + r);
+        row += r;
+        tile_offsets.push_back(tile_offsets.back() + static_cast<int32_t>((r + tile_rows - 1) / tile_rows));
+    }
+
+    std::vector<uint16_t> stacked;  // [G_w, N_w, Kd]
+    for (int64_t g = 0; g < num_weight_groups; ++g) stacked.insert(stacked.end(), weights[g].begin(), weights[g].end());
+    cuda::CudaBuffer d_stacked = upload(stacked);
+    cuda::CudaBuffer d_extra = c.extra ? upload(weights.back()) : cuda::CudaBuffer();
+    std::vector<const void*> ptrs;  // [G_w · 2]: gate rows [0, N), up rows [N, 2N) (SwiGLU)
+    for (int64_t g = 0; g < num_weight_groups; ++g) {
+        const auto* base = static_cast<const uint16_t*>(d_stacked.data()) + g * n_w * kd;
+        ptrs.push_back(base);
+        ptrs.push_back(c.swiglu ? base + n * kd : base);
+    }
+    cuda::CudaBuffer d_ptrs = upload(ptrs);
+    cuda::CudaBuffer d_x = upload(x), d_x_row = upload(x_row);
+    cuda::CudaBuffer d_begin = upload(begin), d_end = upload(end), d_offsets = upload(tile_offsets);
+
+    cuda::MoeGroupedGemmArgs args;
+    args.weights = d_stacked.data();
+    args.weight_group_stride = n_w * kd;
+    args.num_weight_groups = num_weight_groups;
+    args.extra_weights = c.extra ? d_extra.data() : nullptr;
+    args.weight_ptrs = c.weight_ptrs ? static_cast<const void* const*>(d_ptrs.data()) : nullptr;
+    args.weight_ptr_stride = 2;
+    args.x = d_x.data();
+    args.x_row_of_row = d_x_row.as<int32_t>();
+    args.group_row_begin = d_begin.as<int32_t>();
+    args.group_row_end = d_end.as<int32_t>();
+    args.group_tile_offsets = d_offsets.as<int32_t>();
+    args.num_groups = num_groups;
+    args.max_row_tiles = tile_offsets.back() + 2;  // an upper bound, as the layer passes: extra CTAs exit
+    args.out_features = n;
+    args.in_features = kd;
+    args.epilogue = c.swiglu ? cuda::MoeGemmEpilogue::kSwiGlu : cuda::MoeGemmEpilogue::kStore;
+    args.tile = cuda::MoeGemmTile::kWide;
+
+    const std::vector<float> want = reference(c, weights, x, x_row);
+    for (cuda::MoeGemmKernel kernel : {cuda::MoeGemmKernel::kAuto, cuda::MoeGemmKernel::kMmaSync}) {
+        const char* kernel_name = kernel == cuda::MoeGemmKernel::kAuto ? "auto" : "mma.sync";
+        cuda::CudaBuffer d_out = poisoned<uint16_t>(static_cast<size_t>(rows * n));
+        args.out = d_out.data();
+        args.kernel = kernel;
+        ASSERT_EQ(cuda::launch_moe_grouped_gemm(args, nullptr), cudaSuccess) << kernel_name;
+        const std::vector<uint16_t> bits = download<uint16_t>(d_out.data(), static_cast<size_t>(rows * n));
+        std::vector<float> got(bits.size());
+        for (size_t i = 0; i < bits.size(); ++i) got[i] = bf16_to_f32(bits[i]);
+        const Diff d = compare<float>(got, want);
+        EXPECT_TRUE(within(d, tolerance("moe_grouped_gemm_cuda", DType::kBF16))) << c.name << ", " << kernel_name;
+    }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Cases, MoeGroupedGemmCudaTest,
+    ::testing::Values(
+        // Group sizes at the edges: empty, 1, one warpgroup (64) ± 1, one tile (128) ± 1, several tiles.
+        GemmCase{"edges_swiglu", {0, 1, 63, 64, 65, 127, 128, 129, 0, 300}, 264, 136, true, false, false},
+        GemmCase{"edges_store", {5, 0, 64, 129, 257}, 136, 200, false, false, false},
+        // K of the down projection of Qwen3-30B-A3B (768), N past one 256-row tile, a shared-expert group.
+        GemmCase{"extra_group_store", {70, 200, 131}, 768, 520, false, true, false},
+        GemmCase{"extra_group_swiglu", {90, 40, 150}, 520, 264, true, true, false},
+        // Experts stored as separate tensors (per-group pointers, gate and up apart).
+        GemmCase{"weight_ptrs_swiglu", {33, 160, 0, 96}, 200, 128, true, false, true},
+        GemmCase{"weight_ptrs_store", {128, 1, 255}, 40, 256, false, false, true}),
+    [](const ::testing::TestParamInfo<GemmCase>& info) { return info.param.name; });
+
+}  // namespace
+}  // namespace epinfer::test
+#endif  // EPINFER_WITH_CUDA
