@@ -15,6 +15,8 @@ same least-squares fit):
     same link setting), which the planner uses for the 2-rank groups of a 4-GPU layout (tp2-pp2);
 plus what the bench does not measure:
   - gpu.eager_kernel_us: fitted to the one-GPU --no-decode-graphs runs (below);
+  - gpu.host_round_trip_us (4-GPU profiles only): FITTED to the dp4-ep4 layout runs these profiles are
+    compared with (below; the 2-GPU profiles carry none, so dp2-ep2 is priced without it);
   - intra_node.send_recv: estimated from the measured 2-rank all_gather (a 2-rank all_gather of 2s bytes is
     one send/recv of s bytes per rank), in both the 2- and 4-GPU profiles;
   - intra_node.kind and note of the no-P2P run (NCCL_P2P_DISABLE=1: traffic through host memory);
@@ -23,8 +25,8 @@ plus what the bench does not measure:
 Every table is `queued_us` of the asynchronous engine's bench (20 ops issued back to back, then one wait),
 which is what the bench's --profile-out fits since the NCCL calls return once queued
 (docs/benchmarks/planner.md). The synchronous engine's 2-GPU run (time_us, 16:20 UTC) stays in
-h200x2_*_nccl_2026-11-29.json, no longer an input. No figure is fitted to the layout runs the profiles are
-compared with.
+h200x2_*_nccl_2026-11-29.json, no longer an input. No figure but gpu.host_round_trip_us is fitted to the
+layout runs the profiles are compared with.
 Run from anywhere: python3 profiles/measured/make_h200xn_epinfer_profiles.py
 """
 import json
@@ -41,6 +43,25 @@ GRAPH_MS = [8.24, 16.44, 26.02, 39.85]
 EAGER_MS = [9.83, 18.00, 28.04, 42.03]
 KERNELS = [1108, 1108, 1349, 1349]
 GRAPH_KERNEL_US = 0.5  # gpu.graph_kernel_us of the base
+
+# gpu.host_round_trip_us of the 4-GPU profiles. Under DP attention the engine makes 9 host round trips per
+# MoE layer (planner/engine_facts.h kEngineDpMoeHostRoundTrips: 2 copies of the routing to the host, 2 MPI
+# exchanges, 5 uploads), 94 x 9 = 846 per decode step of Qwen3-235B-A22B, so the planner's closed-loop TPOT
+# grows by 0.846 ms per us of the figure. Fitted: least squares through the origin of (measured - predicted
+# with the figure at 0) TPOT p50 over the 8 dp4-ep4 points (C = 1, 8, 64, 256 on both links), one value for
+# both profiles (the host is the same). Measured: docs/benchmarks/multi_gpu.md "Layouts on 4x H200", build
+# 01c461a, --memory-fraction 0.95 --kv-cache-tokens 16384. Predicted at 0: epinfer plan --model
+# tests/data/configs/qwen3_235b_a22b.json --hardware h200x4_{link}_epinfer_2026-11-29.json --gpus 4
+# --layout dp4-ep4 --input-len 128 --output-len 128 --concurrency 1,8,64,256 (the planner that added the
+# term, its kernels and this profile with host_round_trip_us 0).
+DP4EP4_TPOT_MS = {  # link: (measured, predicted at 0) at C = 1, 8, 64, 256
+    "nvlink": ([71.97, 92.56, 145.30, 150.20], [62.858, 68.203, 85.164, 96.403]),
+    "no_p2p": ([70.18, 94.25, 144.05, 165.13], [62.983, 68.756, 90.221, 107.386]),
+}
+ROUND_TRIPS_PER_STEP = 94 * 9
+HOST_GAPS_MS = [m - p for measured, predicted in DP4EP4_TPOT_MS.values() for m, p in zip(measured, predicted)]
+HOST_ROUND_TRIP_US = round(1e3 * sum(HOST_GAPS_MS) / (len(HOST_GAPS_MS) * ROUND_TRIPS_PER_STEP), 1)
+PER_POINT_US = [1e3 * g / ROUND_TRIPS_PER_STEP for g in HOST_GAPS_MS]
 
 # Least squares through the origin of (eager - graph) = extra x kernels.
 EXTRA_US = (1e3 * sum((e - g) * k for e, g, k in zip(EAGER_MS, GRAPH_MS, KERNELS)) /
@@ -107,6 +128,20 @@ def make(gpus, link):
         "--no-decode-graphs minus with decode graphs, 1.59 / 1.56 / 2.02 / 2.18 ms at C = 1 / 8 / 64 / 256 "
         "over 1108 / 1108 / 1349 / 1349 kernels per step: least squares through the origin "
         f"{EXTRA_US:.3f} us per kernel more than graph_kernel_us 0.5 ({SCRIPT})")
+    if gpus == 4:
+        gpu["host_round_trip_us"] = figure(
+            HOST_ROUND_TRIP_US, "estimate",
+            "fitted to the layout runs it is compared with: Qwen3-235B-A22B dp4-ep4 on 4 H200 (build 01c461a, "
+            "docs/benchmarks/multi_gpu.md), closed loop 128/128, TPOT p50 measured minus predicted with this "
+            "figure at 0, at C = 1, 8, 64, 256 with NVLink and without P2P (8 points, both 4-GPU profiles), over "
+            f"{ROUND_TRIPS_PER_STEP} host round trips per step (94 MoE layers x 9, planner/engine_facts.h): "
+            f"least squares through the origin {HOST_ROUND_TRIP_US} us. The points alone imply "
+            + " / ".join(f"{u:.0f}" for u in PER_POINT_US[:4]) + " us (NVLink) and "
+            + " / ".join(f"{u:.0f}" for u in PER_POINT_US[4:]) + " us (no P2P) at C = 1 / 8 / 64 / 256: "
+            "the host's time per round trip grows with the step's rows, which one figure does not follow. "
+            "Cross-check, not fitted: `epinfer bench ep` on 2 H200 over NVLink at 128 tokens "
+            "(docs/benchmarks/multi_gpu.md) spent 94 us over the bare all-to-all in the dispatch (3 round "
+            f"trips and a gather) and 103 us in the combine (2 round trips and 3 kernels) ({SCRIPT})")
     intra = doc["intra_node"]
     for c in ("all_reduce", "all_gather", "all_to_all"):
         intra[c] = nccl["intra_node"][c]
@@ -137,6 +172,9 @@ def make(gpus, link):
                         "type, the same link setting")
     doc["name"] = os.path.splitext(out_file)[0]
     doc["description"] = description
+    host_note = ("" if gpus == 2 else
+                 ", gpu.host_round_trip_us fitted to the dp4-ep4 runs of docs/benchmarks/multi_gpu.md as its "
+                 "source says")
     two_note = ("" if gpus == 2 else
                 f" and the 2-rank tables of profiles/measured/{two_file} ({RUNS[2]}: the same machine type) "
                 "before each 4-rank one")
@@ -147,7 +185,7 @@ def make(gpus, link):
         f"--profile-out OUT --base-profile {BASE}` writes from those measurements, {RUNS[gpus]}: queued_us, per "
         "op of 20 ops issued back to back and waited for once, of the engine whose NCCL calls return once "
         f"queued){two_note}, intra_node.send_recv estimated from the 2-rank all_gather, gpu.eager_kernel_us "
-        f"fitted as its source says; written by {SCRIPT}")
+        f"fitted as its source says{host_note}; written by {SCRIPT}")
     doc["note_calibration_base"] = base_note
     with open(os.path.join(HERE, out_file), "w") as f:
         f.write(json.dumps(doc, indent=2, ensure_ascii=False) + "\n")

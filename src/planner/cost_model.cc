@@ -98,7 +98,7 @@ public:
         const double hidden_bytes = Tr * H * act_bytes_;
 
         double attention = 0, experts = 0, dense = 0, activations = 0;
-        int64_t kernels = 0;
+        int64_t kernels = 0, host_round_trips = 0;
         std::vector<CollectiveTerm> terms;
         // Every NCCL call of the engine is queued on the stream: its measured time alone.
         auto collective = [&](const char* what, Collective kind, int ranks, bool inter, double size) {
@@ -193,6 +193,11 @@ public:
             if (d == 1) {
                 collective("MoE all_reduce", Collective::kAllReduce, W, stage_inter, hidden_bytes);
             } else {
+                // The dispatch planned on the host (engine_facts.h): round trips and the gathers and adds.
+                if (rows_per_rank > 0) {
+                    host_round_trips += kEngineDpMoeHostRoundTrips;
+                    kernels += engine_dp_moe_kernels(l_.moe_ep);
+                }
                 for (const char* what : {"dispatch", "combine"}) {
                     CollectiveTerm t{what,
                                      Collective::kAllToAll,
@@ -220,10 +225,11 @@ public:
         }
         const double launch =
             static_cast<double>(kernels) * (decode_graph ? graph_kernel_us_ : eager_kernel_us_);
+        const double host = static_cast<double>(host_round_trips) * in_.hardware->gpu.host_round_trip_us.value;
         double comm = 0;
         for (const CollectiveTerm& t : terms) comm += t.total_us();
         StageTime time;
-        time.compute_us = attention + experts + dense + activations + launch + comm;
+        time.compute_us = attention + experts + dense + activations + launch + host + comm;
         if (!stage.has_lm_head) {
             // [T, H] fp32 hidden states to the next stage: one NCCL send/recv, which runs when both GPUs
             // reach it.
@@ -242,6 +248,8 @@ public:
         out.activations_us += activations;
         out.kernels += kernels;
         out.launch_us += launch;
+        out.host_round_trips += host_round_trips;
+        out.host_us += host;
         return time;
     }
 

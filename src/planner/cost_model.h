@@ -20,6 +20,10 @@
 //       micro-batch replays a decode CUDA graph (one rank, decode only, ≤ 256 rows), else + eager_kernel_us
 //       (launched one by one). H200 (profiles/measured/h200_epinfer_2026-11-29.json): 0.5 vs 2.0 µs, the
 //       eager figure fitted to --no-decode-graphs runs (docs/benchmarks/planner.md)
+//   host round trips: under DP attention each MoE layer plans its dispatch on the host, 9 synchronous
+//       device↔host copies and MPI exchanges on a rank with tokens (engine_facts.h
+//       kEngineDpMoeHostRoundTrips), each gpu.host_round_trip_us with the GPU idle; its 2·moe_ep gathers and
+//       adds are kernels as above
 //   collectives: every NCCL call returns once queued on the stream (engine_facts.h), so the GPU runs it
 //       between the kernels around it with no host round trip: it costs its measured time (above; `bench
 //       comm` times ops queued back to back, docs/benchmarks/planner.md "4× H200") and nothing more; it is
@@ -29,7 +33,7 @@
 // One decode step of C requests in flight (never divided by pp: ARCHITECTURE.md §5) runs its sequences as
 // m = min(pp, sequences) micro-batches split by count (--micro-batches overrides pp); each stage's time per
 // micro-batch is the sum over its layers of attention, expert GEMMs, dense parts, activation traffic,
-// collectives and kernels, with no overlap between them. A closed-loop run (closed_loop_run) replays the
+// collectives, kernels and host round trips, with no overlap between them. A closed-loop run (closed_loop_run) replays the
 // engine's scheduler over such steps.
 #pragma once
 
@@ -131,6 +135,8 @@ struct StepBreakdown {
     double activations_us = 0.0;  // activation reads and writes of the engine's kernels (engine_facts.h)
     int64_t kernels = 0;          // the engine's kernels along the path of micro-batch 0
     double launch_us = 0.0;       // kernels × kernel_fixed_us
+    int64_t host_round_trips = 0;  // the engine's host round trips along the path (DP attention's MoE)
+    double host_us = 0.0;          // host_round_trips × gpu.host_round_trip_us
     std::vector<CollectiveTerm> collectives;
     double path_us = 0.0;           // sum of the above: micro-batch 0 through every stage
     double pipeline_wait_us = 0.0;  // step − path: the other micro-batches

@@ -19,6 +19,10 @@ EngineKernels engine_kernels(const ModelCosts& m, int64_t rows) {
     return k;
 }
 
+int64_t engine_dp_moe_kernels(int moe_ep) {
+    return 2 * static_cast<int64_t>(moe_ep);
+}
+
 bool engine_uses_decode_graph(const ModelCosts& m, int world_size, int64_t decode_rows,
                               int64_t prefill_rows) {
     return world_size == 1 && !m.mla && prefill_rows == 0 && decode_rows >= 1 &&

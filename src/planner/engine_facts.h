@@ -45,6 +45,20 @@
 //                     when both GPUs' streams reach it); an empty micro-batch is skipped; after the last
 //                     one the last stage's sampled ids (and non-finite flags) are broadcast to every stage
 //                     over MPI on the host (models/model.cc Model::forward). Nothing overlaps across steps.
+//   DP attention's MoE on GPU ranks (attn_dp > 1: layers/moe/moe_dp_device.cc, ep_device.cc, ep_dispatch.cc)
+//                     plans each MoE layer's dispatch on the host. Per MoE layer, on a rank with tokens:
+//                       device→host  routing ids [T, K] and weights [T, K] (moe_route)                   2
+//                       MPI          all_to_all_v of per-peer headers, then of the [rows, K slots + K
+//                                    weights] records over the EP group (ep_dispatch)                    2
+//                       host→device  the send rows' token index (dispatch); the received rows' local
+//                                    slots and weights (moe_dp_forward_device); the combine's zero row
+//                                    and its [moe_ep, T] row_of index (ep_combine_device)                5
+//                     Every backend copy is synchronous (CUDA: cudaMemcpyAsync, then a stream synchronize),
+//                     so each of these 9 is a round trip in which the GPU idles while the host waits,
+//                     copies or exchanges and launches again (kEngineDpMoeHostRoundTrips). Around them:
+//                     one gather of the rows to send, an NCCL all_to_all_v (dispatch), the experts, an NCCL
+//                     all_to_all_v (combine), then moe_ep gathers and moe_ep − 1 adds that sum the rows
+//                     home: 2·moe_ep kernels more than the MoE of one rank (engine_dp_moe_kernels)
 #pragma once
 
 #include <cstdint>
@@ -60,6 +74,7 @@ inline constexpr int64_t kEngineSmallMatmulMaxRows = 16;    // matmul rows of th
 inline constexpr int64_t kEngineMaxStepTokens = 2048;       // default --max-step-tokens (prefill chunk)
 inline constexpr int64_t kEngineMaxGraphRows = 256;         // models/model.h Model::kMaxGraphRows
 inline constexpr int kEngineOutputBroadcasts = 2;           // pp > 1: sampled ids and non-finite flags
+inline constexpr int kEngineDpMoeHostRoundTrips = 9;        // per MoE layer under DP attention (above)
 
 // Whether one forward of a micro-batch with `decode_rows` one-token sequences and `prefill_rows` prompt
 // rows replays a decode CUDA graph on a layout of `world_size` ranks (greedy sampling assumed, as bench).
@@ -74,6 +89,10 @@ struct EngineKernels {
     int64_t head = 0;       // embedding, final norm, LM head, sampling
 };
 EngineKernels engine_kernels(const ModelCosts& model, int64_t rows);
+
+// Kernels DP attention's MoE adds per MoE layer on a rank with tokens (above): the dispatch's gather of the
+// rows to send, and the combine's moe_ep gathers and moe_ep − 1 adds. 2·moe_ep.
+int64_t engine_dp_moe_kernels(int moe_ep);
 
 // Activation bytes one token's rows move through memory per layer on one rank (reads + writes of the
 // engine's kernels, weights and KV reads excluded), by block. `act` = activation bytes per element,

@@ -202,7 +202,8 @@ Result<GpuSpec> parse_gpu(const ObjectReader& r) {
     EPI_RETURN_IF_ERROR(r.check_keys(
         {"name", "memory_bytes", "usable_memory_fraction", "memory_bandwidth_gbps", "bf16_tflops",
          "fp8_tflops", "fp4_tflops", "kernel_launch_us", "graph_kernel_us", "kernel_latency_us",
-         "eager_kernel_us", "memory_efficiency", "matmul_efficiency", "expert_matmul_efficiency"}));
+         "eager_kernel_us", "host_round_trip_us", "memory_efficiency", "matmul_efficiency",
+         "expert_matmul_efficiency"}));
     GpuSpec gpu;
     EPI_ASSIGN_OR_RETURN(gpu.name, r.string("name"));
     EPI_ASSIGN_OR_RETURN(gpu.memory_bytes, r.figure("memory_bytes", 0.0, true));
@@ -225,6 +226,11 @@ Result<GpuSpec> parse_gpu(const ObjectReader& r) {
     } else {
         gpu.eager_kernel_us =
             Figure{gpu.kernel_launch_us.value, Provenance::kUnspecified, "absent: kernel_launch_us"};
+    }
+    if (r.has("host_round_trip_us")) {
+        EPI_ASSIGN_OR_RETURN(gpu.host_round_trip_us, r.figure("host_round_trip_us", 0.0, false));
+    } else {
+        gpu.host_round_trip_us = Figure{0.0, Provenance::kUnspecified, "absent: 0"};
     }
     if (r.has("expert_matmul_efficiency")) {
         EPI_ASSIGN_OR_RETURN(gpu.expert_matmul_efficiency,

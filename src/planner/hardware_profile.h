@@ -88,6 +88,10 @@ struct GpuSpec {
     // graph: every step on more than one rank, prompt chunks, more than 256 rows; engine_facts.h): the
     // gap the GPU sees between dependent kernels; such a kernel costs eager_kernel_us + kernel_latency_us.
     Figure eager_kernel_us;
+    // Optional (absent: 0). Per host round trip inside a step: the GPU idles while the host waits for it
+    // (a synchronous device↔host copy), copies, exchanges with the other ranks over MPI and launches again.
+    // The engine makes kEngineDpMoeHostRoundTrips of them per MoE layer under DP attention (engine_facts.h).
+    Figure host_round_trip_us;
     // (No per-collective sync figure: the engine's NCCL calls return once queued on the stream, so a
     // collective costs its measured time alone; a profile with gpu.collective_sync_us is refused.)
     Figure memory_efficiency;  // achievable fraction of memory_bandwidth_gbps in GEMV-like kernels

@@ -60,6 +60,8 @@ Json step_json(const StepBreakdown& s) {
                 {"collectives_us", s.collectives_us()},
                 {"kernels", s.kernels},
                 {"launch_us", s.launch_us},
+                {"host_round_trips", s.host_round_trips},
+                {"host_us", s.host_us},
                 {"path_us", s.path_us},
                 {"pipeline_wait_us", s.pipeline_wait_us},
                 {"bubble_us", s.bubble_us},
@@ -154,6 +156,14 @@ std::string plan_to_text(const Plan& plan) {
         "\ncells: output tok/s of the whole layout @ TPOT ms per request; 'KV full': C requests of the "
         "context do "
         "not fit; free/GPU: usable memory left after one request's KV (negative: over by)\n";
+    if (r.kv_cache_tokens) {
+        out += *r.kv_cache_tokens > 0
+                   ? fmt::format("fit as the engine checks it: a KV pool of --kv-cache-tokens {} per rank (free/GPU: "
+                                 "left after it)\n",
+                                 *r.kv_cache_tokens)
+                   : std::string("fit as the engine checks it (--kv-cache-tokens 0): one request of "
+                                 "max_position_embeddings (free/GPU: left after it); KV tokens: what is left\n");
+    }
 
     if (!plan.any_fits) {
         out += "\n" + plan.memory_verdict + "\n";
@@ -166,6 +176,10 @@ std::string plan_to_text(const Plan& plan) {
     std::string misfits;
     for (const LayoutPlan& lp : plan.layouts) {
         if (lp.memory.fits) continue;
+        if (!lp.refusal.empty()) {
+            misfits += fmt::format("  {}\n", lp.refusal);
+            continue;
+        }
         misfits += fmt::format("  {:<{}} over by {} (largest term {} {} per GPU)\n", lp.spec, width,
                                format_gib(-lp.memory.margin_bytes), lp.memory.largest_term,
                                format_gib(lp.memory.largest_term_bytes));
@@ -208,6 +222,8 @@ std::string plan_to_json(const Plan& plan) {
                           {"kv_bytes_per_element", r.memory.kv_bytes_per_element},
                           {"activation_bytes_per_element", r.memory.activation_bytes_per_element},
                           {"micro_batches", r.micro_batches},
+                          {"memory_fraction", r.memory_fraction ? Json(*r.memory_fraction) : Json()},
+                          {"kv_cache_tokens", r.kv_cache_tokens ? Json(*r.kv_cache_tokens) : Json()},
                           {"concurrency", r.concurrency}};
     Json layouts = Json::array();
     for (const LayoutPlan& lp : plan.layouts) {
@@ -241,6 +257,7 @@ std::string plan_to_json(const Plan& plan) {
                                {"moe_tp", l.moe_tp},
                                {"moe_ep", l.moe_ep},
                                {"fits", lp.memory.fits},
+                               {"refusal", lp.refusal},
                                {"memory", memory_json(lp.memory)},
                                {"decode", decode},
                                {"prefill", Json{{"input_len", lp.prefill.input_len},

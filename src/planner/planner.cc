@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <map>
 
+#include "planner/fit_check.h"
 #include "planner/layouts.h"
 
 namespace epinfer::planner {
@@ -36,6 +37,13 @@ std::vector<Term> terms_of(const LayoutPlan& lp, const DecodeResult& r) {
     terms.push_back({"activations", s.activations_us,
                      fmt::format("activation reads and writes {}", ms(s.activations_us))});
     terms.push_back({"launch", s.launch_us, fmt::format("{} kernels {}", s.kernels, ms(s.launch_us))});
+    if (s.host_round_trips > 0) {
+        terms.push_back({"host", s.host_us,
+                         fmt::format("{} host round trips (the MoE dispatch planned on the host: routing to "
+                                     "the host, MPI exchanges, uploads) × {:.1f} µs = {} per step",
+                                     s.host_round_trips, s.host_us / static_cast<double>(s.host_round_trips),
+                                     ms(s.host_us))});
+    }
     terms.push_back({"pipeline", s.pipeline_wait_us,
                      fmt::format("pipeline wait {} ({} micro-batches over {} stages)", ms(s.pipeline_wait_us),
                                  s.micro_batches, lp.layout.pp)});
@@ -98,6 +106,12 @@ Status validate_request(const HardwareProfile& hw, const PlanRequest& r) {
     if (r.micro_batches < 0) {
         return invalid_argument(fmt::format("--micro-batches {}: must be >= 0", r.micro_batches));
     }
+    if (r.memory_fraction && !(*r.memory_fraction > 0.0 && *r.memory_fraction <= 1.0)) {
+        return invalid_argument(fmt::format("--memory-fraction must be in (0, 1], got {}", *r.memory_fraction));
+    }
+    if (r.kv_cache_tokens && *r.kv_cache_tokens < 0) {
+        return invalid_argument(fmt::format("--kv-cache-tokens {}: must be >= 0", *r.kv_cache_tokens));
+    }
     return Status::ok();
 }
 
@@ -131,6 +145,7 @@ std::string memory_verdict(const Plan& plan) {
         if (!closest || lp.memory.margin_bytes > closest->memory.margin_bytes) closest = &lp;
     }
     if (!closest) return "";
+    if (!closest->refusal.empty()) return "nothing fits: " + closest->refusal;
     const MemoryPlan& mem = closest->memory;
     const StageMemory& s = mem.worst();
     return fmt::format(
@@ -145,6 +160,35 @@ std::string memory_verdict(const Plan& plan) {
         format_gib(s.ep_buffer_bytes + s.activation_bytes + s.cuda_graph_bytes),
         format_gib(plan.request.memory.context_tokens * s.kv_bytes_per_token),
         plan.request.memory.context_tokens, format_gib(mem.usable_bytes), format_gib(-mem.margin_bytes));
+}
+
+// The runtime's memory check (check_fits, as start_model runs it) of `layout` on one GPU of `hw`, under
+// request.kv_cache_tokens: `memory` gets the plan with the engine's KV pool (kv_cache_tokens, or what is
+// left when 0) and max_requests of memory.context_tokens; returns "" when it fits, else the check's
+// one-line refusal.
+Result<std::string> engine_fit(const ModelConfig& config, const HardwareProfile& hw, const ParallelLayout& layout,
+                               const PlanRequest& request, MemoryPlan& memory) {
+    const int64_t pool = *request.kv_cache_tokens;
+    FitOptions fit;
+    fit.device_bytes = static_cast<int64_t>(hw.gpu.memory_bytes.value);
+    fit.usable_fraction = hw.gpu.usable_memory_fraction.value;
+    fit.device = fmt::format("{}: gpu.memory_bytes", hw.name);
+    fit.memory = request.memory;
+    fit.memory.context_tokens = pool > 0 ? pool : config.max_position_embeddings;
+    fit.kv_tokens_source = pool > 0 ? "--kv-cache-tokens" : "one request of max_position_embeddings";
+    // start_model reserves memory for decode graphs only where they run: one rank (engine_facts.h).
+    if (layout.world_size() > 1) fit.memory.cuda_graph_bytes = 0;
+    memory = plan_memory(config, layout, hw.gpu, fit.memory);
+    std::string refusal;
+    Result<MemoryPlan> checked = check_fits(config, layout, fit);
+    if (!checked.is_ok()) {
+        if (checked.status().code() != StatusCode::kOutOfMemory) return checked.status();
+        refusal = checked.status().message();
+    }
+    if (pool > 0) memory.kv_tokens_per_rank = pool;
+    memory.kv_tokens_total = memory.kv_tokens_per_rank * layout.attn_dp;
+    memory.max_requests = memory.kv_tokens_per_rank / request.memory.context_tokens * layout.attn_dp;
+    return refusal;
 }
 
 }  // namespace
@@ -171,8 +215,10 @@ std::string explain_difference(const LayoutPlan& winner, const DecodeResult& win
             counterpart = other->text;
         } else if (other) {
             counterpart = ms(other->us);
-        } else {
+        } else if (collective) {
             counterpart = fmt::format("none; its collectives take {}", ms(win.step.collectives_us()));
+        } else {
+            counterpart = "none";
         }
         return fmt::format("{} ({}: {})", t.text, winner.spec, counterpart);
     };
@@ -191,6 +237,10 @@ Result<Plan> make_plan(const ModelConfig& config, const HardwareProfile& hardwar
     plan.model = model_costs(config);
     plan.model_type = config.model_type;
     plan.hardware = hardware;
+    if (request.memory_fraction) {
+        plan.hardware.gpu.usable_memory_fraction =
+            Figure{*request.memory_fraction, Provenance::kUnspecified, "--memory-fraction"};
+    }
 
     std::vector<ParallelLayout> layouts = request.layouts;
     const LayoutModelDims dims = layout_model_dims(plan.model);
@@ -209,7 +259,11 @@ Result<Plan> make_plan(const ModelConfig& config, const HardwareProfile& hardwar
         LayoutPlan lp;
         lp.layout = l;
         lp.spec = layout_spec(l);
-        lp.memory = plan_memory(plan.model, l, hardware.gpu, request.memory);
+        if (request.kv_cache_tokens) {
+            EPI_ASSIGN_OR_RETURN(lp.refusal, engine_fit(config, plan.hardware, l, request, lp.memory));
+        } else {
+            lp.memory = plan_memory(plan.model, l, plan.hardware.gpu, request.memory);
+        }
         CostInputs in;
         in.model = &plan.model;
         in.hardware = &plan.hardware;

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -27,13 +28,22 @@ struct PlanRequest {
     int64_t max_step_tokens = kEngineMaxStepTokens;  // the engine's --max-step-tokens (closed loop)
     int micro_batches = 0;                           // pipeline micro-batches; 0 = pp
     MemoryOptions memory;                            // weights, context, KV dtype, buffers
+    // The share of gpu.memory_bytes the plan may use (`--memory-fraction`, as serve's); unset: the
+    // profile's gpu.usable_memory_fraction.
+    std::optional<double> memory_fraction;
+    // The engine's KV rule (`--kv-cache-tokens`, as serve's), when set: a layout fits when the runtime's
+    // check (fit_check.h check_fits) passes with the KV of kv_cache_tokens tokens, or of one request of
+    // max_position_embeddings when it is 0, and its KV pool per rank holds kv_cache_tokens (0: what is
+    // left). Unset: a layout fits when one request of memory.context_tokens does; the pool is what is left.
+    std::optional<int64_t> kv_cache_tokens;
     std::vector<ParallelLayout> layouts;             // empty = every layout enumerate_layouts() finds
 };
 
 struct LayoutPlan {
     ParallelLayout layout;
     std::string spec;  // layout_spec(), e.g. "dp8-ep8"
-    MemoryPlan memory;
+    MemoryPlan memory;  // with kv_cache_tokens set: kv_tokens_per_rank is the engine's pool
+    std::string refusal;  // kv_cache_tokens set and no fit: the runtime's one-line refusal (check_fits)
     std::vector<DecodeResult> decode;  // one per PlanRequest::concurrency
     PrefillResult prefill;
 };
@@ -59,7 +69,8 @@ struct Plan {
 // Errors: kInvalidArgument, one line naming the flag and value, for gpus < 1, nodes < 1, GPUs that do not
 // split evenly over the nodes or exceed the profile's gpus_per_node, several nodes on a profile without an
 // inter-node link, a concurrency, context or input length < 1, an output length of 1 or < 0, a
-// max_step_tokens < 1, a requested layout the model or the GPU
+// max_step_tokens < 1, a memory_fraction outside (0, 1], a kv_cache_tokens < 0, a requested layout the
+// model or the GPU
 // count does not admit (validate_layout's message), or no admissible layout at all.
 Result<Plan> make_plan(const ModelConfig& config, const HardwareProfile& hardware,
                        const PlanRequest& request);

@@ -3,17 +3,21 @@
 //   epinfer plan --model kimi_k2/config.json --hardware rtx_pro_6000 --gpus 8 [--nodes 1] [--context L]
 //                [--input-len 2048] [--concurrency 1,8,32,64,256,1024] [--weight-dtype experts=int4]
 //                [--output-len 0] [--max-step-tokens 2048] [--kv-dtype fp32] [--layout tp8,dp8-ep8]
-//                [--micro-batches 0] [--json]
+//                [--micro-batches 0] [--memory-fraction F] [--kv-cache-tokens N] [--json]
 // --model is a config.json or a checkpoint folder; --hardware a shipped profile name (profiles/*.json,
 // EPINFER_PROFILES_DIR) or a profile file. --context defaults to --input-len + --output-len when
-// --output-len > 0 (the closed loop's requests hold that many tokens), else 4096. Errors print one line and
-// exit 1.
+// --output-len > 0 (the closed loop's requests hold that many tokens), else 4096. --memory-fraction and
+// --kv-cache-tokens mean what they mean to serve and bench (parsed by the same model_setup.h functions):
+// the share of the GPU's memory to use (here the profile's gpu.memory_bytes; the engine's is its free
+// memory at start-up), and the engine's KV pool per rank, whose fit the runtime's own check decides
+// (planner.h PlanRequest::kv_cache_tokens). Errors print one line and exit 1.
 #include <fmt/format.h>
 
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <memory>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -21,6 +25,7 @@
 #include "checkpoint/hf_config.h"
 #include "commands.h"
 #include "engine/bench_serving.h"
+#include "model_setup.h"
 #include "planner/engine_facts.h"
 #include "planner/layouts.h"
 #include "planner/plan_report.h"
@@ -49,6 +54,8 @@ struct PlanArgs {
     std::string kv_dtype = "fp32";
     std::string layouts;
     int micro_batches = 0;
+    std::optional<std::string> memory_fraction;  // --memory-fraction as given (none: the profile's fraction)
+    std::optional<std::string> kv_cache_tokens;  // --kv-cache-tokens as given (none: the plan's own KV rule)
     bool json = false;
 };
 
@@ -96,6 +103,12 @@ Status run_plan(const PlanArgs& args) {
     request.memory.max_prefill_tokens = args.max_step_tokens;  // the engine sizes its buffers so
     request.memory.max_dispatch_tokens_per_rank = args.max_step_tokens;
     request.micro_batches = args.micro_batches;
+    if (args.memory_fraction) {
+        EPI_ASSIGN_OR_RETURN(request.memory_fraction, parse_memory_fraction(*args.memory_fraction));
+    }
+    if (args.kv_cache_tokens) {
+        EPI_ASSIGN_OR_RETURN(request.kv_cache_tokens, parse_kv_cache_tokens(*args.kv_cache_tokens));
+    }
     // A closed loop's requests hold input + output tokens: that is their KV unless --context says more.
     request.memory.context_tokens =
         args.context_given || args.output_len <= 0 ? args.context : args.input_len + args.output_len;
@@ -163,6 +176,13 @@ void add_plan_command(CLI::App& app) {
                     "only these layouts, comma separated (e.g. tp8,dp8-ep8,pp2-tp4)");
     cmd->add_option("--micro-batches", args->micro_batches, "pipeline micro-batches (0 = pp)")
         ->capture_default_str();
+    cmd->add_option("--memory-fraction", args->memory_fraction,
+                    "share of the GPU's memory to use, in (0, 1], as serve's (default: the profile's "
+                    "usable_memory_fraction)");
+    cmd->add_option("--kv-cache-tokens", args->kv_cache_tokens,
+                    "KV cache tokens per rank, as serve's: fit as the engine's memory check decides it; 0 = "
+                    "what is left after one request of max_position_embeddings (default: not the engine's "
+                    "rule, one request of --context must fit)");
     cmd->add_flag("--json", args->json, "print one JSON document instead of the table");
     cmd->callback([args, context]() {
         args->context_given = context->count() > 0;

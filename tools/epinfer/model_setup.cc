@@ -111,21 +111,13 @@ Result<SetupValues> parse_values(const ModelSetupFlags& f) {
     v.cuda = f.device == "cuda";
     EPI_ASSIGN_OR_RETURN(const int64_t threads, parse_flag_int(f.threads, "--threads", 0, kMaxThreads));
     v.threads = static_cast<int>(threads);
-    EPI_ASSIGN_OR_RETURN(v.kv_cache_tokens, parse_flag_int(f.kv_cache_tokens, "--kv-cache-tokens", 0, int64_t{1} << 40));
+    EPI_ASSIGN_OR_RETURN(v.kv_cache_tokens, parse_kv_cache_tokens(f.kv_cache_tokens));
     EPI_ASSIGN_OR_RETURN(v.engine.block_size, parse_flag_int(f.block_size, "--block-size", 1, 4096));
     EPI_ASSIGN_OR_RETURN(v.engine.max_running, parse_flag_int(f.max_running, "--max-running", 1, 1 << 20));
     EPI_ASSIGN_OR_RETURN(v.engine.max_step_tokens,
                          parse_flag_int(f.max_step_tokens, "--max-step-tokens", 1, int64_t{1} << 24));
     EPI_ASSIGN_OR_RETURN(v.engine.max_waiting, parse_flag_int(f.max_waiting, "--max-waiting", 1, int64_t{1} << 24));
-    {
-        const std::string& t = f.memory_fraction;
-        const char* end = t.data() + t.size();
-        const auto [ptr, ec] = std::from_chars(t.data(), end, v.memory_fraction);
-        if (t.empty() || ec != std::errc() || ptr != end || !std::isfinite(v.memory_fraction))
-            return invalid_argument(fmt::format("--memory-fraction '{}' is not a number", t));
-        if (!(v.memory_fraction > 0.0 && v.memory_fraction <= 1.0))
-            return invalid_argument(fmt::format("--memory-fraction must be in (0, 1], got {}", t));
-    }
+    EPI_ASSIGN_OR_RETURN(v.memory_fraction, parse_memory_fraction(f.memory_fraction));
     return v;
 }
 
@@ -138,6 +130,21 @@ Result<ModelConfig> read_config_file(const std::string& path) {
 }
 
 }  // namespace
+
+Result<int64_t> parse_kv_cache_tokens(const std::string& text) {
+    return parse_flag_int(text, "--kv-cache-tokens", 0, kMaxKvCacheTokens);
+}
+
+Result<double> parse_memory_fraction(const std::string& text) {
+    double fraction = 0.0;
+    const char* end = text.data() + text.size();
+    const auto [ptr, ec] = std::from_chars(text.data(), end, fraction);
+    if (text.empty() || ec != std::errc() || ptr != end || !std::isfinite(fraction))
+        return invalid_argument(fmt::format("--memory-fraction '{}' is not a number", text));
+    if (!(fraction > 0.0 && fraction <= 1.0))
+        return invalid_argument(fmt::format("--memory-fraction must be in (0, 1], got {}", text));
+    return fraction;
+}
 
 Status require_device_built(const std::string& device) {
 #if !EPINFER_WITH_CUDA

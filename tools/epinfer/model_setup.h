@@ -88,6 +88,14 @@ Result<GpuRank> make_gpu_rank(Communicator& world);
 // Called before a command re-runs itself under mpirun, so that the error is printed once.
 Status require_device_built(const std::string& device);
 
+// The KV-cache flags as every command that takes them reads them (serve, bench, generate through
+// start_model; plan): --kv-cache-tokens, an integer in [0, kMaxKvCacheTokens] (per rank; 0 = what the
+// memory check leaves); --memory-fraction, a finite number in (0, 1]. Errors: kInvalidArgument, one line
+// naming the flag and the text, e.g. "--memory-fraction must be in (0, 1], got 1.5".
+inline constexpr int64_t kMaxKvCacheTokens = int64_t{1} << 40;
+Result<int64_t> parse_kv_cache_tokens(const std::string& text);
+Result<double> parse_memory_fraction(const std::string& text);
+
 // Registers the flags above on `cmd`. allow_random_weights: also --config, --random-weights, --num-layers,
 // --weights-seed and --random-dtype (then --model is optional); otherwise --model is required.
 void add_model_setup_flags(CLI::App& cmd, ModelSetupFlags& flags, bool allow_random_weights);

@@ -74,6 +74,28 @@ TEST_F(RoundModel, DpAttentionDispatchCombine) {
     EXPECT_EQ(s.tokens_per_attn_rank, 1);
 }
 
+TEST_F(RoundModel, DpAttentionHostRoundTrips) {
+    // dp2-ep2, two requests (one per rank): each of the 4 MoE layers plans its dispatch on the host
+    // (engine_facts.h): 2 routing copies to the host + 2 MPI exchanges + 5 uploads = 9 round trips, and
+    // 2·moe_ep = 4 gathers and adds. At 30 µs a round trip: 4 · 9 · 30 = 1080 µs more per step.
+    DecodeResult base = decode_step(inputs(ParallelLayout{1, 1, 2, 1, 2}), 2, 1 << 30);
+    EXPECT_EQ(base.step.host_round_trips, 36);
+    EXPECT_DOUBLE_EQ(base.step.host_us, 0.0);  // the round profile has no host_round_trip_us
+    // Kernels: 4 · (GQA 11 + MoE 10 + 4) + head 4.
+    EXPECT_EQ(base.step.kernels, 104);
+    hw_.gpu.host_round_trip_us.value = 30.0;
+    DecodeResult r = decode_step(inputs(ParallelLayout{1, 1, 2, 1, 2}), 2, 1 << 30);
+    EXPECT_EQ(r.step.host_round_trips, 36);
+    EXPECT_NEAR(r.step.host_us, 1080.0, 1e-9);
+    EXPECT_NEAR(r.step.step_us - base.step.step_us, 1080.0, 1e-9);
+    EXPECT_NEAR(r.step.path_us - base.step.path_us, 1080.0, 1e-9);
+    // Without DP attention the routing stays on the GPU: no round trip, the kernels of Tp2DecodeOneRequest.
+    DecodeResult tp = decode_step(inputs(ParallelLayout{1, 2, 1, 2, 1}), 1, 1 << 30);
+    EXPECT_EQ(tp.step.host_round_trips, 0);
+    EXPECT_DOUBLE_EQ(tp.step.host_us, 0.0);
+    EXPECT_EQ(tp.step.kernels, 88);
+}
+
 TEST_F(RoundModel, PipelineKeepsAllRequestsInFlight) {
     // pp2, 8 requests: 2 micro-batches of 4, never 8 / pp requests in flight.
     DecodeResult r = decode_step(inputs(ParallelLayout{2, 1, 1, 1, 1}), 8, 1 << 30);

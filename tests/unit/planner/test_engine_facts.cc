@@ -44,6 +44,16 @@ TEST(EngineFacts, KernelsPerLayerQwen3) {
     EXPECT_EQ(big.head, 5);
 }
 
+TEST(EngineFacts, DpAttentionMoeOnTheHost) {
+    // layers/moe/moe_dp_device.cc, ep_device.cc, ep_dispatch.cc per MoE layer on a rank with tokens:
+    // copies to the host of the ids and weights, 2 MPI all_to_all_v, uploads of the send rows, the local
+    // slots, their weights, the zero row and row_of: 9 round trips. Kernels: 1 gather to send, then moe_ep
+    // gathers and moe_ep − 1 adds home.
+    EXPECT_EQ(kEngineDpMoeHostRoundTrips, 2 + 2 + 5);
+    EXPECT_EQ(engine_dp_moe_kernels(4), 1 + 4 + 3);
+    EXPECT_EQ(engine_dp_moe_kernels(2), 1 + 2 + 1);
+}
+
 TEST(EngineFacts, KernelsPerLayerKimiK2) {
     // MLA with q_lora: 12; MoE 10 + one shared expert's gate, up, silu·mul, down, add; dense MLP 6.
     ModelCosts m = model_costs(testing::kimi_k2_config());

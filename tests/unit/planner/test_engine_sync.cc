@@ -68,6 +68,23 @@ TEST(EngineFacts, EagerKernelCostDefaultsToTheLaunchCost) {
     EXPECT_EQ(bad.status().message(), "bad.json: gpu.eager_kernel_us: must be >= 0 (got -1)");
 }
 
+TEST(EngineFacts, HostRoundTripIsOptionalAndNonNegative) {
+    // gpu.host_round_trip_us: absent reads as 0; negative is refused.
+    nlohmann::json doc = nlohmann::json::parse(testing::round_profile_json());
+    auto absent = parse_hardware_profile(doc.dump(), "absent.json");
+    ASSERT_TRUE(absent.is_ok()) << absent.status().message();
+    EXPECT_DOUBLE_EQ(absent->gpu.host_round_trip_us.value, 0.0);
+    doc["gpu"]["host_round_trip_us"] = {{"value", 41.5}, {"provenance", "estimate"}, {"source", "fitted"}};
+    auto given = parse_hardware_profile(doc.dump(), "given.json");
+    ASSERT_TRUE(given.is_ok()) << given.status().message();
+    EXPECT_DOUBLE_EQ(given->gpu.host_round_trip_us.value, 41.5);
+    EXPECT_EQ(given->gpu.host_round_trip_us.provenance, Provenance::kEstimate);
+    doc["gpu"]["host_round_trip_us"] = -1.0;
+    auto bad = parse_hardware_profile(doc.dump(), "bad.json");
+    ASSERT_FALSE(bad.is_ok());
+    EXPECT_EQ(bad.status().message(), "bad.json: gpu.host_round_trip_us: must be >= 0 (got -1)");
+}
+
 TEST(EngineFacts, TheSynchronousEnginesCollectiveGapIsRefused) {
     // gpu.collective_sync_us priced the host-polled NCCL calls of the engine before they became asynchronous;
     // a profile that still carries it is refused with a one-line reason rather than read differently.

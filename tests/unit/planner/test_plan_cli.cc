@@ -233,6 +233,108 @@ TEST(PlanCli, TwoRankGroupsOfAFourGpuProfileUseItsTwoRankTable) {
     EXPECT_NEAR(us_per_call["pp2-tp2"], 55.2279, 1e-6);
 }
 
+TEST(PlanCli, DpAttentionPaysTheHostRoundTrips) {
+    // Qwen3-235B-A22B dp4-ep4 on the 4× H200 NVLink profile: 94 MoE layers × 9 host round trips per step at
+    // the profile's fitted host_round_trip_us; ep4 (no DP attention) has none. The explanation names them.
+    const std::string profile = kProfilesDir + "/measured/h200x4_nvlink_epinfer_2026-11-29.json";
+    const std::string args = "--model '" + kConfigsDir + "/qwen3_235b_a22b.json' --gpus 4 --layout ep4,dp4-ep4 "
+                             "--concurrency 1,8,64,256 --input-len 128 --output-len 128";
+    CliResult r = run_plan(args + " --hardware '" + profile + "' --json");
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    nlohmann::json doc = nlohmann::json::parse(r.out);
+    nlohmann::json fitted = nlohmann::json::parse(read_all(profile))["gpu"]["host_round_trip_us"];
+    const double round_trip_us = fitted["value"].get<double>();
+    ASSERT_GT(round_trip_us, 0.0);
+    ASSERT_EQ(doc["layouts"][1]["spec"], "dp4-ep4");
+    for (const auto& d : doc["layouts"][1]["decode"]) {
+        EXPECT_EQ(d["breakdown"]["host_round_trips"], 94 * 9);
+        EXPECT_NEAR(d["breakdown"]["host_us"].get<double>(), 94 * 9 * round_trip_us, 1e-6);
+    }
+    EXPECT_EQ(doc["layouts"][0]["decode"][0]["breakdown"]["host_round_trips"], 0);
+    CliResult text = run_plan(args + " --hardware '" + profile + "'");
+    ASSERT_EQ(text.exit_code, 0) << text.err;
+    EXPECT_NE(text.out.find("dp4-ep4 (10 tok/s) loses at C=1: 846 host round trips"), std::string::npos)
+        << text.out;
+
+    // The fit's inputs (profiles/measured/make_h200xn_epinfer_profiles.py): this planner's TPOT with the
+    // figure at 0, and the figure adds 0.846 ms of TPOT per µs.
+    fs::path zero = scratch_dir() / "h200x4_nvlink_no_host_round_trip.json";
+    nlohmann::json without = nlohmann::json::parse(read_all(profile));
+    without["gpu"].erase("host_round_trip_us");
+    std::ofstream(zero) << without.dump(2);
+    CliResult at0 = run_plan(args + " --hardware '" + zero.string() + "' --json");
+    ASSERT_EQ(at0.exit_code, 0) << at0.err;
+    nlohmann::json doc0 = nlohmann::json::parse(at0.out);
+    const double predicted_at_0[] = {62.858, 68.203, 85.164, 96.403};
+    for (size_t i = 0; i < 4; ++i) {
+        const double tpot0 = doc0["layouts"][1]["decode"][i]["tpot_ms"].get<double>();
+        EXPECT_NEAR(tpot0, predicted_at_0[i], 5e-4) << i;
+        EXPECT_NEAR(doc["layouts"][1]["decode"][i]["tpot_ms"].get<double>() - tpot0, 0.846 * round_trip_us, 1e-6)
+            << i;
+    }
+}
+
+TEST(PlanCli, KvCacheTokensAndMemoryFractionDecideTheFitAsTheEngine) {
+    // Qwen3-235B-A22B dp4-ep4 on 4 H200 (docs/benchmarks/multi_gpu.md): at serve's defaults
+    // (--memory-fraction 0.9 --kv-cache-tokens 0) the engine refused it with "dp4-ep4 does not fit: per rank,
+    // weights 120.6 GiB + ... + KV of 40960 tokens (one request of max_position_embeddings) 14.7 GiB =
+    // 137.4 GiB > usable 123.6 GiB" (0.9 of its free memory); with --memory-fraction 0.95
+    // --kv-cache-tokens 16384 it ran. The plan runs the same check on the profile's memory.
+    const std::string args = "--model '" + kConfigsDir + "/qwen3_235b_a22b.json' --hardware '" + kProfilesDir +
+                             "/measured/h200x4_nvlink_epinfer_2026-11-29.json' --gpus 4 --layout dp4-ep4 "
+                             "--concurrency 1,256 --input-len 128 --output-len 128 --json";
+    CliResult refused = run_plan(args + " --memory-fraction 0.9 --kv-cache-tokens 0");
+    ASSERT_EQ(refused.exit_code, 0) << refused.err;
+    nlohmann::json doc = nlohmann::json::parse(refused.out);
+    const nlohmann::json& no = doc["layouts"][0];
+    EXPECT_FALSE(no["fits"].get<bool>());
+    EXPECT_FALSE(doc["any_fits"].get<bool>());
+    const std::string refusal = no["refusal"].get<std::string>();
+    EXPECT_EQ(refusal.rfind("dp4-ep4 does not fit: per rank, weights 120.6 GiB + ", 0), 0u) << refusal;
+    EXPECT_NE(refusal.find("KV of 40960 tokens (one request of max_position_embeddings) 14.7 GiB = 137.4 GiB > "
+                           "usable 126.4 GiB = 0.9 × 140.4 GiB"),
+              std::string::npos)
+        << refusal;
+    EXPECT_EQ(doc["memory_verdict"], "nothing fits: " + refusal);
+
+    CliResult runs = run_plan(args + " --memory-fraction 0.95 --kv-cache-tokens 16384");
+    ASSERT_EQ(runs.exit_code, 0) << runs.err;
+    doc = nlohmann::json::parse(runs.out);
+    const nlohmann::json& yes = doc["layouts"][0];
+    EXPECT_TRUE(yes["fits"].get<bool>());
+    EXPECT_EQ(yes["refusal"], "");
+    EXPECT_EQ(doc["options"]["memory_fraction"], 0.95);
+    EXPECT_EQ(doc["options"]["kv_cache_tokens"], 16384);
+    EXPECT_EQ(doc["hardware"]["usable_memory_fraction"]["value"], 0.95);
+    // The engine's pool: 16,384 tokens per rank hold C = 256's 64 requests of 256 tokens.
+    EXPECT_EQ(yes["memory"]["kv_tokens_per_rank"], 16384);
+    EXPECT_EQ(yes["memory"]["max_requests"], 4 * 16384 / 256);
+    EXPECT_TRUE(yes["decode"][1]["kv_fits"].get<bool>());
+
+    // Without the flags the plan's own rule: one request of --context (256) fits; the pool is what is left
+    // at the profile's 92 %, too little for C = 256 (15,093 tokens per rank).
+    CliResult own = run_plan(args);
+    ASSERT_EQ(own.exit_code, 0) << own.err;
+    doc = nlohmann::json::parse(own.out);
+    EXPECT_TRUE(doc["layouts"][0]["fits"].get<bool>());
+    EXPECT_TRUE(doc["options"]["kv_cache_tokens"].is_null());
+    EXPECT_FALSE(doc["layouts"][0]["decode"][1]["kv_fits"].get<bool>());
+
+    // The same parser as serve's: the same one-line errors as `generate` (which parses them for serve and
+    // bench), before anything is read.
+    const std::string generate = "generate --model '" + std::string(EPINFER_TEST_DATA_DIR) +
+                                 "/fixtures/deepseek_v3_tiny' --prompt-ids 1 ";
+    for (const std::string& flag :
+         {std::string("--memory-fraction 1.5"), std::string("--memory-fraction 0"),
+          std::string("--memory-fraction abc"), std::string("--kv-cache-tokens -1"),
+          std::string("--kv-cache-tokens 1.5")}) {
+        CliResult plan = run_plan(args + " " + flag);
+        CliResult engine = epinfer::testing::run_epinfer(generate + flag);
+        expect_one_line_error(plan, flag.substr(0, flag.find(' ')));
+        EXPECT_EQ(plan.err, engine.err) << flag;
+    }
+}
+
 TEST(PlanCli, BadInputsFailInOneLine) {
     const std::string kimi = "--model '" + kConfigsDir + "/kimi_k2_instruct_0905.json' ";
     expect_one_line_error(
