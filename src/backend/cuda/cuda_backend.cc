@@ -10,6 +10,7 @@
 #include <string>
 
 #include "backend/cuda/cuda_moe_experts.h"
+#include "backend/cuda/cuda_moe_layer.h"
 #include "backend/cuda/cuda_util.h"
 #include "backend/cuda/kernels/argmax.cuh"
 #include "backend/cuda/kernels/attention.cuh"
@@ -99,7 +100,7 @@ public:
         int num_sms = 0;
         EPI_CUDA_CHECK(cudaDeviceGetAttribute(&num_sms, cudaDevAttrMultiProcessorCount, device));
         num_sms_ = num_sms;
-        moe_experts_ = std::make_unique<cuda::CudaMoeExperts>(num_sms);
+        moe_experts_ = std::make_unique<cuda::CudaMoeExperts>(num_sms, cuda::moe_default_narrow_max_rows(device));
         return Status::ok();
     }
 

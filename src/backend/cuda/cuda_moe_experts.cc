@@ -19,7 +19,6 @@ namespace epinfer::cuda {
 namespace {
 
 constexpr size_t kPieceAlign = 256;
-constexpr int64_t kNarrowMaxRowsPerExpert = 64;  // as CudaMoeLayerConfig's default
 constexpr size_t kMaxCachedTables = 4096;        // a model has one per MoE layer; tests make more
 
 // Offsets of consecutive 256-byte aligned pieces inside one allocation.
@@ -154,7 +153,7 @@ Status CudaMoeExperts::run_grouped(Backend& backend, const MoeExpertsArgs& a, co
                                    cudaStream_t stream) {
     const int64_t T = a.num_tokens, K = a.top_k, E = a.num_experts, H = a.hidden, I = a.intermediate;
     const int64_t picks = T * K;
-    const CudaMoeTiling tiling = moe_step_tiling(T, K, E, 0, H, I, kNarrowMaxRowsPerExpert, num_sms_);
+    const CudaMoeTiling tiling = moe_step_tiling(T, K, E, 0, H, I, narrow_max_rows_, num_sms_);
     const int64_t tile_rows = moe_gemm_tile_rows(tiling.tile);
 
     MoePermuteArgs permute;

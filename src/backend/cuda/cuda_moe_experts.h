@@ -29,7 +29,8 @@ namespace epinfer::cuda {
 
 class CudaMoeExperts {
 public:
-    explicit CudaMoeExperts(int num_sms) : num_sms_(num_sms) {}
+    // narrow_max_rows: the grouped path's kNarrow limit (CudaMoeLayerConfig::narrow_max_rows_per_expert).
+    CudaMoeExperts(int num_sms, int64_t narrow_max_rows) : num_sms_(num_sms), narrow_max_rows_(narrow_max_rows) {}
     // Frees the cached pointer tables; the caller has synchronised the stream they were used on.
     ~CudaMoeExperts();
     CudaMoeExperts(const CudaMoeExperts&) = delete;
@@ -58,6 +59,7 @@ private:
     void clear_tables();
 
     int num_sms_;
+    int64_t narrow_max_rows_;
     std::unordered_map<const void*, Table> tables_;  // keyed by the first expert's gate pointer
 };
 

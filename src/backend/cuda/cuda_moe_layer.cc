@@ -6,6 +6,7 @@
 #include <limits>
 
 #include "backend/cuda/kernels/moe_combine.cuh"
+#include "backend/cuda/kernels/moe_grouped_gemm_sm90.cuh"
 #include "backend/cuda/kernels/moe_permute.cuh"
 #include "backend/cuda/kernels/moe_router.cuh"
 #include "backend/moe_router_args.h"
@@ -30,8 +31,9 @@ Status check_config(const CudaMoeLayerConfig& c) {
                                          c.shared_intermediate, c.intermediate));
     }
     if (c.max_tokens < 1) return invalid_argument(fmt::format("cuda moe: max_tokens {} < 1", c.max_tokens));
-    if (c.narrow_max_rows_per_expert < 0) {
-        return invalid_argument(fmt::format("cuda moe: narrow_max_rows_per_expert {} < 0", c.narrow_max_rows_per_expert));
+    if (c.narrow_max_rows_per_expert < -1) {
+        return invalid_argument(
+            fmt::format("cuda moe: narrow_max_rows_per_expert {} < −1 (the default)", c.narrow_max_rows_per_expert));
     }
     MoeRouterTopkArgs router;  // T = 0: validates K and the group settings only
     router.num_experts = c.num_experts;
@@ -58,6 +60,9 @@ Result<std::unique_ptr<CudaMoeLayer>> CudaMoeLayer::create(const CudaMoeLayerCon
     int device = 0;
     EPI_CUDA_CHECK(cudaGetDevice(&device));
     EPI_CUDA_CHECK(cudaDeviceGetAttribute(&layer->num_sms_, cudaDevAttrMultiProcessorCount, device));
+    if (layer->config_.narrow_max_rows_per_expert < 0) {
+        layer->config_.narrow_max_rows_per_expert = moe_default_narrow_max_rows(device);
+    }
 
     const int64_t t_max = config.max_tokens;
     const int64_t e = config.num_experts;
@@ -82,13 +87,17 @@ Result<std::unique_ptr<CudaMoeLayer>> CudaMoeLayer::create(const CudaMoeLayerCon
     EPI_ASSIGN_OR_RETURN(l.permute_workspace_, CudaBuffer::alloc(moe_permute_workspace_bytes(permute)));
     size_t partials = 0;
     for (int64_t t = 1; t <= t_max; ++t) {  // split-K partials peak somewhere in the narrow range
-        if (t * config.top_k > config.narrow_max_rows_per_expert * e) break;
+        if (t * config.top_k > l.config_.narrow_max_rows_per_expert * e) break;
         partials = std::max(partials, l.partial_floats(t));
     }
     EPI_ASSIGN_OR_RETURN(l.partials_, CudaBuffer::alloc(partials * sizeof(float)));
     EPI_ASSIGN_OR_RETURN(l.h_, CudaBuffer::alloc(rows * static_cast<size_t>(config.intermediate) * 2));
     EPI_ASSIGN_OR_RETURN(l.y_, CudaBuffer::alloc(rows * static_cast<size_t>(config.hidden) * 2));
     return layer;
+}
+
+int64_t moe_default_narrow_max_rows(int device) {
+    return moe_grouped_gemm_sm90_available(device) ? 16 : 64;
 }
 
 CudaMoeTiling moe_step_tiling(int64_t num_tokens, int64_t top_k, int64_t num_experts, int64_t num_extra_groups,

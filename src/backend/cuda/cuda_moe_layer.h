@@ -8,7 +8,7 @@
 // rows [T·K, T·K + T): the shared expert runs as one more group of the same launches. Every size stays on
 // the device: a step issues its kernels with no host synchronisation, so it can be graph-captured.
 // Tile choice per call (host, from T): kNarrow when T·K/E ≤ config.narrow_max_rows_per_expert (decode
-// sizes, split-K when the tiles are too few to fill the GPU), else kWide.
+// sizes, split-K when the tiles are too few to fill the GPU), else kWide (moe_default_narrow_max_rows).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -36,8 +36,9 @@ struct CudaMoeLayerConfig {
     bool norm_topk_prob = false;
     float routed_scaling_factor = 1.0f;
     int64_t max_tokens = 0;  // T_max: sizes the workspace
-    // Tile choice: kNarrow while T·K/E ≤ this many rows per expert on average, else kWide.
-    int64_t narrow_max_rows_per_expert = 64;
+    // Tile choice: kNarrow while T·K/E ≤ this many rows per expert on average, else kWide;
+    // −1: moe_default_narrow_max_rows of the device.
+    int64_t narrow_max_rows_per_expert = -1;
 };
 
 struct CudaMoeWeights {
@@ -73,6 +74,11 @@ struct CudaMoeTiling {
     int split_k_gate_up = 1;
     int split_k_down = 1;
 };
+
+// The narrow limit (rows per expert on average) a device is given by default: 16 where kWide runs on
+// wgmma (moe_grouped_gemm_sm90_available), else 64. Crossovers measured on the H200 with bench moe
+// --narrow-max-rows (docs/benchmarks/moe_h200.md): the wgmma tile wins from ~21 rows per expert on.
+int64_t moe_default_narrow_max_rows(int device);
 
 // The tiling of a grouped step of T tokens over E expert groups (+ num_extra_groups more, e.g. the shared
 // expert): kNarrow while T·K ≤ narrow_max_rows_per_expert·E, with split-K when its tiles would not fill
