@@ -86,6 +86,7 @@ public:
     virtual Status silu_mul(const SiluMulArgs& args) = 0;
     virtual Status add(const AddArgs& args) = 0;
     virtual Status add_sigmoid_gated(const AddSigmoidGatedArgs& args) = 0;
+    virtual Status cast(const CastArgs& args) = 0;
     virtual Status moe_router_topk(const MoeRouterTopkArgs& args) = 0;
     // Routed experts: permute, per-expert SwiGLU, weighted combine (moe_experts_args.h).
     virtual Status moe_experts(const MoeExpertsArgs& args) = 0;

@@ -190,4 +190,18 @@ Status add_sigmoid_gated_check(const AddSigmoidGatedArgs& a) {
     return check_not_null(op, "out", a.out);
 }
 
+Status cast_check(const CastArgs& a) {
+    const char* op = "cast";
+    const bool narrow = a.src_dtype == DType::kF32 && a.dst_dtype == DType::kBF16;
+    const bool widen = a.src_dtype == DType::kBF16 && a.dst_dtype == DType::kF32;
+    if (!narrow && !widen) {
+        return {StatusCode::kNotSupported, std::string(op) + ": " + dtype_name(a.src_dtype) + " → " +
+                                               dtype_name(a.dst_dtype) + " (want F32 → BF16 or BF16 → F32)"};
+    }
+    EPI_RETURN_IF_ERROR(check_count(op, "num_elements", a.num_elements));
+    if (a.num_elements == 0) return Status::ok();
+    EPI_RETURN_IF_ERROR(check_not_null(op, "src", a.src));
+    return check_not_null(op, "dst", a.dst);
+}
+
 }  // namespace epinfer

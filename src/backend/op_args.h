@@ -162,6 +162,16 @@ struct AddSigmoidGatedArgs {
     int64_t width = 0;            // H
 };
 
+// dst[i] = src[i] converted from src_dtype to dst_dtype: F32 → BF16 rounds to nearest even (NaN stays NaN,
+// as torch .to(torch.bfloat16)); BF16 → F32 is exact. Rows of bf16 collectives (ep_device's bf16 wire).
+struct CastArgs {
+    const void* src = nullptr;  // [n] src_dtype, device
+    DType src_dtype = DType::kF32;
+    void* dst = nullptr;        // [n] dst_dtype, device; must not overlap src
+    DType dst_dtype = DType::kBF16;
+    int64_t num_elements = 0;   // n (0 allowed)
+};
+
 Status embedding_check(const EmbeddingArgs& args);
 Status rms_norm_check(const RmsNormArgs& args);
 Status matmul_check(const MatmulArgs& args);
@@ -172,5 +182,7 @@ Status argmax_check(const ArgmaxArgs& args);
 Status silu_mul_check(const SiluMulArgs& args);
 Status add_check(const AddArgs& args);
 Status add_sigmoid_gated_check(const AddSigmoidGatedArgs& args);
+// kNotSupported for a pair other than F32 → BF16 and BF16 → F32, naming both dtypes.
+Status cast_check(const CastArgs& args);
 
 }  // namespace epinfer

@@ -1,7 +1,8 @@
 // ep_dispatch_device / ep_combine_device (layers/moe/ep_device.h) on CPU ranks over MPI against the host
 // ep_dispatch / ep_combine on the same routing: the same rows, picks and weights in the same order, and the
 // same combined sums bit for bit; a share inside a larger x, a rank with zero tokens, and the moe_tp
-// non-lead (write = false: zeros).
+// non-lead (write = false: zeros). With bf16 on the wire: the rows are the host rows rounded through bf16
+// and the sums are the host's fp32 sums of bf16-rounded partials, bit for bit; a bad wire dtype is refused.
 #include "layers/moe/ep_device.h"
 
 #include <gtest/gtest.h>
@@ -10,6 +11,7 @@
 #include <memory>
 #include <numeric>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "backend/cpu/cpu_backend.h"
@@ -52,7 +54,15 @@ bool same_bits(const float* a, const float* b, size_t n) {
     return n == 0 || std::memcmp(a, b, n * sizeof(float)) == 0;
 }
 
-void check_against_host(uint32_t seed, bool empty_on_rank_one) {
+// n values as the wire carries them: unchanged for F32; BF16: rounded to nearest even and widened back.
+std::vector<float> through_wire(const float* v, size_t n, DType wire) {
+    std::vector<float> out(v, v + n);
+    if (wire == DType::kBF16)
+        for (float& f : out) f = bf16_to_f32(f32_to_bf16(f));
+    return out;
+}
+
+void check_against_host(uint32_t seed, bool empty_on_rank_one, DType wire = DType::kF32) {
     Communicator& w = world();
     const int me = w.rank();
     std::unique_ptr<Backend> cpu = make_cpu_backend(1);
@@ -75,12 +85,14 @@ void check_against_host(uint32_t seed, bool empty_on_rank_one) {
     args.topk_ids = b.ids.data();
     args.topk_weights = b.weights.data();
     args.top_k = kTopK;
+    args.wire_dtype = wire;
     auto dev = ep_dispatch_device(*cpu, w, w, *placement, args);
     ASSERT_TRUE(dev.is_ok()) << dev.status().message();
     const int64_t R = host->num_rows;
     ASSERT_EQ(dev->plan.num_rows, R);
-    EXPECT_TRUE(same_bits(dev->rows.f32(), reinterpret_cast<const float*>(host->rows.data()),
-                          static_cast<size_t>(R * kHidden)));
+    const std::vector<float> want_rows =
+        through_wire(reinterpret_cast<const float*>(host->rows.data()), static_cast<size_t>(R * kHidden), wire);
+    EXPECT_TRUE(same_bits(dev->rows.f32(), want_rows.data(), want_rows.size())) << "seed " << seed;
     EXPECT_EQ(dev->plan.local_slots, host->local_slots);
     EXPECT_TRUE(same_bits(dev->plan.weights.data(), host->weights.data(), host->weights.size()));
 
@@ -88,7 +100,8 @@ void check_against_host(uint32_t seed, bool empty_on_rank_one) {
     std::vector<float> partial(static_cast<size_t>(R * kHidden));
     for (size_t i = 0; i < partial.size(); ++i) partial[i] = 0.001f * static_cast<float>(i) - 0.7f + me;
     std::vector<float> want(static_cast<size_t>(b.num_tokens * kHidden), -1.0f);
-    ASSERT_TRUE(ep_combine(w, {&host->handle, partial.data(), kHidden, want.data()}).is_ok());
+    const std::vector<float> partial_wire = through_wire(partial.data(), partial.size(), wire);
+    ASSERT_TRUE(ep_combine(w, {&host->handle, partial_wire.data(), kHidden, want.data()}).is_ok());
     for (const bool write : {true, false}) {
         std::vector<float> got(static_cast<size_t>(b.num_rows * kHidden), -5.0f);
         EpDeviceCombineArgs combine;
@@ -99,6 +112,7 @@ void check_against_host(uint32_t seed, bool empty_on_rank_one) {
         combine.first_token = b.first;
         combine.write = write;
         combine.out = got.data();
+        combine.wire_dtype = wire;
         ASSERT_TRUE(ep_combine_device(*cpu, w, combine).is_ok());
         for (int64_t r = 0; r < b.num_rows; ++r) {
             const bool in_share = r >= b.first && r < b.first + b.num_tokens;
@@ -117,6 +131,35 @@ TEST(EpDevice, SameRowsAndSumsAsTheHostPath) {
 
 TEST(EpDevice, ARankWithZeroTokens) {
     check_against_host(99, true);
+}
+
+TEST(EpDevice, Bf16WireRoundsRowsAndPartialsAndSumsInFp32) {
+    for (uint32_t seed = 1; seed <= 20; ++seed) check_against_host(seed, false, DType::kBF16);
+    check_against_host(99, true, DType::kBF16);
+}
+
+TEST(EpDevice, RefusesAWireDtypeOtherThanF32AndBf16) {
+    Communicator& w = world();
+    std::unique_ptr<Backend> cpu = make_cpu_backend(1);
+    auto placement = ExpertPlacement::contiguous(kExperts, w.size());
+    ASSERT_TRUE(placement.is_ok()) << placement.status().message();
+    EpDeviceDispatchArgs args;
+    args.hidden = kHidden;
+    args.top_k = kTopK;
+    args.wire_dtype = DType::kF16;
+    auto dev = ep_dispatch_device(*cpu, w, w, *placement, args);
+    ASSERT_EQ(dev.status().code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(dev.status().message().find("wire dtype F16"), std::string::npos) << dev.status().message();
+
+    EpDispatchHandle handle;
+    handle.send_counts.assign(static_cast<size_t>(w.size()), 0);
+    EpDeviceCombineArgs combine;
+    combine.handle = &handle;
+    combine.hidden = kHidden;
+    combine.wire_dtype = DType::kI32;
+    const Status st = ep_combine_device(*cpu, w, combine);
+    EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(st.message().find("wire dtype I32"), std::string::npos) << st.message();
 }
 
 }  // namespace

@@ -4,10 +4,14 @@
 // Per tokens-per-rank T: every rank routes T random tokens (K distinct of E experts, uniform, seeded by
 // rank), x [T, H] fp32 random; a timed iteration is barrier → dispatch → synchronize (dispatch time) →
 // combine of the received rows themselves (identity experts) → synchronize (combine time); each time is the
-// slowest rank's; medians over --iters. The a2a column times all_to_all_v of the dispatch's own counts. The
-// check: the combined rows must equal x times the number of EP ranks that own the token's experts, summed
-// in EP-rank order (bit for bit). fp32 rows (the engine's activations).
+// slowest rank's; medians over --iters. The a2a column times all_to_all_v of the dispatch's own counts in
+// the wire dtype (the same bytes). --wire-dtype: fp32 (default, the engine's activations) or bf16 (rows
+// rounded to nearest even before each all_to_all_v, summed in fp32 at home: DeepEP's scheme). The check:
+// the combined rows must equal x — bf16(x) with a bf16 wire (the dispatch rounds x; rounding those bf16
+// values again in the combine is exact) — times the number of EP ranks that own the token's experts,
+// summed in fp32 in EP-rank order (bit for bit).
 //   epinfer bench ep --ranks 2 --device cuda                        # T = 128 and 4096, DeepSeek-V3 shape
+//   epinfer bench ep --ranks 2 --device cuda --wire-dtype bf16      # the same, bf16 rows on the wire
 //   epinfer bench ep --ranks 4 --tokens 64 --hidden 512 --experts 16 --top-k 2   # CPU ranks over MPI
 #include <fmt/format.h>
 #include <unistd.h>
@@ -45,7 +49,15 @@ struct BenchEpOptions {
     int iters = 20;
     int warmup_iters = 3;
     std::string device = "cpu";
+    std::string wire_dtype = "fp32";  // --wire-dtype as given: fp32 or bf16
 };
+
+// --wire-dtype: fp32 → F32, bf16 → BF16. Errors: one line naming the value.
+Result<DType> parse_wire_dtype(const std::string& text) {
+    if (text == "fp32") return DType::kF32;
+    if (text == "bf16") return DType::kBF16;
+    return invalid_argument(fmt::format("bench ep: --wire-dtype '{}' (want fp32 or bf16)", text));
+}
 
 struct EpRow {
     int64_t tokens = 0;
@@ -67,7 +79,7 @@ Result<double> slowest(Communicator& world, Clock::time_point start) {
 }
 
 Result<EpRow> bench_tokens(Communicator& world, Communicator& ep, Backend& backend,
-                           const ExpertPlacement& placement, int64_t T, const BenchEpOptions& o) {
+                           const ExpertPlacement& placement, int64_t T, DType wire, const BenchEpOptions& o) {
     const int64_t H = o.hidden, K = o.top_k;
     std::mt19937 rng(static_cast<uint32_t>(1000 + world.rank()));
     std::uniform_real_distribution<float> u(-1.0f, 1.0f);
@@ -92,6 +104,7 @@ Result<EpRow> bench_tokens(Communicator& world, Communicator& ep, Backend& backe
     args.topk_ids = ids.data();
     args.topk_weights = weights.data();
     args.top_k = K;
+    args.wire_dtype = wire;
 
     EpRow row;
     row.tokens = T;
@@ -111,20 +124,22 @@ Result<EpRow> bench_tokens(Communicator& world, Communicator& ep, Backend& backe
         combine.hidden = H;
         combine.num_rows = T;
         combine.out = out.f32();
+        combine.wire_dtype = wire;
         EPI_RETURN_IF_ERROR(ep_combine_device(backend, ep, combine));
         EPI_RETURN_IF_ERROR(backend.synchronize());
         EPI_ASSIGN_OR_RETURN(const double t_combine, slowest(world, start));
-        // The transport alone: the dispatch's rows, one all_to_all_v.
+        // The transport alone: the dispatch's rows in the wire dtype, one all_to_all_v (into d.rows, [R, H]
+        // fp32, large enough for either dtype).
         const EpDispatchHandle& h = d.plan.handle;
         std::vector<int64_t> sc(h.send_counts), sd(h.send_displs), rc(h.recv_counts), rd(h.recv_displs);
         for (auto* v : {&sc, &sd, &rc, &rd})
             for (int64_t& e : *v) e *= H;
-        EPI_ASSIGN_OR_RETURN(DeviceBuffer send,
-                             DeviceBuffer::alloc_f32(backend, std::max<int64_t>(1, sd.back() + sc.back())));
+        const size_t send_elems = static_cast<size_t>(std::max<int64_t>(1, sd.back() + sc.back()));
+        EPI_ASSIGN_OR_RETURN(DeviceBuffer send, DeviceBuffer::alloc(backend, send_elems * dtype_size(wire)));
         EPI_RETURN_IF_ERROR(backend.synchronize());
         EPI_RETURN_IF_ERROR(world.barrier());
         start = Clock::now();
-        EPI_RETURN_IF_ERROR(ep.all_to_all_v({send.data(), sc, sd, d.rows.data(), rc, rd, DType::kF32}));
+        EPI_RETURN_IF_ERROR(ep.all_to_all_v({send.data(), sc, sd, d.rows.data(), rc, rd, wire}));
         EPI_RETURN_IF_ERROR(backend.synchronize());
         EPI_ASSIGN_OR_RETURN(const double t_a2a, slowest(world, start));
         if (it >= o.warmup_iters) {
@@ -141,7 +156,10 @@ Result<EpRow> bench_tokens(Communicator& world, Communicator& ep, Backend& backe
     EPI_RETURN_IF_ERROR(world.all_reduce(&sent, &sent, 1, DType::kF64, ReduceOp::kSum));
     row.rows_sent = sent / world.size();
 
-    // Check: the last combine of identity partials = x summed once per owning EP rank, in rank order.
+    // Check: the last combine of identity partials = x (bf16(x) with a bf16 wire) summed once per owning EP
+    // rank, in rank order.
+    if (wire == DType::kBF16)
+        for (float& v : x) v = bf16_to_f32(f32_to_bf16(v));
     std::vector<float> got(x.size());
     EPI_RETURN_IF_ERROR(backend.copy_to_host(got.data(), out.data(), got.size() * sizeof(float)));
     for (int64_t t = 0; t < T; ++t) {
@@ -226,6 +244,7 @@ Status check_options(const BenchEpOptions& o, const std::vector<int64_t>& token_
 
 Status run_bench_ep(const BenchEpOptions& o) {
     EPI_ASSIGN_OR_RETURN(const std::vector<int64_t> token_counts, parse_token_counts(o.tokens));
+    EPI_ASSIGN_OR_RETURN(const DType wire, parse_wire_dtype(o.wire_dtype));
     EPI_RETURN_IF_ERROR(check_options(o, token_counts));
     EPI_RETURN_IF_ERROR(env_comm_timeout_s().status());
     EPI_RETURN_IF_ERROR(relaunch_under_mpirun_if_needed(o.ranks));
@@ -250,21 +269,23 @@ Status run_bench_ep(const BenchEpOptions& o) {
     Communicator& ep = nccl != nullptr ? *nccl : *world;
     std::vector<EpRow> rows;
     for (const int64_t T : token_counts) {
-        EPI_ASSIGN_OR_RETURN(EpRow row, bench_tokens(*world, ep, *backend, placement, T, o));
+        EPI_ASSIGN_OR_RETURN(EpRow row, bench_tokens(*world, ep, *backend, placement, T, wire, o));
         rows.push_back(row);
     }
     int64_t wrong = 0;
     if (world->rank() == 0) {
         std::printf(
-            "# epinfer bench ep: %d rank(s), rows over %s, bookkeeping over MPI; H %lld fp32, E %lld, "
-            "top-%lld "
-            "uniform; median of %d iterations (the slowest rank's)\n",
-            world->size(), ep.backend_name(), static_cast<long long>(o.hidden),
+            "# epinfer bench ep: %d rank(s), rows over %s, bookkeeping over MPI; H %lld, wire %s (%zu bytes "
+            "per element, %lld bytes per row), E %lld, top-%lld uniform; median of %d iterations (the "
+            "slowest rank's)\n",
+            world->size(), ep.backend_name(), static_cast<long long>(o.hidden), o.wire_dtype.c_str(),
+            dtype_size(wire), static_cast<long long>(o.hidden * static_cast<int64_t>(dtype_size(wire))),
             static_cast<long long>(o.experts), static_cast<long long>(o.top_k), o.iters);
         std::printf("%10s %12s %10s %12s %12s %12s %14s %6s\n", "tokens", "rows_sent", "MB_sent",
                     "dispatch_us", "combine_us", "a2a_us", "dispatch/a2a", "check");
         for (const EpRow& r : rows) {
-            const double mb = r.rows_sent * static_cast<double>(o.hidden) * 4.0 / 1e6;
+            const double mb =
+                r.rows_sent * static_cast<double>(o.hidden) * static_cast<double>(dtype_size(wire)) / 1e6;
             std::printf("%10lld %12.1f %10.2f %12.1f %12.1f %12.1f %14.2f %6s\n",
                         static_cast<long long>(r.tokens), r.rows_sent, mb, r.dispatch_us, r.combine_us,
                         r.a2a_us, r.a2a_us > 0 ? r.dispatch_us / r.a2a_us : 0.0,
@@ -297,6 +318,8 @@ void add_bench_ep_command(CLI::App& bench) {
     ep->add_option("--device", opts->device,
                    "cpu: MPI on host rows; cuda: NCCL on GPU rows, one GPU per rank")
         ->check(CLI::IsMember({"cpu", "cuda"}));
+    ep->add_option("--wire-dtype", opts->wire_dtype,
+                   "rows on the wire: fp32, or bf16 (rounded to nearest even, summed in fp32; default fp32)");
     ep->callback([opts] { exit_on_error(run_bench_ep(*opts)); });
 }
 

@@ -137,6 +137,11 @@ public:
         cpu_add_sigmoid_gated(args);
         return Status::ok();
     }
+    Status cast(const CastArgs& args) override {
+        EPI_RETURN_IF_ERROR(cast_check(args));
+        cpu_cast(args);
+        return Status::ok();
+    }
     Status moe_router_topk(const MoeRouterTopkArgs& args) override { return cpu_moe_router_topk(args); }
     Status moe_experts(const MoeExpertsArgs& args) override {
         EPI_RETURN_IF_ERROR(moe_experts_check(args));

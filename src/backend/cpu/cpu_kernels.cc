@@ -222,4 +222,14 @@ void cpu_add_sigmoid_gated(const AddSigmoidGatedArgs& a) {
     }
 }
 
+void cpu_cast(const CastArgs& a) {
+    if (a.dst_dtype == DType::kBF16) {
+        const auto* src = static_cast<const float*>(a.src);
+        auto* dst = static_cast<uint16_t*>(a.dst);
+        for (int64_t i = 0; i < a.num_elements; ++i) dst[i] = f32_to_bf16(src[i]);
+    } else {
+        convert_to_f32(a.src_dtype, a.src, static_cast<float*>(a.dst), static_cast<size_t>(a.num_elements));
+    }
+}
+
 }  // namespace epinfer

@@ -17,5 +17,6 @@ Status cpu_kv_cache_store(const KvCacheStoreArgs& args);
 void cpu_silu_mul(const SiluMulArgs& args);
 void cpu_add(const AddArgs& args);
 void cpu_add_sigmoid_gated(const AddSigmoidGatedArgs& args);
+void cpu_cast(const CastArgs& args);
 
 }  // namespace epinfer

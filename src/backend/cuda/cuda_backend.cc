@@ -276,6 +276,19 @@ public:
         EPI_CUDA_CHECK(cuda::launch_add_sigmoid_gated(args, stream_));
         return Status::ok();
     }
+    Status cast(const CastArgs& args) override {
+        use_device();
+        EPI_RETURN_IF_ERROR(cast_check(args));
+        if (args.dst_dtype == DType::kBF16) {
+            const int64_t n = args.num_elements;  // one row of n
+            EPI_CUDA_CHECK(
+                cuda::launch_f32_rows_to_bf16(static_cast<const float*>(args.src), n, 1, n, args.dst, stream_));
+        } else {
+            EPI_CUDA_CHECK(cuda::launch_to_f32(args.src, args.src_dtype, static_cast<float*>(args.dst),
+                                               args.num_elements, stream_));
+        }
+        return Status::ok();
+    }
     Status moe_experts(const MoeExpertsArgs& args) override {
         use_device();
         EPI_RETURN_IF_ERROR(moe_experts_check(args));

@@ -2,11 +2,16 @@
 // on CPU ranks over MPI). The bookkeeping is ep_dispatch's (ep_dispatch.h), computed on the host from host
 // routing and exchanged over a host (MPI) group; only the rows move in the backend's memory:
 //   dispatch: rows of x gathered at the plan's token_of_send (an embedding lookup), one all_to_all_v of
-//             fp32 rows over `ep`; the owner receives [R, H] in the plan's order (by source rank, then
-//             source token), with the local slots and weights of each row's picks (host);
-//   combine:  the owner's partial rows [R, H] go home by the reverse all_to_all_v; home sums them per token
-//             in EP-rank order (row from rank 0 + row from rank 1 + ...), as ep_combine_sum does on the host.
-// Bit-exact with ep_dispatch / ep_combine on CPU ranks (the same rows, picks and summation order).
+//             the rows in the wire dtype over `ep`; the owner receives [R, H] fp32 in the plan's order (by
+//             source rank, then source token), with the local slots and weights of each row's picks (host);
+//   combine:  the owner's partial rows [R, H] go home by the reverse all_to_all_v in the wire dtype; home
+//             sums them per token in fp32 in EP-rank order (row from rank 0 + row from rank 1 + ...), as
+//             ep_combine_sum does on the host.
+// Wire dtype: F32 (the default; bit-exact with ep_dispatch / ep_combine on CPU ranks: the same rows, picks
+// and summation order) or BF16: rows are rounded to bf16 (nearest even, Backend::cast) before each
+// all_to_all_v and widened to fp32 on arrival, so dispatch gives bf16(x) rows and combine sums
+// bf16(partial) rows in fp32 — half the bytes. BF16 on the wire with fp32 accumulation in combine is
+// DeepEP's scheme.
 // Source of the scheme: DeepEP's dispatch → experts → combine, with the layout computed on the host.
 #pragma once
 
@@ -29,6 +34,7 @@ struct EpDeviceDispatchArgs {
     const int32_t* topk_ids = nullptr;    // [num_tokens, K] int32 host: global expert ids; −1 = none
     const float* topk_weights = nullptr;  // [num_tokens, K] fp32 host
     int64_t top_k = 0;                    // K
+    DType wire_dtype = DType::kF32;       // rows on the wire: F32 or BF16 (rounded to nearest even)
 };
 
 struct EpDeviceDispatch {
@@ -37,7 +43,8 @@ struct EpDeviceDispatch {
 };
 
 // Collective over host_ep and ep (the same EP group: MPI for the bookkeeping, the backend's memory for the
-// rows). Errors: ep_dispatch's; op and communicator errors.
+// rows). Errors: kInvalidArgument naming a wire dtype other than F32 and BF16 (before any collective);
+// ep_dispatch's; op and communicator errors.
 Result<EpDeviceDispatch> ep_dispatch_device(Backend& backend, Communicator& host_ep, Communicator& ep,
                                             const ExpertPlacement& placement, const EpDeviceDispatchArgs& args);
 
@@ -49,9 +56,11 @@ struct EpDeviceCombineArgs {
     int64_t first_token = 0;                   // the share's first row in out (as dispatched)
     bool write = true;                         // false: out is all zeros (a moe_tp rank other than the lead)
     float* out = nullptr;                      // [num_rows, H] fp32, backend memory; rows outside the share: 0
+    DType wire_dtype = DType::kF32;            // partial rows on the wire: F32 or BF16 (nearest even)
 };
 
-// Collective over ep. Errors: kInvalidArgument for a handle of another group size; op and communicator errors.
+// Collective over ep. Errors: kInvalidArgument for a handle of another group size or a wire dtype other than
+// F32 and BF16 (before any collective); op and communicator errors.
 Status ep_combine_device(Backend& backend, Communicator& ep, const EpDeviceCombineArgs& args);
 
 }  // namespace epinfer

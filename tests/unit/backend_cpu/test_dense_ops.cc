@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <memory>
 #include <vector>
 
@@ -206,6 +207,36 @@ TEST(DenseOps, SiluMulAddAndSigmoidGatedMatchFormulas) {
     EXPECT_TRUE(
         test::within(test::compare<float>(out, want), test::tolerance("add_sigmoid_gated", DType::kF32)));
     EXPECT_FLOAT_EQ(out[H], g[H] + 0.5f * u[H]);  // sigmoid(0) = 1/2
+}
+
+TEST(DenseOps, CastRoundsToNearestEvenAndWidensExactly) {
+    auto backend = make_cpu_backend(1);
+    // 1 + 2⁻⁸ is halfway between bf16 1 and 1 + 2⁻⁷ (ties to the even 1); 1 + 3·2⁻⁸ is halfway between
+    // 1 + 2⁻⁷ and 1 + 2⁻⁶ (ties to the even 1 + 2⁻⁶); 1 + 2⁻⁸ + 2⁻¹⁶ is above halfway (up); the rest of 37
+    // random values.
+    std::vector<float> x = {1.0f, 0x1.01p0f, 0x1.03p0f, 0x1.0101p0f, -2.5f};
+    const std::vector<uint16_t> hand = {0x3F80, 0x3F80, 0x3F82, 0x3F81, 0xC020};
+    const std::vector<float> r = random_floats(32, 17, -100.0f, 100.0f);
+    x.insert(x.end(), r.begin(), r.end());
+    const int64_t n = static_cast<int64_t>(x.size());
+    std::vector<uint16_t> bf16(x.size(), 0xFFFF);
+    ASSERT_TRUE(backend->cast({x.data(), DType::kF32, bf16.data(), DType::kBF16, n}).is_ok());
+    for (size_t i = 0; i < hand.size(); ++i) EXPECT_EQ(bf16[i], hand[i]) << "value " << i;
+    std::vector<float> back(x.size(), -1.0f);
+    ASSERT_TRUE(backend->cast({bf16.data(), DType::kBF16, back.data(), DType::kF32, n}).is_ok());
+    EXPECT_EQ(back[2], 1.015625f);
+    for (size_t i = 0; i < x.size(); ++i) {
+        EXPECT_EQ(bf16[i], f32_to_bf16(x[i])) << "value " << i;
+        EXPECT_LE(std::fabs(back[i] - x[i]), std::fabs(x[i]) * 0x1p-8f) << "value " << i;  // half a bf16 ulp
+        uint32_t bits = 0;
+        std::memcpy(&bits, &back[i], 4);
+        EXPECT_EQ(bits, static_cast<uint32_t>(bf16[i]) << 16) << "value " << i;
+    }
+
+    const Status st = backend->cast({x.data(), DType::kF16, back.data(), DType::kF32, n});
+    EXPECT_EQ(st.code(), StatusCode::kNotSupported);
+    EXPECT_NE(st.message().find("F16 → F32"), std::string::npos) << st.message();
+    EXPECT_EQ(backend->cast({x.data(), DType::kF32, nullptr, DType::kBF16, n}).code(), StatusCode::kInvalidArgument);
 }
 
 TEST(DenseOps, ChecksRejectBadArgumentsNamingTheField) {

@@ -561,6 +561,32 @@ TEST_F(CudaBackendTest, ElementwiseOps) {
     }
 }
 
+TEST_F(CudaBackendTest, CastMatchesTheCpuBitForBit) {
+    for (int64_t n : {1, 37, 4099}) {
+        // Ties first (1 + 2⁻⁸ and 1 + 3·2⁻⁸ round to even), then random values of several magnitudes.
+        std::vector<float> x = random_floats(static_cast<size_t>(n), 5000 + static_cast<uint32_t>(n), -300.0f,
+                                             300.0f);
+        x[0] = 0x1.01p0f;
+        if (n > 1) x[1] = 0x1.03p0f;
+        DeviceBuffer d_x = to_gpu(x);
+        auto d_bf16 = DeviceBuffer::alloc(*gpu_, static_cast<size_t>(n) * 2);
+        ASSERT_TRUE(d_bf16.is_ok()) << d_bf16.status().message();
+        std::vector<uint16_t> want(static_cast<size_t>(n)), got(static_cast<size_t>(n));
+        ASSERT_TRUE(cpu_->cast({x.data(), DType::kF32, want.data(), DType::kBF16, n}).is_ok());
+        ASSERT_TRUE(gpu_->cast({d_x.data(), DType::kF32, d_bf16->data(), DType::kBF16, n}).is_ok());
+        ASSERT_TRUE(gpu_->synchronize().is_ok());
+        ASSERT_TRUE(gpu_->copy_to_host(got.data(), d_bf16->data(), got.size() * 2).is_ok());
+        EXPECT_EQ(got, want) << "F32 → BF16, n " << n;
+
+        std::vector<float> back(static_cast<size_t>(n));
+        ASSERT_TRUE(cpu_->cast({want.data(), DType::kBF16, back.data(), DType::kF32, n}).is_ok());
+        DeviceBuffer d_back = nan_gpu(static_cast<size_t>(n));
+        ASSERT_TRUE(gpu_->cast({d_bf16->data(), DType::kBF16, d_back.data(), DType::kF32, n}).is_ok());
+        EXPECT_EQ(from_gpu(d_back, static_cast<size_t>(n)), back) << "BF16 → F32, n " << n;
+    }
+    EXPECT_EQ(gpu_->cast({nullptr, DType::kF16, nullptr, DType::kF32, 1}).code(), StatusCode::kNotSupported);
+}
+
 TEST_F(CudaBackendTest, MoeRouterTopk) {
     struct Case {
         int64_t tokens, experts, top_k;

@@ -56,6 +56,7 @@ public:
     Status silu_mul(const SiluMulArgs& a) override { return cpu_->silu_mul(a); }
     Status add(const AddArgs& a) override { return cpu_->add(a); }
     Status add_sigmoid_gated(const AddSigmoidGatedArgs& a) override { return cpu_->add_sigmoid_gated(a); }
+    Status cast(const CastArgs& a) override { return cpu_->cast(a); }
     Status moe_router_topk(const MoeRouterTopkArgs& a) override { return cpu_->moe_router_topk(a); }
     Status moe_experts(const MoeExpertsArgs& a) override { return cpu_->moe_experts(a); }
 
