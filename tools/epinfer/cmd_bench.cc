@@ -26,6 +26,7 @@
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
+#include <cctype>
 #include <chrono>
 #include <cstdio>
 #include <fstream>
@@ -281,6 +282,25 @@ Status write_json(const std::string& path, const Communicator& comm, const Bench
     return Status::ok();
 }
 
+// --min-bytes / --max-bytes as given: decimal digits, then an optional unit (K, M, G, ...). Runs before
+// CLI::AsSizeValue, whose strtoull would take "-1" as 2^64 − 1, "010" as octal and "0x10" as hex;
+// leading zeros are dropped.
+CLI::Validator decimal_byte_count() {
+    return CLI::Validator(
+        [](std::string& value) -> std::string {
+            const size_t digits = std::min(value.find_first_not_of("0123456789"), value.size());
+            const bool unit_ok = std::all_of(value.begin() + static_cast<ptrdiff_t>(digits), value.end(),
+                                             [](unsigned char c) { return std::isalpha(c) != 0; });
+            if (digits == 0 || !unit_ok)
+                return "'" + value + "' is not a byte count (digits, then an optional K, M or G)";
+            size_t zeros = 0;
+            while (zeros + 1 < digits && value[zeros] == '0') ++zeros;
+            value.erase(0, zeros);
+            return "";
+        },
+        "");
+}
+
 constexpr int kMaxRanks = 4096;
 constexpr uint64_t kMaxMessageBytes = uint64_t{1} << 30;  // per rank; all-gather holds ranks × this
 
@@ -402,9 +422,11 @@ void add_bench_command(CLI::App& app) {
         ->check(CLI::Range(1, kMaxRanks));
     comm->add_option("--min-bytes", opts->min_bytes, "smallest message (suffixes K, M, G: powers of 1024)")
         ->transform(CLI::AsSizeValue(false))
+        ->transform(decimal_byte_count())  // runs first: CLI11 puts each transform before the earlier ones
         ->capture_default_str();
     comm->add_option("--max-bytes", opts->max_bytes, "largest message")
         ->transform(CLI::AsSizeValue(false))
+        ->transform(decimal_byte_count())  // runs first: CLI11 puts each transform before the earlier ones
         ->capture_default_str();
     comm->add_option("--step-factor", opts->step_factor, "size multiplier between rows")
         ->capture_default_str();

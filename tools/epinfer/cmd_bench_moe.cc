@@ -210,7 +210,13 @@ void add_bench_moe_command(CLI::App& bench) {
         ->delimiter(',')
         ->capture_default_str();
     moe->add_option("--repeats", opts->repeats, "timed repeats per size (median reported)")->capture_default_str();
-    moe->add_option("--seed", opts->seed, "routing seed (bench/moe_peers.py uses the same)")->capture_default_str();
+    moe->add_option("--seed", opts->seed, "routing seed (bench/moe_peers.py uses the same)")
+        ->check(CLI::Validator(  // before CLI11's strtoull, which takes "-1" as 2^64 - 1
+            [](std::string& value) -> std::string {
+                return value.rfind('-', 0) == 0 ? "'" + value + "' is negative; need 0 to 2^64 - 1" : "";
+            },
+            ""))
+        ->capture_default_str();
     moe->add_option("--narrow-max-rows", opts->narrow_max_rows,
                     "tuning: decode-size tiles up to this many rows per expert (T·K/E); default: the layer's");
     moe->add_option("--json", opts->json_path, "also write the results to this JSON file");

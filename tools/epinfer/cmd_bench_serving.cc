@@ -10,7 +10,7 @@
 // layout, the KV cache); under a layout rank 0 drives and the other ranks run Engine::run_follower().
 // Client (--url http://HOST:PORT): drives a running `epinfer serve` with streaming /v1/completions, one
 // HTTP connection per in-flight request; the vocabulary comes from GET /v1/models when it reports
-// vocab_size, else from --vocab-size.
+// vocab_size (a --vocab-size that differs is refused), else from --vocab-size.
 //   epinfer bench --model DIR --concurrency 1,8,32 --input-len 128 --output-len 128 --json out.json
 //   epinfer bench --config tests/data/configs/qwen3_30b_a3b.json --random-weights --num-layers 4 --device
 //   cuda epinfer bench --url http://127.0.0.1:8000 --concurrency 1,64 --vocab-size 129280
@@ -462,6 +462,12 @@ BenchLevelRun run_http_level(const std::string& url, const std::string& model, i
 Status run_client(const BenchServingFlags& flags, BenchServingValues v) {
     EPI_ASSIGN_OR_RETURN(const ServedModel served, get_served_model(flags.url, v.timeout_s));
     if (served.vocab_size > 0) {
+        if (v.vocab_size != 0 && v.vocab_size != served.vocab_size) {
+            return invalid_argument(fmt::format(
+                "--vocab-size {}, but the server at {} reports vocab_size {} (drop --vocab-size: it is only "
+                "for servers whose /v1/models does not report one)",
+                v.vocab_size, flags.url, served.vocab_size));
+        }
         v.vocab_size = served.vocab_size;
     } else if (v.vocab_size == 0) {
         return invalid_argument(
@@ -529,7 +535,8 @@ void add_bench_serving(CLI::App& bench) {
                      "Drive a running `epinfer serve` at http://HOST:PORT instead (no model flags)");
     bench.add_option(
         "--vocab-size", flags->vocab_size,
-        "With --url: token ids of the random prompts are below this, when /v1/models does not say");
+        "With --url: token ids of the random prompts are below this, when /v1/models does not say (if it "
+        "does, the two must agree)");
     bench.add_option("--timeout-s", flags->timeout_s, "Each level must finish within this (default 3600)");
     bench.add_option("--warmup", flags->warmup,
                      "Requests run (not measured) before the first level (default 1)");

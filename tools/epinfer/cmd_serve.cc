@@ -19,6 +19,7 @@
 // supervisor exits with mpirun's status, 0 after that orderly stop; if mpirun has not exited
 // --drain-timeout-s + 60 s after the first signal, the supervisor ends it (SIGTERM, then SIGKILL).
 // A stop signal that comes while the ranks load is kept: the server stops as soon as it is up, exit 0.
+// A SIGTERM or SIGINT sent to a follower itself ends the whole run, exit 1 (run_follower below).
 #include <fmt/format.h>
 
 #include <atomic>
@@ -27,6 +28,7 @@
 #include <cmath>
 #include <csignal>
 #include <cstdio>
+#include <cstdlib>
 #include <memory>
 #include <optional>
 #include <string>
@@ -44,11 +46,16 @@ namespace {
 
 volatile std::sig_atomic_t g_stop_signal = 0;       // the last SIGTERM, SIGINT or SIGUSR1
 volatile std::sig_atomic_t g_num_stop_signals = 0;  // how many have come
+volatile std::sig_atomic_t g_own_signal = 0;        // the last SIGTERM or SIGINT (not mpirun's SIGUSR1)
+volatile std::sig_atomic_t g_num_own_signals = 0;   // how many have come
 
-// The stop signals are blocked while it runs (install_stop_handlers), so the count is not torn.
+// The stop signals are blocked while it runs (install_stop_handlers), so the counts are not torn.
 extern "C" void on_stop_signal(int signal_number) {
     g_stop_signal = signal_number;
     g_num_stop_signals = g_num_stop_signals + 1;
+    if (signal_number == SIGUSR1) return;
+    g_own_signal = signal_number;
+    g_num_own_signals = g_num_own_signals + 1;
 }
 
 const char* signal_name(int signal_number) {
@@ -60,6 +67,9 @@ const char* signal_name(int signal_number) {
 // From the first stop signal, how long mpirun's supervisor waits beyond --drain-timeout-s for the ranks to
 // exit: the responses being written, the engine's shutdown and MPI's teardown.
 constexpr double kMpirunExitMarginS = 60.0;
+// From a SIGTERM or SIGINT sent to a follower itself, how long it waits beyond --drain-timeout-s for rank 0
+// to stop the run (rank 0 got it too, e.g. from srun or scancel) before it ends the run.
+constexpr double kFollowerStopMarginS = 10.0;
 
 struct ServeFlags {
     ModelSetupFlags setup;
@@ -133,6 +143,48 @@ void install_stop_handlers() {
     for (const int signal_number : {SIGTERM, SIGINT, SIGUSR1}) sigaction(signal_number, &action, nullptr);
 }
 
+// A follower runs rank 0's engine steps until rank 0's shutdown releases it (SIGUSR1 from mpirun's
+// supervisor drains rank 0, which then releases it). A SIGTERM or SIGINT sent to the follower itself waits
+// for that release at most --drain-timeout-s + kFollowerStopMarginS (the whole job may have got it: srun,
+// scancel); then, or at a second SIGTERM or SIGINT, the rank exits 1 with one line and the launcher ends
+// the other ranks (mpirun: at once; srun --kill-on-bad-exit, else their next step times out).
+Status run_follower(Engine& engine, const Communicator& world, double drain_timeout_s) {
+    const std::string rank = fmt::format("rank {}/{}", world.rank(), world.size());
+    const double wait_s = drain_timeout_s + kFollowerStopMarginS;
+    std::atomic<bool> released{false};
+    std::thread guard([&] {
+        using Clock = std::chrono::steady_clock;
+        Clock::time_point first;
+        int signals_seen = 0;
+        for (; !released.load(); std::this_thread::sleep_for(std::chrono::milliseconds(50))) {
+            const int signals = g_num_own_signals;
+            if (signals == 0) continue;
+            const char* name = g_own_signal == SIGINT ? "SIGINT" : "SIGTERM";
+            if (signals_seen == 0) {
+                signals_seen = signals;
+                first = Clock::now();
+                std::fprintf(stderr,
+                             "epinfer serve: %s: %s: waiting at most %g s for rank 0 to stop the run (a "
+                             "second SIGTERM or SIGINT ends it at once)\n",
+                             rank.c_str(), name, wait_s);
+                std::fflush(stderr);
+            }
+            const bool expired = std::chrono::duration<double>(Clock::now() - first).count() >= wait_s;
+            if (signals > signals_seen || expired) {
+                std::fprintf(stderr, "epinfer: error: %s: %s: ending the run%s\n", rank.c_str(), name,
+                             expired ? fmt::format(" (rank 0 did not stop it within {} s)", wait_s).c_str()
+                                     : "");
+                std::fflush(stderr);
+                std::_Exit(1);
+            }
+        }
+    });
+    const Status status = engine.run_follower();
+    released.store(true);
+    guard.join();
+    return status;
+}
+
 Status run_serve(const ServeFlags& flags) {
     EPI_ASSIGN_OR_RETURN(const ServeValues values, parse_serve_values(flags));
     ModelSetupFlags setup_flags = flags.setup;
@@ -144,7 +196,7 @@ Status run_serve(const ServeFlags& flags) {
     // From here a signal drains the server instead of killing the process (followers wait for the driver).
     install_stop_handlers();
     EPI_ASSIGN_OR_RETURN(std::unique_ptr<Engine> engine, Engine::create(*setup.model, setup.engine_options));
-    if (!setup.is_driver()) return engine->run_follower();
+    if (!setup.is_driver()) return run_follower(*engine, *setup.world, values.drain_timeout_s);
 
     EPI_ASSIGN_OR_RETURN(std::unique_ptr<server::HttpServer> http,
                          server::HttpServer::start(*engine, values.server));

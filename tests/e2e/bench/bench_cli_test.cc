@@ -10,6 +10,9 @@
 
 #include "common/cli_runner.h"
 #include "e2e/server/server_test_util.h"
+#if EPINFER_WITH_CUDA
+#include "backend/cuda/cuda_util.h"
+#endif
 
 namespace epinfer::testing {
 namespace {
@@ -140,6 +143,13 @@ TEST(BenchCli, ClientOfARunningServer) {
     EXPECT_EQ(j["model"], "epinfer");  // the served model's id
     expect_levels(j, {1, 3}, 4, 5, 3);
 
+    // A --vocab-size other than the one /v1/models reports is refused, naming both (it was silently
+    // replaced by the server's).
+    expect_one_line_error(run_epinfer("bench --url " + url + " --vocab-size " + std::to_string(vocab + 1) +
+                                      " --concurrency 1 --input-len 2 --output-len 1"),
+                          "--vocab-size " + std::to_string(vocab + 1) + ", but the server at " + url +
+                              " reports vocab_size " + std::to_string(vocab));
+
     // Without --vocab-size the prompts need the server's vocabulary, which /v1/models may not report.
     const json models = json::parse(http_get(stack->port(), "/v1/models").body, nullptr, false);
     if (!models.is_discarded() && !models["data"][0].contains("vocab_size")) {
@@ -199,6 +209,55 @@ TEST(BenchCli, BenchEpBadFlagsAreOneLineBeforeAnyRankStarts) {
         run_epinfer("bench ep --ranks 256 --tokens 1048576 --hidden 2048"),
         "bench ep: --tokens 1048576 × --hidden 2048 on 256 CPU rank(s) needs about 53248.0 GiB of "
         "host memory, more than 80 % of this machine's");
+}
+
+// Negative or non-decimal sizes are refused in one line naming the flag and the value (CLI11's strtoull took
+// "-1" as 18446744073709551615, "010" as 8 and "0x10" as 16).
+TEST(BenchCli, BenchCommSizesAreDecimalByteCounts) {
+    expect_one_line_error(run_epinfer("bench comm --ranks 1 --min-bytes -1"),
+                          "--min-bytes: '-1' is not a byte count");
+    expect_one_line_error(run_epinfer("bench comm --ranks 1 --max-bytes -4K"),
+                          "--max-bytes: '-4K' is not a byte count");
+    expect_one_line_error(run_epinfer("bench comm --ranks 1 --min-bytes abc"),
+                          "--min-bytes: 'abc' is not a byte count");
+    expect_one_line_error(run_epinfer("bench comm --ranks 1 --min-bytes 0x10"),
+                          "--min-bytes: '0x10' is not a byte count");
+    expect_one_line_error(run_epinfer("bench comm --ranks 1 --min-bytes 1.5K"),
+                          "--min-bytes: '1.5K' is not a byte count");
+    // Leading zeros are decimal: 010 is 10 bytes, not octal 8.
+    expect_one_line_error(run_epinfer("bench comm --ranks 1 --min-bytes 010 --max-bytes 8"),
+                          "--min-bytes 10 and --max-bytes 8");
+    expect_one_line_error(run_epinfer("bench moe --seed -1"), "--seed: '-1' is negative");
+    const auto dir = cli_scratch_dir("epinfer_bench_comm_sizes");
+    const auto json_path = dir / "comm.json";
+    const CliResult r = run_epinfer("bench comm --ranks 1 --min-bytes 0004 --max-bytes 1k --iters 1 --json " +
+                                    json_path.string());
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    const json j = read_json(json_path);
+    ASSERT_TRUE(j.contains("results") && !j["results"].empty()) << read_text_file(json_path);
+    EXPECT_EQ(j["results"].front()["size_bytes"], 4) << j.dump();
+    EXPECT_EQ(j["results"][4]["size_bytes"], 1024) << j.dump();  // 4, 16, 64, 256, 1024 per op
+    std::filesystem::remove_all(dir);
+}
+
+// Bad flag values are refused in one line before any GPU work, in every build; without the CUDA backend, or
+// without a GPU, the benchmark is refused in one line (with a GPU it runs for minutes: not here).
+TEST(BenchCli, BenchAttentionRefusals) {
+    expect_one_line_error(run_epinfer("bench attention --repeats 0"),
+                          "bench attention: --repeats 0: must be in [1, 10000]");
+    expect_one_line_error(run_epinfer("bench attention --repeats 10001"),
+                          "bench attention: --repeats 10001: must be in [1, 10000]");
+    expect_one_line_error(run_epinfer("bench attention --cases decode,mla"),
+                          "bench attention: --cases mla: expected default, decode or prefill");
+    expect_one_line_error(run_epinfer("bench attention --device cpu"), "bench attention: --device cpu: only cuda");
+    expect_one_line_error(run_epinfer("bench attention --repeats x"), "--repeats");
+#if EPINFER_WITH_CUDA
+    if (epinfer::cuda::cuda_require_device().is_ok()) GTEST_SKIP() << "a GPU is present: the benchmark would run";
+    expect_one_line_error(run_epinfer("bench attention --repeats 1"), "bench attention: no CUDA GPU");
+#else
+    expect_one_line_error(run_epinfer("bench attention --repeats 1 --json /nonexistent/attn.json"),
+                          "bench attention: this epinfer was built without the CUDA backend");
+#endif
 }
 
 TEST(BenchCli, CommStillRunsAsASubcommand) {

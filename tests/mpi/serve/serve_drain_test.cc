@@ -1,7 +1,8 @@
 // `epinfer serve --tp 2` started outside MPI, as a user runs it: the process is mpirun's supervisor
 // (tools/epinfer/mpi_launch.h), which turns SIGTERM into SIGUSR1 for every rank. A SIGTERM drains: the
 // running stream gets all its tokens, new requests get 503 (or no connection once the server closed), and
-// every rank and the supervisor exit 0; a second SIGTERM cuts the drain short (finish_reason "abort").
+// every rank and the supervisor exit 0; a second SIGTERM cuts the drain short (finish_reason "abort"). A
+// SIGTERM sent to a follower rank itself ends the run with a non-zero exit.
 // Run by ctest as mpi_serve_drain_tp2 (label MPI; the test starts mpirun itself).
 #include <gtest/gtest.h>
 #include <signal.h>
@@ -9,8 +10,11 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
+#include <sstream>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "common/cli_runner.h"
 #include "serve_process.h"
@@ -58,6 +62,39 @@ json stream_body(int64_t max_tokens) {
             {"temperature", 0},
             {"ignore_eos", true},
             {"stream", true}};
+}
+
+// The pids of the children of `parent` (from /proc/PID/stat).
+std::vector<pid_t> child_pids(pid_t parent) {
+    std::vector<pid_t> children;
+    for (const auto& entry : std::filesystem::directory_iterator("/proc")) {
+        const std::string name = entry.path().filename().string();
+        if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+        std::ifstream stat(entry.path() / "stat");
+        std::string text((std::istreambuf_iterator<char>(stat)), std::istreambuf_iterator<char>());
+        const size_t paren = text.rfind(')');
+        if (paren == std::string::npos) continue;
+        std::istringstream fields(text.substr(paren + 1));
+        std::string state;
+        pid_t ppid = 0;
+        if (fields >> state >> ppid && ppid == parent)
+            children.push_back(static_cast<pid_t>(std::stoi(name)));
+    }
+    return children;
+}
+
+// The pid of world rank `rank` of the supervisor's mpirun (its child with OMPI_COMM_WORLD_RANK=rank in
+// its environment); -1 if there is none.
+pid_t rank_pid(pid_t supervisor, int rank) {
+    const std::string wanted = "OMPI_COMM_WORLD_RANK=" + std::to_string(rank);
+    for (const pid_t mpirun : child_pids(supervisor)) {
+        for (const pid_t child : child_pids(mpirun)) {
+            std::ifstream environ_file("/proc/" + std::to_string(child) + "/environ");
+            for (std::string var; std::getline(environ_file, var, '\0');)
+                if (var == wanted) return child;
+        }
+    }
+    return -1;
 }
 
 int64_t streamed_tokens(const StreamReply& stream) {
@@ -167,6 +204,43 @@ TEST(ServeMpi, SigtermWhileTheRanksLoadStopsOnceUp) {
     EXPECT_NE(err.find("(SIGUSR1): draining"), std::string::npos) << err;
     EXPECT_NE(err.find("epinfer serve: stopped"), std::string::npos) << err;
     EXPECT_EQ(err.find("epinfer: error"), std::string::npos) << err;
+}
+
+// A SIGTERM sent to a follower itself (not through the supervisor) used to be ignored. Now the follower
+// waits --drain-timeout-s + 10 s for rank 0 to stop the run (as when the whole job gets it, from srun or
+// scancel), then ends it: one line naming the rank and the signal, and a non-zero exit of everything.
+TEST(ServeMpi, SigtermToAFollowerEndsTheRun) {
+    ServeProcess serve({"serve", "--model", kTinyModel, "--tp", "2", "--port", "0", "--threads", "1",
+                        "--drain-timeout-s", "0"});
+    ASSERT_GT(serve.pid(), 0);
+    ASSERT_GT(serve.wait_for_port(240.0), 0) << serve.err();
+    const pid_t follower = rank_pid(serve.pid(), 1);
+    ASSERT_GT(follower, 0);
+    ASSERT_EQ(kill(follower, SIGTERM), 0);
+    EXPECT_TRUE(serve.wait_for_err(
+        "epinfer serve: rank 1/2: SIGTERM: waiting at most 10 s for rank 0 to stop the run", 30.0))
+        << serve.err();
+    const int status = serve.wait_exit(120.0);
+    EXPECT_GT(status, 0) << serve.err();
+    EXPECT_NE(serve.err().find(
+                  "epinfer: error: rank 1/2: SIGTERM: ending the run (rank 0 did not stop it within 10 s)\n"),
+              std::string::npos)
+        << serve.err();
+}
+
+// A second SIGTERM or SIGINT at the follower ends the run at once.
+TEST(ServeMpi, SecondSignalToAFollowerEndsTheRunAtOnce) {
+    ServeProcess serve({"serve", "--model", kTinyModel, "--tp", "2", "--port", "0", "--threads", "1"});
+    ASSERT_GT(serve.pid(), 0);
+    ASSERT_GT(serve.wait_for_port(240.0), 0) << serve.err();
+    const pid_t follower = rank_pid(serve.pid(), 1);
+    ASSERT_GT(follower, 0);
+    ASSERT_EQ(kill(follower, SIGTERM), 0);
+    EXPECT_TRUE(serve.wait_for_err("rank 1/2: SIGTERM: waiting at most 40 s", 30.0)) << serve.err();
+    ASSERT_EQ(kill(follower, SIGINT), 0);
+    EXPECT_GT(serve.wait_exit(20.0), 0) << serve.err();  // not the 40 s
+    EXPECT_NE(serve.err().find("epinfer: error: rank 1/2: SIGINT: ending the run\n"), std::string::npos)
+        << serve.err();
 }
 
 }  // namespace
