@@ -412,7 +412,8 @@ void add_bench_command(CLI::App& app) {
     CLI::App* bench = app.add_subcommand(
         "bench",
         "Serving benchmark: throughput and latency per concurrency level (subcommands: comm, the "
-        "collectives; moe, one MoE layer on the GPU; ep, EP dispatch and combine)");
+        "collectives; moe, one MoE layer on the GPU; attention, the attention op on the GPU; ep, EP dispatch "
+        "and combine)");
     bench->require_subcommand(0, 1);
     auto opts = std::make_shared<BenchCommOptions>();
     CLI::App* comm =
@@ -444,6 +445,7 @@ void add_bench_command(CLI::App& app) {
                      "profile (name or FILE.json) whose other figures --profile-out keeps; required with it");
     comm->callback([opts] { exit_on_error(run_bench_comm(*opts)); });
     add_bench_moe_command(*bench);
+    add_bench_attention_command(*bench);
     add_bench_ep_command(*bench);
     add_bench_serving(*bench);
 }

@@ -15,6 +15,7 @@ void add_plan_command(CLI::App& app);      // cmd_plan.cc
 void add_bench_command(CLI::App& app);     // cmd_bench.cc
 void add_bench_moe_command(CLI::App& bench);  // cmd_bench_moe.cc: `bench moe`, registered by add_bench_command
 void add_bench_ep_command(CLI::App& bench);   // cmd_bench_ep.cc: `bench ep`, registered by add_bench_command
+void add_bench_attention_command(CLI::App& bench);  // cmd_bench_attention.cc: `bench attention`, ditto
 void add_bench_serving(CLI::App& bench);  // cmd_bench_serving.cc: `bench` itself, registered by add_bench_command
 void add_serve_command(CLI::App& app);     // cmd_serve.cc
 

@@ -8,12 +8,12 @@
 #include <cmath>
 #include <vector>
 
+#include "backend/cuda/bench_timing.h"
 #include "backend/cuda/kernels/bench_kernels.cuh"
 
 namespace epinfer::cuda {
 namespace {
 
-constexpr size_t kFlushBytes = size_t{512} << 20;       // > the H200's 60 MB L2, many times over
 constexpr size_t kStreamReadBytes = size_t{4} << 30;    // the issue asks for ≥ 4 GiB
 constexpr int kGemmSize = 8192;
 constexpr int kCeilingRepeats = 10;
@@ -57,47 +57,6 @@ struct CublasGuard {
     cublasHandle_t handle = nullptr;
     ~CublasGuard() { if (handle) cublasDestroy(handle); }
 };
-
-// Median of `repeats` event-timed runs of `run`, each after an L2 flush. `run` returns a cudaError_t.
-template <typename Run>
-Result<double> median_us(Run run, int repeats, const CudaBuffer& flush, cudaStream_t stream) {
-    std::vector<cudaEvent_t> events(2 * static_cast<size_t>(repeats), nullptr);
-    Status status = Status::ok();
-    auto destroy = [&] {
-        for (cudaEvent_t e : events)
-            if (e) cudaEventDestroy(e);
-    };
-    for (cudaEvent_t& e : events) {
-        if (cudaEventCreate(&e) != cudaSuccess) {
-            destroy();
-            return internal_error("cudaEventCreate failed");
-        }
-    }
-    for (int r = 0; r < repeats && status.is_ok(); ++r) {
-        cudaError_t err = flush.num_bytes() ? cudaMemsetAsync(flush.data(), r & 0xff, flush.num_bytes(), stream)
-                                            : cudaSuccess;
-        if (err == cudaSuccess) err = cudaEventRecord(events[2 * r], stream);
-        if (err == cudaSuccess) err = run();
-        if (err == cudaSuccess) err = cudaEventRecord(events[2 * r + 1], stream);
-        if (err != cudaSuccess) status = cuda_error_status(err, "timed run", __FILE__, __LINE__);
-    }
-    std::vector<double> times_us;
-    if (status.is_ok()) {
-        const cudaError_t err = cudaStreamSynchronize(stream);
-        if (err != cudaSuccess) status = cuda_error_status(err, "cudaStreamSynchronize", __FILE__, __LINE__);
-    }
-    for (int r = 0; r < repeats && status.is_ok(); ++r) {
-        float ms = 0.0f;
-        const cudaError_t err = cudaEventElapsedTime(&ms, events[2 * r], events[2 * r + 1]);
-        if (err != cudaSuccess) status = cuda_error_status(err, "cudaEventElapsedTime", __FILE__, __LINE__);
-        times_us.push_back(1000.0 * ms);
-    }
-    destroy();
-    if (!status.is_ok()) return status;
-    std::sort(times_us.begin(), times_us.end());
-    const size_t n = times_us.size();
-    return n % 2 ? times_us[n / 2] : 0.5 * (times_us[n / 2 - 1] + times_us[n / 2]);
-}
 
 Status fill_random(void* data, int64_t count, uint64_t seed, float scale, cudaStream_t stream) {
     FillRandomArgs args;
@@ -220,7 +179,7 @@ Result<MoeBenchCeilings> cuda_bench_ceilings() {
         args.num_sms = c.num_sms;
         auto run = [&] { return launch_stream_read(args, s.stream); };
         for (int i = 0; i < kWarmups; ++i) EPI_CUDA_CHECK(run());
-        EPI_ASSIGN_OR_RETURN(double us, median_us(run, kCeilingRepeats, no_flush, s.stream));
+        EPI_ASSIGN_OR_RETURN(double us, bench_median_us(run, kCeilingRepeats, no_flush, s.stream));
         c.stream_read_bytes = static_cast<double>(kStreamReadBytes);
         c.stream_read_gbps = c.stream_read_bytes / (us * 1e-6) / 1e9;
     }
@@ -248,7 +207,7 @@ Result<MoeBenchCeilings> cuda_bench_ceilings() {
         for (int i = 0; i < kWarmups; ++i) {
             if (run() != cudaSuccess) return internal_error(fmt::format("cublasGemmEx failed: status {}", static_cast<int>(gemm_status)));
         }
-        EPI_ASSIGN_OR_RETURN(double us, median_us(run, kCeilingRepeats, no_flush, s.stream));
+        EPI_ASSIGN_OR_RETURN(double us, bench_median_us(run, kCeilingRepeats, no_flush, s.stream));
         c.gemm_size = kGemmSize;
         c.gemm_tflops = 2.0 * n * n * n / (us * 1e-6) / 1e12;
     }
@@ -289,7 +248,7 @@ Result<std::vector<MoeBenchRow>> cuda_bench_moe(const MoeBenchShape& shape, cons
     EPI_ASSIGN_OR_RETURN(CudaBuffer x, CudaBuffer::alloc(static_cast<size_t>(t_max * h * 2)));
     EPI_ASSIGN_OR_RETURN(CudaBuffer logits, CudaBuffer::alloc(static_cast<size_t>(t_max * e * 4)));
     EPI_ASSIGN_OR_RETURN(CudaBuffer out, CudaBuffer::alloc(static_cast<size_t>(t_max * h * 4)));
-    EPI_ASSIGN_OR_RETURN(CudaBuffer flush, CudaBuffer::alloc(kFlushBytes));
+    EPI_ASSIGN_OR_RETURN(CudaBuffer flush, CudaBuffer::alloc(kBenchFlushBytes));
     EPI_RETURN_IF_ERROR(fill_random(x.data(), t_max * h, 105, 1.0f, s.stream));
     EPI_CUDA_CHECK(cudaStreamSynchronize(s.stream));
 
@@ -350,8 +309,8 @@ Result<std::vector<MoeBenchRow>> cuda_bench_moe(const MoeBenchShape& shape, cons
                 EPI_CUDA_CHECK(run_full());
                 EPI_CUDA_CHECK(run_routed());
             }
-            EPI_ASSIGN_OR_RETURN(row.time_us, median_us(run_full, options.repeats, flush, s.stream));
-            EPI_ASSIGN_OR_RETURN(row.routed_time_us, median_us(run_routed, options.repeats, flush, s.stream));
+            EPI_ASSIGN_OR_RETURN(row.time_us, bench_median_us(run_full, options.repeats, flush, s.stream));
+            EPI_ASSIGN_OR_RETURN(row.routed_time_us, bench_median_us(run_routed, options.repeats, flush, s.stream));
             rows.push_back(row);
         }
     }

@@ -31,14 +31,26 @@ __device__ __forceinline__ uint64_t mix64(uint64_t z) {
     return z ^ (z >> 31);
 }
 
-__global__ void fill_random_bf16_kernel(FillRandomArgs args) {
-    bf16* out = static_cast<bf16*>(args.data);
+__device__ __forceinline__ void store(bf16* out, float x) { *out = __float2bfloat16_rn(x); }
+__device__ __forceinline__ void store(float* out, float x) { *out = x; }
+
+template <typename T>
+__global__ void fill_random_kernel(FillRandomArgs args) {
+    T* out = static_cast<T*>(args.data);
     const size_t stride = size_t{gridDim.x} * blockDim.x;
     for (size_t i = size_t{blockIdx.x} * blockDim.x + threadIdx.x; i < static_cast<size_t>(args.count); i += stride) {
         const uint64_t bits = mix64(args.seed * 0x9e3779b97f4a7c15ull + i);
         const float u = static_cast<float>(bits >> 40) * (1.0f / 16777216.0f);  // [0, 1)
-        out[i] = __float2bfloat16_rn((2.0f * u - 1.0f) * args.scale);
+        store(out + i, (2.0f * u - 1.0f) * args.scale);
     }
+}
+
+template <typename T>
+cudaError_t launch_fill_random(const FillRandomArgs& args, cudaStream_t stream) {
+    if (args.count == 0) return cudaSuccess;
+    const int64_t blocks = ceil_div<int64_t>(args.count, 256);
+    fill_random_kernel<T><<<static_cast<unsigned>(blocks < 65536 ? blocks : 65536), 256, 0, stream>>>(args);
+    return cudaGetLastError();
 }
 
 }  // namespace
@@ -52,10 +64,11 @@ cudaError_t launch_stream_read(const StreamReadArgs& args, cudaStream_t stream) 
 }
 
 cudaError_t launch_fill_random_bf16(const FillRandomArgs& args, cudaStream_t stream) {
-    if (args.count == 0) return cudaSuccess;
-    const int64_t blocks = ceil_div<int64_t>(args.count, 256);
-    fill_random_bf16_kernel<<<static_cast<unsigned>(blocks < 65536 ? blocks : 65536), 256, 0, stream>>>(args);
-    return cudaGetLastError();
+    return launch_fill_random<bf16>(args, stream);
+}
+
+cudaError_t launch_fill_random_f32(const FillRandomArgs& args, cudaStream_t stream) {
+    return launch_fill_random<float>(args, stream);
 }
 
 }  // namespace epinfer::cuda

@@ -1,5 +1,5 @@
 // Kernels of the benchmarks: the memory-bandwidth ceiling (a read-only stream of 16-byte loads) and a
-// random bf16 fill for weights and activations. Framework-free (STYLE.md R2).
+// random bf16 or fp32 fill for weights, activations and KV caches. Framework-free (STYLE.md R2).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -21,12 +21,13 @@ struct StreamReadArgs {
 cudaError_t launch_stream_read(const StreamReadArgs& args, cudaStream_t stream);
 
 struct FillRandomArgs {
-    void* data = nullptr;  // [count] bf16, device
+    void* data = nullptr;  // [count] bf16 or fp32 (by the launch below), device
     int64_t count = 0;
     uint64_t seed = 0;
     float scale = 1.0f;  // values uniform in [−scale, scale), from a counter-based hash of (seed, index)
 };
 
 cudaError_t launch_fill_random_bf16(const FillRandomArgs& args, cudaStream_t stream);
+cudaError_t launch_fill_random_f32(const FillRandomArgs& args, cudaStream_t stream);
 
 }  // namespace epinfer::cuda

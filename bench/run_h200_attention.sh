@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# One pass on a GPU machine: `epinfer bench attention` (decode and prefill, GQA shapes of Qwen3-30B-A3B and
+# GLM-4.5) and its PyTorch peers (bench/attention_peers.py: SDPA's flash and cuDNN backends), with every log
+# and result under OUT_DIR (default ./attention_h200_out). A few minutes on an H200.
+#
+#   bench/run_h200_attention.sh                          # builds build-gpu with CMake (the project's dependencies)
+#   BIN_DIR=build-h7-carry bench/run_h200_attention.sh   # or runs a prebuilt epinfer from BIN_DIR
+#                                                        # (BIN_DIR/lib is put on LD_LIBRARY_PATH)
+# Environment: OUT_DIR, REPEATS (epinfer, default 20), PEER_REPEATS (default 20), CASES (default, decode or
+# prefill; default: default).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT_DIR=${OUT_DIR:-attention_h200_out}
+mkdir -p "$OUT_DIR"
+REPEATS=${REPEATS:-20}
+PEER_REPEATS=${PEER_REPEATS:-20}
+CASES=${CASES:-default}
+
+for d in /usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib \
+         $(ls -d /opt/torch/.venv/lib/python3*/site-packages/nvidia/cu*/lib 2>/dev/null); do
+    [ -d "$d" ] && LD_LIBRARY_PATH="$d:${LD_LIBRARY_PATH:-}"
+done
+if [ -n "${BIN_DIR:-}" ]; then
+    LD_LIBRARY_PATH="$PWD/$BIN_DIR/lib:$LD_LIBRARY_PATH"
+    EPINFER="$BIN_DIR/epinfer"
+else
+    cmake -S . -B build-gpu -G Ninja -DEPINFER_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90a -DEPINFER_MPI=OFF \
+        >"$OUT_DIR/build.txt" 2>&1 && ninja -C build-gpu -j16 epinfer >>"$OUT_DIR/build.txt" 2>&1 \
+        || { tail -30 "$OUT_DIR/build.txt"; exit 1; }
+    EPINFER=build-gpu/tools/epinfer/epinfer
+fi
+export LD_LIBRARY_PATH
+
+{
+    date -u +"date %Y-%m-%dT%H:%M:%SZ"
+    git rev-parse HEAD 2>/dev/null | sed 's/^/commit /'
+    nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu,power.draw --format=csv
+} >"$OUT_DIR/bench.txt" 2>&1
+
+echo "== bench attention"
+timeout 300 "$EPINFER" bench attention --cases "$CASES" --repeats "$REPEATS" --json "$OUT_DIR/attention.json" \
+    >>"$OUT_DIR/bench.txt" 2>&1
+echo "bench rc=$?"
+cat "$OUT_DIR/bench.txt"
+
+echo "== peers"
+if [ -f "$OUT_DIR/attention.json" ]; then
+    PYTHONUNBUFFERED=1 timeout 200 python3 bench/attention_peers.py --epinfer-json "$OUT_DIR/attention.json" \
+        --repeats "$PEER_REPEATS" --out-json "$OUT_DIR/peers.json" --out-md "$OUT_DIR/peers.md" \
+        >"$OUT_DIR/peers.txt" 2>&1
+    echo "peers rc=$?"
+    awk '/^\| shape/ {exit} {print}' "$OUT_DIR/peers.txt" | tail -40  # per-case lines and refusals
+    cat "$OUT_DIR/peers.md" 2>/dev/null
+fi

@@ -1,0 +1,227 @@
+// epinfer bench attention: the CUDA backend's attention op at real model shapes, decode over a paged KV
+// cache and causal prefill, against the H200's speed of light (backend/cuda/attention_bench.h says what is
+// timed and how bytes and FLOPs are counted).
+//   epinfer bench attention                              # the eight cases below, 20 repeats each
+//   epinfer bench attention --cases decode --repeats 10 --json attn.json   # for bench/attention_peers.py
+// Cases (issue 4), GQA shapes of tests/data/configs (num_attention_heads / num_key_value_heads × head_dim):
+// Qwen3-30B-A3B 32 / 4 × 128 and GLM-4.5 96 / 8 × 128, each at
+//   decode:  batch 64 × context 4096 and batch 8 × context 32768 (one query token per sequence);
+//   prefill: 4096 and 16384 tokens of one sequence (causal).
+// The KV cache is fp32 (the engine's), in blocks of the engine's block size, shuffled. Per case: the median
+// time, the KV bytes read (fp32) and their bf16 equivalent, GB/s, SOL = bytes / 4.8 TB/s / time on either,
+// the fraction of the read-only stream ceiling measured in the same run, and the FLOPs with SOL = FLOPs /
+// 989 TFLOP/s / time. Issue 4's targets: decode SOL on bf16 bytes ≥ 0.7, prefill SOL on FLOPs ≥ 0.35.
+// Without a GPU (or without -DEPINFER_CUDA=ON) it exits with one line.
+#include <cstdio>
+#include <fstream>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "commands.h"
+#include "engine/engine.h"
+#if EPINFER_WITH_CUDA
+#include "backend/cuda/attention_bench.h"
+#include "backend/cuda/moe_bench.h"
+#endif
+
+namespace epinfer::cli {
+namespace {
+
+constexpr int kMaxRepeats = 10000;
+constexpr double kDecodeTargetSol = 0.7;    // on bf16 KV bytes
+constexpr double kPrefillTargetSol = 0.35;  // on causal FLOPs
+
+struct BenchAttentionOptions {
+    std::string device = "cuda";
+    std::vector<std::string> cases = {"default"};  // default (all), decode, prefill
+    int repeats = 20;
+    std::string json_path;
+};
+
+Status check_options(const BenchAttentionOptions& opts) {
+    if (opts.device != "cuda") {
+        return invalid_argument(fmt::format(
+            "bench attention: --device {}: only cuda (the benchmark times the CUDA backend's attention op)",
+            opts.device));
+    }
+    for (const std::string& c : opts.cases) {
+        if (c != "default" && c != "decode" && c != "prefill") {
+            return invalid_argument(fmt::format("bench attention: --cases {}: expected default, decode or prefill", c));
+        }
+    }
+    if (opts.repeats < 1 || opts.repeats > kMaxRepeats) {
+        return invalid_argument(fmt::format("bench attention: --repeats {}: must be in [1, {}]", opts.repeats,
+                                            kMaxRepeats));
+    }
+    return Status::ok();
+}
+
+#if EPINFER_WITH_CUDA
+using cuda::AttentionBenchCase;
+using cuda::AttentionBenchPhase;
+using cuda::AttentionBenchRow;
+
+struct GqaShape {
+    const char* name;  // the stem of tests/data/configs/<name>.json
+    int64_t num_heads, num_kv_heads, head_dim;
+};
+constexpr GqaShape kShapes[] = {{"qwen3_30b_a3b", 32, 4, 128}, {"glm_4_5", 96, 8, 128}};
+constexpr int64_t kDecodeSizes[][2] = {{64, 4096}, {8, 32768}};  // {batch, context}
+constexpr int64_t kPrefillTokens[] = {4096, 16384};
+
+bool wanted(const BenchAttentionOptions& opts, const char* phase) {
+    for (const std::string& c : opts.cases)
+        if (c == "default" || c == phase) return true;
+    return false;
+}
+
+std::vector<AttentionBenchCase> cases_of(const BenchAttentionOptions& opts) {
+    std::vector<AttentionBenchCase> cases;
+    auto add = [&](const GqaShape& s, AttentionBenchPhase phase, int64_t batch, int64_t context) {
+        cases.push_back({s.name, phase, s.num_heads, s.num_kv_heads, s.head_dim, s.head_dim, batch, context});
+    };
+    if (wanted(opts, "decode")) {
+        for (const GqaShape& s : kShapes)
+            for (const auto& size : kDecodeSizes) add(s, AttentionBenchPhase::kDecode, size[0], size[1]);
+    }
+    if (wanted(opts, "prefill")) {
+        for (const GqaShape& s : kShapes)
+            for (int64_t t : kPrefillTokens) add(s, AttentionBenchPhase::kPrefill, 1, t);
+    }
+    return cases;
+}
+
+struct RowFigures {
+    double gbps, sol_actual, sol_bf16, stream_fraction, tflops, sol_flops, sol, target;
+};
+
+RowFigures figures(const AttentionBenchRow& r, double stream_gbps) {
+    const double s = r.time_us * 1e-6;
+    RowFigures f{};
+    f.gbps = r.counts.kv_bytes / s / 1e9;
+    f.sol_actual = r.counts.kv_bytes / cuda::kH200PeakBytesPerS / s;
+    f.sol_bf16 = r.counts.kv_bytes_bf16 / cuda::kH200PeakBytesPerS / s;
+    f.stream_fraction = stream_gbps > 0 ? f.gbps / stream_gbps : 0.0;
+    f.tflops = r.counts.flops / s / 1e12;
+    f.sol_flops = r.counts.flops / cuda::kH200PeakBf16FlopsPerS / s;
+    const bool decode = r.c.phase == AttentionBenchPhase::kDecode;
+    f.sol = decode ? f.sol_bf16 : f.sol_flops;
+    f.target = decode ? kDecodeTargetSol : kPrefillTargetSol;
+    return f;
+}
+
+void print_row(const AttentionBenchRow& r, const RowFigures& f) {
+    fmt::print("{:<14} {:<7} {:>3}/{:<2} {:>3} {:>5} {:>6} {:>11.1f} {:>8.3f} {:>8.3f} {:>7.0f} {:>6.2f} {:>6.2f} "
+               "{:>6.2f} {:>9.1f} {:>7.1f} {:>6.3f}  {:.2f} {} {:.2f}\n",
+               r.c.shape, cuda::attention_bench_phase_name(r.c.phase), r.c.num_heads, r.c.num_kv_heads,
+               r.c.head_dim_qk, r.c.batch, r.c.context, r.time_us, r.counts.kv_bytes / 1e9,
+               r.counts.kv_bytes_bf16 / 1e9, f.gbps, f.sol_actual, f.sol_bf16, f.stream_fraction,
+               r.counts.flops / 1e9, f.tflops, f.sol_flops, f.sol, f.sol >= f.target ? ">=" : "<", f.target);
+    std::fflush(stdout);
+}
+
+nlohmann::json row_json(const AttentionBenchRow& r, const RowFigures& f, int64_t kv_block_size) {
+    return {{"shape", r.c.shape},
+            {"phase", cuda::attention_bench_phase_name(r.c.phase)},
+            {"num_heads", r.c.num_heads},
+            {"num_kv_heads", r.c.num_kv_heads},
+            {"head_dim_qk", r.c.head_dim_qk},
+            {"head_dim_v", r.c.head_dim_v},
+            {"batch", r.c.batch},
+            {"context", r.c.context},
+            {"num_tokens", r.counts.num_tokens},
+            {"kv_block_size", kv_block_size},
+            {"num_splits", r.num_splits},
+            {"device_bytes", r.device_bytes},
+            {"time_us", r.time_us},
+            {"kv_bytes", r.counts.kv_bytes},
+            {"kv_bytes_bf16", r.counts.kv_bytes_bf16},
+            {"gbps", f.gbps},
+            {"sol_actual", f.sol_actual},
+            {"sol_bf16", f.sol_bf16},
+            {"stream_fraction", f.stream_fraction},
+            {"flops", r.counts.flops},
+            {"tflops", f.tflops},
+            {"sol_flops", f.sol_flops},
+            {"sol", f.sol},
+            {"target_sol", f.target}};
+}
+
+Status run_bench_attention(const BenchAttentionOptions& opts) {
+    EPI_RETURN_IF_ERROR(check_options(opts));
+    cuda::AttentionBenchOptions bench;
+    bench.repeats = opts.repeats;
+    bench.kv_block_size = EngineOptions{}.block_size;
+    const std::vector<AttentionBenchCase> cases = cases_of(opts);
+    auto ceilings = cuda::cuda_bench_ceilings();
+    if (!ceilings.is_ok()) return ceilings.status().with_context("bench attention");
+    const cuda::MoeBenchCeilings& ceil = ceilings.value();
+    fmt::print("GPU {} ({} SMs), driver {}, CUDA runtime {}\n", ceil.gpu_name, ceil.num_sms, ceil.driver_version,
+               ceil.runtime_version);
+    fmt::print("ceilings: read-only stream (16-byte loads, {:.1f} GiB) {:.0f} GB/s = {:.2f} of 4.8 TB/s; "
+               "cuBLAS bf16 GEMM {}^3 {:.0f} TFLOP/s = {:.2f} of 989\n",
+               ceil.stream_read_bytes / (1ull << 30), ceil.stream_read_gbps, ceil.stream_read_gbps / 4800.0,
+               ceil.gemm_size, ceil.gemm_tflops, ceil.gemm_tflops / 989.0);
+    fmt::print("KV cache fp32 in blocks of {} tokens (shuffled); median of {} graph replays after a 512 MiB L2 "
+               "flush; targets: decode SOL_bf16 >= {:.2f}, prefill SOL_flop >= {:.2f}\n",
+               bench.kv_block_size, opts.repeats, kDecodeTargetSol, kPrefillTargetSol);
+    fmt::print("{:<14} {:<7} {:>6} {:>3} {:>5} {:>6} {:>11} {:>8} {:>8} {:>7} {:>6} {:>6} {:>6} {:>9} {:>7} "
+               "{:>6}  {}\n",
+               "shape", "phase", "Nh/kv", "D", "B", "ctx", "time_us", "KV_GB", "bf16_GB", "GB/s", "SOL", "SOLbf",
+               "stream", "GFLOP", "TFLOP/s", "SOLfl", "issue SOL vs target");
+    nlohmann::json doc = {{"bench", "attention"},
+                          {"gpu", ceil.gpu_name},
+                          {"num_sms", ceil.num_sms},
+                          {"driver_version", ceil.driver_version},
+                          {"runtime_version", ceil.runtime_version},
+                          {"repeats", opts.repeats},
+                          {"kv_dtype", "fp32"},
+                          {"kv_block_size", bench.kv_block_size},
+                          {"peak_bytes_per_s", cuda::kH200PeakBytesPerS},
+                          {"peak_flops_per_s", cuda::kH200PeakBf16FlopsPerS},
+                          {"ceilings", {{"stream_read_bytes", ceil.stream_read_bytes},
+                                        {"stream_read_gbps", ceil.stream_read_gbps},
+                                        {"gemm_size", ceil.gemm_size},
+                                        {"gemm_tflops", ceil.gemm_tflops}}},
+                          {"rows", nlohmann::json::array()}};
+    EPI_RETURN_IF_ERROR(cuda::cuda_bench_attention(cases, bench, [&](const AttentionBenchRow& row) {
+        const RowFigures f = figures(row, ceil.stream_read_gbps);
+        print_row(row, f);
+        doc["rows"].push_back(row_json(row, f, bench.kv_block_size));
+    }));
+    if (!opts.json_path.empty()) {
+        std::ofstream out(opts.json_path);
+        out << doc.dump(2) << "\n";
+        if (!out) return not_found(fmt::format("--json {}: cannot write the file", opts.json_path));
+    }
+    return Status::ok();
+}
+#else
+Status run_bench_attention(const BenchAttentionOptions& opts) {
+    EPI_RETURN_IF_ERROR(check_options(opts));
+    return not_supported(
+        "bench attention: this epinfer was built without the CUDA backend (configure with -DEPINFER_CUDA=ON)");
+}
+#endif
+
+}  // namespace
+
+void add_bench_attention_command(CLI::App& bench) {
+    auto opts = std::make_shared<BenchAttentionOptions>();
+    CLI::App* attn =
+        bench.add_subcommand("attention", "the CUDA attention op (decode, prefill) vs the H200's speed of light");
+    attn->add_option("--device", opts->device, "cuda (the only one benchmarked)")->capture_default_str();
+    attn->add_option("--cases", opts->cases, "default (all), decode or prefill (comma-separated)")
+        ->delimiter(',')
+        ->capture_default_str();
+    attn->add_option("--repeats", opts->repeats, "timed repeats per case (median reported)")->capture_default_str();
+    attn->add_option("--json", opts->json_path, "also write the results to this JSON file");
+    attn->callback([opts] { exit_on_error(run_bench_attention(*opts)); });
+}
+
+}  // namespace epinfer::cli
