@@ -54,6 +54,8 @@ void run_case(int64_t t_count, int64_t k_count, int64_t e_count, int64_t hidden,
 TEST_F(CudaTest, CombineBitExactOddSizes) { run_case(37, 3, 11, 200, false, 1); }
 TEST_F(CudaTest, CombineBitExactWithShared) { run_case(53, 8, 384, 7168, true, 2); }
 TEST_F(CudaTest, CombineBitExactLargeK) { run_case(9, 96, 96, 72, true, 3); }  // K > the shared-memory cache
+// H past one 1024-column block by one 8-column chunk; K past one 8-pick load batch by 5.
+TEST_F(CudaTest, CombineBitExactColumnBlocksAndLoadBatches) { run_case(5, 13, 40, 1032, true, 4); }
 TEST_F(CudaTest, CombineHiddenNotMultipleOf8IsRejected) {
     cuda::MoeCombineArgs args;
     args.num_tokens = 1;

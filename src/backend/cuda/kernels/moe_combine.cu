@@ -5,7 +5,8 @@
 namespace epinfer::cuda {
 namespace {
 
-constexpr int kThreads = 128;
+constexpr int kThreads = 128;  // 8 columns each: a block covers 1024 columns of one token
+constexpr int kLoadBatch = 8;  // picks whose rows are in flight together
 constexpr int kMaxTopK = 64;  // picks cached in shared memory; larger K reads them from global memory
 
 __device__ __forceinline__ void load8(const bf16* src, float (&v)[8]) {
@@ -37,16 +38,27 @@ __global__ void __launch_bounds__(kThreads) moe_combine_kernel(MoeCombineArgs ar
     const bf16* y = static_cast<const bf16*>(args.y);                // [S_cap, H]
     const bf16* shared_y = static_cast<const bf16*>(args.shared_y);  // [T, H] or nullptr
     float* out = args.out + t * args.hidden;                         // [H]
-    for (int64_t h = threadIdx.x * 8; h < args.hidden; h += int64_t{blockDim.x} * 8) {
+    const int64_t h = (static_cast<int64_t>(blockIdx.y) * blockDim.x + threadIdx.x) * 8;
+    if (h < args.hidden) {
         float acc[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
-        for (int64_t k = 0; k < top_k; ++k) {
-            const int32_t slot = cached ? slots[k] : slot_row[k];
-            if (slot < 0) continue;
-            const float w = cached ? weights[k] : weight_row[k];
-            float v[8];
-            load8(y + static_cast<int64_t>(slot) * args.hidden + h, v);
+        // kLoadBatch picks' rows are loaded before any is added, so their latencies overlap (one global
+        // round trip per batch, not per pick); the adds stay in k order.
+        for (int64_t k0 = 0; k0 < top_k; k0 += kLoadBatch) {
+            int32_t slot[kLoadBatch];
+            float v[kLoadBatch][8];
             #pragma unroll
-            for (int e = 0; e < 8; ++e) acc[e] = __fadd_rn(acc[e], __fmul_rn(w, v[e]));
+            for (int i = 0; i < kLoadBatch; ++i) {
+                const int64_t k = k0 + i;
+                slot[i] = k < top_k ? (cached ? slots[k] : slot_row[k]) : -1;
+                if (slot[i] >= 0) load8(y + static_cast<int64_t>(slot[i]) * args.hidden + h, v[i]);
+            }
+            #pragma unroll
+            for (int i = 0; i < kLoadBatch; ++i) {
+                if (slot[i] < 0) continue;
+                const float w = cached ? weights[k0 + i] : weight_row[k0 + i];
+                #pragma unroll
+                for (int e = 0; e < 8; ++e) acc[e] = __fadd_rn(acc[e], __fmul_rn(w, v[i][e]));
+            }
         }
         if (shared_y != nullptr) {
             float v[8];
@@ -64,7 +76,9 @@ __global__ void __launch_bounds__(kThreads) moe_combine_kernel(MoeCombineArgs ar
 cudaError_t launch_moe_combine(const MoeCombineArgs& args, cudaStream_t stream) {
     if (args.hidden % 8 != 0) return cudaErrorInvalidValue;
     if (args.num_tokens == 0) return cudaSuccess;
-    moe_combine_kernel<<<static_cast<unsigned>(args.num_tokens), kThreads, 0, stream>>>(args);
+    const dim3 grid(static_cast<unsigned>(args.num_tokens),
+                    static_cast<unsigned>(ceil_div<int64_t>(args.hidden, int64_t{kThreads} * 8)));
+    moe_combine_kernel<<<grid, kThreads, 0, stream>>>(args);
     return cudaGetLastError();
 }
 

@@ -23,7 +23,8 @@ struct MoeCombineArgs {
     int64_t hidden = 0;                       // H, a multiple of 8
 };
 
-// One block per token, 16-byte loads. Errors: cudaErrorInvalidValue when H is not a multiple of 8.
+// A block per (token, 1024 columns), 16-byte loads, up to 8 picks' rows in flight per thread. Errors:
+// cudaErrorInvalidValue when H is not a multiple of 8.
 cudaError_t launch_moe_combine(const MoeCombineArgs& args, cudaStream_t stream);
 
 }  // namespace epinfer::cuda
