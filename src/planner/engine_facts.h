@@ -18,13 +18,15 @@
 //   MLA attention  12 + 4·big (10 + 3·big without q_lora)   input norm, q_a, q_a norm, q_b, rope q, kv_a,
 //                                       kv_a norm, rope latent, kv store, attention, o_proj, add; the per-
 //                                       sequence latent expansion (attention_mla.cc) is not counted
-//   MoE            10 + big             post norm, router, top-k, f32→bf16, permute, grouped gate_up,
-//                                       split-K reduce, grouped down, combine, residual add
+//   MoE            10 + big             post norm, router, top-k, f32→bf16, permute, the split-K
+//                                       counters' memset, grouped gate_up, grouped down (each reducing
+//                                       its own split-K partials), combine, residual add
 //                  + 5 + 3·big per layer with shared experts (gate, up, silu·mul, down, add; + 1 + big
 //                                       with a sigmoid shared-expert gate)
 //   dense MLP      6 + 3·big            post norm, gate, up, silu·mul, down, add
 //   head           4 + big              embedding, final norm, LM head, argmax
-// Qwen3-30B-A3B at batch 1: 13 + 10 = 23 kernels per layer, as Nsight Compute lists them.
+// Qwen3-30B-A3B at batch 1: 13 + 10 = 23 kernels per layer (Nsight Compute listed 23 with a separate
+// split-K reduction kernel in the counters' memset's place).
 //
 // How a step is launched and synchronised (cost_model.h prices each of these):
 //   decode graphs     a micro-batch replays a captured CUDA graph only when the model runs on one rank

@@ -173,6 +173,21 @@ Status CudaMoeExperts::run_grouped(Backend& backend, const MoeExpertsArgs& a, co
     const size_t x_bf16 = pieces.add(static_cast<size_t>(T * H) * 2);  // [T, H] bf16
     const PlanLayout plan = plan_layout(pieces, permute);
     const size_t partials = pieces.add(std::max(gate_up_partials, down_partials) * sizeof(float));
+    MoeGroupedGemmArgs gemm;
+    gemm.max_row_tiles = picks / tile_rows + std::min(E, picks);
+    gemm.tile = tiling.tile;
+    // Split-K tile counters (zeroed below; the kernels leave them zero), for the larger of the two launches.
+    size_t num_counters = 0;
+    if (tiling.split_k_gate_up > 1 || tiling.split_k_down > 1) {
+        MoeGroupedGemmArgs shape = gemm;
+        shape.epilogue = MoeGemmEpilogue::kSwiGlu;
+        shape.out_features = I;
+        const int64_t gate_up_tiles = moe_gemm_num_tiles(shape);
+        shape.epilogue = MoeGemmEpilogue::kStore;
+        shape.out_features = H;
+        num_counters = static_cast<size_t>(std::max(gate_up_tiles, moe_gemm_num_tiles(shape)));
+    }
+    const size_t counters = pieces.add(num_counters * sizeof(int32_t));
     const size_t h = pieces.add(static_cast<size_t>(picks * I) * 2);  // [S ≤ T·K, I] bf16
     const size_t y = pieces.add(static_cast<size_t>(picks * H) * 2);  // [S ≤ T·K, H] bf16
     EPI_ASSIGN_OR_RETURN(DeviceBuffer buffer, DeviceBuffer::alloc(backend, pieces.total()));
@@ -182,17 +197,18 @@ Status CudaMoeExperts::run_grouped(Backend& backend, const MoeExpertsArgs& a, co
     EPI_CUDA_CHECK(
         launch_moe_permute(permute, at<void>(buffer, plan.workspace), plan.workspace_bytes, stream));
 
-    MoeGroupedGemmArgs gemm;
     gemm.num_weight_groups = E;
     gemm.weight_ptr_stride = 3;
     gemm.group_row_begin = permute.group_row_begin;
     gemm.group_row_end = permute.group_row_end;
     gemm.group_tile_offsets = permute.group_tile_offsets;
     gemm.num_groups = E;
-    gemm.max_row_tiles = picks / tile_rows + std::min(E, picks);
-    gemm.tile = tiling.tile;
     gemm.partials = at<float>(buffer, partials);
     gemm.partial_rows = picks;
+    if (num_counters > 0) {
+        gemm.tile_counters = at<int32_t>(buffer, counters);
+        EPI_CUDA_CHECK(cudaMemsetAsync(gemm.tile_counters, 0, num_counters * sizeof(int32_t), stream));
+    }
 
     MoeGroupedGemmArgs gate_up = gemm;  // h = silu(x·gateᵀ) · (x·upᵀ)
     gate_up.weight_ptrs = reinterpret_cast<const void* const*>(table.device);

@@ -91,6 +91,18 @@ Result<std::unique_ptr<CudaMoeLayer>> CudaMoeLayer::create(const CudaMoeLayerCon
         partials = std::max(partials, l.partial_floats(t));
     }
     EPI_ASSIGN_OR_RETURN(l.partials_, CudaBuffer::alloc(partials * sizeof(float)));
+    // Split-K tile counters for any launch up to T_max, zero (the kernels leave them zero).
+    MoeGroupedGemmArgs largest;
+    largest.max_row_tiles =
+        static_cast<int64_t>(rows) / moe_gemm_tile_rows(MoeGemmTile::kNarrow) + static_cast<int64_t>(std::min(groups, rows));
+    largest.epilogue = MoeGemmEpilogue::kSwiGlu;
+    largest.out_features = config.intermediate;
+    const int64_t gate_up_tiles = moe_gemm_num_tiles(largest);
+    largest.epilogue = MoeGemmEpilogue::kStore;
+    largest.out_features = config.hidden;
+    const size_t counters = static_cast<size_t>(std::max(gate_up_tiles, moe_gemm_num_tiles(largest)));
+    EPI_ASSIGN_OR_RETURN(l.tile_counters_, CudaBuffer::alloc(counters * sizeof(int32_t)));
+    EPI_CUDA_CHECK(cudaMemset(l.tile_counters_.data(), 0, counters * sizeof(int32_t)));
     EPI_ASSIGN_OR_RETURN(l.h_, CudaBuffer::alloc(rows * static_cast<size_t>(config.intermediate) * 2));
     EPI_ASSIGN_OR_RETURN(l.y_, CudaBuffer::alloc(rows * static_cast<size_t>(config.hidden) * 2));
     return layer;
@@ -210,6 +222,7 @@ Status CudaMoeLayer::forward(const CudaMoeWeights& weights, const float* logits,
     gemm.max_row_tiles = rows / tile_rows + std::min(num_groups, rows);
     gemm.tile = tiling.tile;
     gemm.partials = partials_.as<float>();
+    gemm.tile_counters = tile_counters_.as<int32_t>();
     gemm.partial_rows = picks + t;
 
     MoeGroupedGemmArgs gate_up = gemm;  // h = silu(x·gateᵀ) · (x·upᵀ)

@@ -115,7 +115,7 @@ private:
     CudaBuffer topk_ids_, topk_weights_;
     CudaBuffer expert_counts_, expert_offsets_, token_of_row_, k_of_slot_, slot_of_token_k_;
     CudaBuffer group_row_begin_, group_row_end_, group_tile_offsets_;
-    CudaBuffer permute_workspace_, partials_, h_, y_;
+    CudaBuffer permute_workspace_, partials_, tile_counters_, h_, y_;
 };
 
 }  // namespace epinfer::cuda

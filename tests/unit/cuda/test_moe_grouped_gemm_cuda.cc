@@ -149,6 +149,16 @@ INSTANTIATE_TEST_SUITE_P(
         GemmCase{"weight_ptrs_store", {128, 1, 255}, 40, 256, false, false, true}),
     [](const ::testing::TestParamInfo<GemmCase>& info) { return info.param.name; });
 
+TEST_F(CudaTest, SplitKWithoutTileCountersIsRejected) {
+    float partials = 0.0f;
+    cuda::MoeGroupedGemmArgs args;
+    args.in_features = 64;
+    args.out_features = 64;
+    args.split_k = 2;
+    args.partials = &partials;
+    EXPECT_EQ(cuda::launch_moe_grouped_gemm(args, nullptr), cudaErrorInvalidValue);
+}
+
 }  // namespace
 }  // namespace epinfer::test
 #endif  // EPINFER_WITH_CUDA

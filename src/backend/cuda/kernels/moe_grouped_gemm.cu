@@ -49,6 +49,48 @@ using WideTileSmall = TileConfig<128, 128, 2, 2, 3, 2>;
 static_assert(WideTile::kBN == kWideTokens && WideTileSmall::kBN == kWideTokens && WideTile::kBM == kWideFeatures,
               "one kWide tile geometry for every wide kernel");
 
+// Split-K reduction of one tile, by the CTA of its last split to finish: sums the tile's partials in split
+// order (deterministic, whichever split finishes last), applies the epilogue, writes bf16. Partials are
+// read through L2 (__ldcg): other CTAs wrote them.
+template <class Cfg, bool kSwiGlu>
+__device__ void reduce_tile(const MoeGroupedGemmArgs& args, const TileCoord& tc) {
+    const int64_t n = args.out_features;
+    const int64_t n_w = kSwiGlu ? 2 * n : n;
+    constexpr int kOutPerTile = kSwiGlu ? Cfg::kBM / 2 : Cfg::kBM;
+    constexpr int kChunks = kOutPerTile / 8;
+    const int64_t split_stride = args.partial_rows * n_w;
+    bf16* out = static_cast<bf16*>(args.out);  // [rows, N]
+    for (int c = threadIdx.x; c < tc.rows_valid * kChunks; c += blockDim.x) {
+        const int tok = c / kChunks;
+        const int64_t f = tc.n_tile * kOutPerTile + (c % kChunks) * 8;
+        if (f >= n) continue;
+        const float* src = args.partials + (tc.row0 + tok) * n_w + f;  // split 0
+        float g[8], u[8];
+        #pragma unroll
+        for (int e = 0; e < 8; ++e) {
+            g[e] = __ldcg(src + e);
+            u[e] = kSwiGlu ? __ldcg(src + n + e) : 0.0f;
+        }
+        for (int s = 1; s < args.split_k; ++s) {
+            const float* part = src + s * split_stride;
+            #pragma unroll
+            for (int e = 0; e < 8; ++e) {
+                g[e] = __fadd_rn(g[e], __ldcg(part + e));
+                if (kSwiGlu) u[e] = __fadd_rn(u[e], __ldcg(part + n + e));
+            }
+        }
+        uint4 packed;
+        __nv_bfloat162* p2 = reinterpret_cast<__nv_bfloat162*>(&packed);
+        #pragma unroll
+        for (int e = 0; e < 4; ++e) {
+            const float v0 = kSwiGlu ? silu_mul(g[2 * e], u[2 * e]) : g[2 * e];
+            const float v1 = kSwiGlu ? silu_mul(g[2 * e + 1], u[2 * e + 1]) : g[2 * e + 1];
+            p2[e] = __floats2bfloat162_rn(v0, v1);
+        }
+        *reinterpret_cast<uint4*>(out + (tc.row0 + tok) * n + f) = packed;
+    }
+}
+
 template <class Cfg, bool kSwiGlu, bool kSplit>
 __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks) moe_grouped_gemm_kernel(MoeGroupedGemmArgs args) {
     extern __shared__ __align__(128) unsigned char smem[];
@@ -161,6 +203,20 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks) moe_grouped_ge
                 }
             }
         }
+        // The last split of the tile to finish reduces it (CUDA's threadFenceReduction pattern): every
+        // split publishes its partials, then counts itself in; the counter goes back to zero for the next
+        // launch.
+        __shared__ bool last_split;
+        __threadfence();
+        __syncthreads();
+        if (tid == 0) {
+            last_split = atomicAdd(args.tile_counters + tile, 1) == args.split_k - 1;
+            if (last_split) args.tile_counters[tile] = 0;
+        }
+        __syncthreads();
+        if (!last_split) return;
+        __threadfence();
+        reduce_tile<Cfg, kSwiGlu>(args, tc);
         return;
     }
 
@@ -200,49 +256,6 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks) moe_grouped_ge
     }
 }
 
-// Split-K reduction: sums the partials of each tile in split order, applies the epilogue, writes bf16.
-template <class Cfg, bool kSwiGlu>
-__global__ void __launch_bounds__(256) moe_grouped_gemm_reduce_kernel(MoeGroupedGemmArgs args) {
-    const int64_t n = args.out_features;
-    const int64_t n_w = kSwiGlu ? 2 * n : n;
-    const int64_t n_tiles = ceil_div<int64_t>(n, kSwiGlu ? Cfg::kBM / 2 : Cfg::kBM);
-    TileCoord tc;
-    if (!locate_tile<Cfg::kBN>(args, blockIdx.x, n_tiles, tc)) return;
-    constexpr int kOutPerTile = kSwiGlu ? Cfg::kBM / 2 : Cfg::kBM;
-    constexpr int kChunks = kOutPerTile / 8;
-    const int64_t split_stride = args.partial_rows * n_w;
-    bf16* out = static_cast<bf16*>(args.out);  // [rows, N]
-    for (int c = threadIdx.x; c < tc.rows_valid * kChunks; c += blockDim.x) {
-        const int tok = c / kChunks;
-        const int64_t f = tc.n_tile * kOutPerTile + (c % kChunks) * 8;
-        if (f >= n) continue;
-        const float* src = args.partials + (tc.row0 + tok) * n_w + f;  // split 0
-        float g[8], u[8];
-        #pragma unroll
-        for (int e = 0; e < 8; ++e) {
-            g[e] = src[e];
-            u[e] = kSwiGlu ? src[n + e] : 0.0f;
-        }
-        for (int s = 1; s < args.split_k; ++s) {
-            const float* part = src + s * split_stride;
-            #pragma unroll
-            for (int e = 0; e < 8; ++e) {
-                g[e] = __fadd_rn(g[e], part[e]);
-                if (kSwiGlu) u[e] = __fadd_rn(u[e], part[n + e]);
-            }
-        }
-        uint4 packed;
-        __nv_bfloat162* p2 = reinterpret_cast<__nv_bfloat162*>(&packed);
-        #pragma unroll
-        for (int e = 0; e < 4; ++e) {
-            const float v0 = kSwiGlu ? silu_mul(g[2 * e], u[2 * e]) : g[2 * e];
-            const float v1 = kSwiGlu ? silu_mul(g[2 * e + 1], u[2 * e + 1]) : g[2 * e + 1];
-            p2[e] = __floats2bfloat162_rn(v0, v1);
-        }
-        *reinterpret_cast<uint4*>(out + (tc.row0 + tok) * n + f) = packed;
-    }
-}
-
 template <class Cfg, bool kSwiGlu, bool kSplit>
 cudaError_t launch_config(const MoeGroupedGemmArgs& args, cudaStream_t stream) {
     const int64_t n_tiles = ceil_div<int64_t>(args.out_features, kSwiGlu ? Cfg::kBM / 2 : Cfg::kBM);
@@ -253,13 +266,7 @@ cudaError_t launch_config(const MoeGroupedGemmArgs& args, cudaStream_t stream) {
         cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(Cfg::kSmemBytes));
     if (err != cudaSuccess) return err;
     kernel<<<static_cast<unsigned>(num_tiles * args.split_k), Cfg::kThreads, Cfg::kSmemBytes, stream>>>(args);
-    err = cudaGetLastError();
-    if constexpr (kSplit) {
-        if (err != cudaSuccess) return err;
-        moe_grouped_gemm_reduce_kernel<Cfg, kSwiGlu><<<static_cast<unsigned>(num_tiles), 256, 0, stream>>>(args);
-        err = cudaGetLastError();
-    }
-    return err;
+    return cudaGetLastError();
 }
 
 }  // namespace
@@ -270,6 +277,11 @@ int64_t moe_gemm_tile_rows(MoeGemmTile tile) {
 
 int64_t moe_gemm_tile_features(MoeGemmTile tile) {
     return tile == MoeGemmTile::kNarrow ? NarrowTile::kBM : WideTile::kBM;
+}
+
+int64_t moe_gemm_num_tiles(const MoeGroupedGemmArgs& args) {
+    const int64_t per_tile = args.epilogue == MoeGemmEpilogue::kSwiGlu ? NarrowTile::kBM / 2 : NarrowTile::kBM;
+    return ceil_div<int64_t>(args.out_features, per_tile) * args.max_row_tiles;
 }
 
 int moe_gemm_pick_split_k(int64_t num_tiles, int64_t in_features, int num_sms) {
@@ -287,7 +299,9 @@ cudaError_t launch_moe_grouped_gemm(const MoeGroupedGemmArgs& args, cudaStream_t
         return cudaErrorInvalidValue;
     }
     const bool split = args.split_k > 1;
-    if (split && (args.tile == MoeGemmTile::kWide || args.partials == nullptr)) return cudaErrorInvalidValue;
+    if (split && (args.tile == MoeGemmTile::kWide || args.partials == nullptr || args.tile_counters == nullptr)) {
+        return cudaErrorInvalidValue;
+    }
     const bool swiglu = args.epilogue == MoeGemmEpilogue::kSwiGlu;
     if (args.tile == MoeGemmTile::kWide) {
         int device = 0, smem_optin = 0;

@@ -62,16 +62,21 @@ struct MoeGroupedGemmArgs {
     MoeGemmEpilogue epilogue = MoeGemmEpilogue::kStore;
     MoeGemmTile tile = MoeGemmTile::kNarrow;
     MoeGemmKernel kernel = MoeGemmKernel::kAuto;
-    // Split-K (kNarrow only): split_k > 1 writes fp32 partial sums to partials and a second kernel reduces
-    // them in split order (deterministic) and applies the epilogue.
+    // Split-K (kNarrow only): split_k > 1 writes fp32 partial sums to partials; the CTA of a tile's last
+    // split to finish sums them in split order (deterministic) and applies the epilogue, counting the
+    // tile's finished splits in tile_counters (which it leaves at zero again).
     int split_k = 1;
     float* partials = nullptr;   // [split_k, partial_rows, N_w] fp32, device (split_k > 1)
     int64_t partial_rows = 0;    // ≥ every row index + 1
+    int32_t* tile_counters = nullptr;  // [moe_gemm_num_tiles(args)] int32, device, all zero (split_k > 1)
 };
+
+// Tiles of a kNarrow launch of these arguments (weight tiles × max_row_tiles): the length of tile_counters.
+int64_t moe_gemm_num_tiles(const MoeGroupedGemmArgs& args);
 
 // Device workspace (none: partials are passed explicitly).
 // Errors: cudaErrorInvalidValue for shapes the kernels do not take (Kd or N not a multiple of 8,
-// split_k > 1 with kWide, split_k > 1 without partials).
+// split_k > 1 with kWide, split_k > 1 without partials or tile_counters).
 cudaError_t launch_moe_grouped_gemm(const MoeGroupedGemmArgs& args, cudaStream_t stream);
 
 // split_k for a launch with about `num_tiles` tiles of in_features Kd on a GPU of num_sms
