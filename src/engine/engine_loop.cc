@@ -65,6 +65,12 @@ Status EngineLoop::error() const {
     return error_;
 }
 
+double EngineLoop::seconds_in_step() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!in_step_ || pending_.empty()) return 0.0;
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - step_start_).count();
+}
+
 void EngineLoop::drain_and_stop(double timeout_s) {
     std::lock_guard<std::mutex> stop_lock(stop_mu_);
     bool run_here = false;
@@ -111,6 +117,8 @@ void EngineLoop::run() {
                     for (const auto& entry : pending_) to_abort.push_back(entry.first);
                 }
             }
+            in_step_ = true;
+            step_start_ = std::chrono::steady_clock::now();
         }
         for (const RequestId id : to_abort) engine_.abort(id);
         Result<std::vector<RequestOutput>> outputs = engine_.step();
@@ -118,6 +126,7 @@ void EngineLoop::run() {
         bool failed = false;
         {
             std::lock_guard<std::mutex> lock(mu_);
+            in_step_ = false;
             if (!outputs.is_ok()) {
                 // Fatal: every unfinished request ends with kAborted; the loop stops.
                 failed = true;

@@ -42,6 +42,11 @@ public:
     EngineStats stats() const;
     // The first fatal engine error, or OK.
     Status error() const;
+    // Seconds the loop thread has been in its current engine step while requests are pending (running or
+    // queued); 0 between steps and while none is pending. A step that does not end (e.g. a rank of the
+    // layout stopped, so a collective waits up to the communicator's timeout) makes it grow. Any thread;
+    // takes the loop's lock briefly (never held across a step).
+    double seconds_in_step() const;
     // Stops accepting, lets running and queued requests finish (bounded by timeout_s, after which the
     // rest are aborted), then Engine::shutdown() and joins the thread. Idempotent. Without start(), the
     // caller's thread runs the loop until it is drained.
@@ -73,6 +78,8 @@ private:
     bool wake_ = false;         // work arrived
     bool aborted_all_ = false;  // the drain deadline passed
     bool drain_cut_ = false;    // cut_drain called: the drain deadline is now
+    bool in_step_ = false;      // the loop thread is in engine_.step()
+    std::chrono::steady_clock::time_point step_start_;  // of the step in progress (when in_step_)
     std::chrono::steady_clock::time_point drain_deadline_;
     EngineStats stats_;
     Status error_;

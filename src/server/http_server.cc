@@ -1,5 +1,6 @@
 #include "server/http_server.h"
 
+#include <fmt/format.h>
 #include <httplib.h>
 
 #include <algorithm>
@@ -183,7 +184,19 @@ struct HttpServer::Impl {
         in_flight_cv.notify_all();
     }
 
-    bool healthy() const { return !draining.load() && loop.error().is_ok(); }
+    // Why GET /health answers 503, or empty while healthy.
+    std::string health_problem() const {
+        const Status error = loop.error();
+        if (!error.is_ok()) return "the engine failed: " + error.message();
+        if (draining.load()) return "the server is shutting down";
+        const double in_step_s = loop.seconds_in_step();
+        if (in_step_s > options.health_stall_s)
+            return fmt::format("the engine has been in one step for {:.1f} s with requests pending (over "
+                               "--health-stall-s {} s): a rank may be stuck",
+                               in_step_s, options.health_stall_s);
+        return "";
+    }
+    bool healthy() const { return health_problem().empty(); }
 
     uint64_t next_seed() { return splitmix64(seed_base + seed_counter.fetch_add(1)); }
 
@@ -357,9 +370,8 @@ struct HttpServer::Impl {
         http.Get("/v1/models",
                  [this](const httplib::Request&, httplib::Response& res) { set_json(res, 200, models_json()); });
         http.Get("/health", [this](const httplib::Request&, httplib::Response& res) {
-            const Status error = loop.error();
-            if (!error.is_ok()) return set_error(res, 503, "the engine failed: " + error.message());
-            if (draining.load()) return set_error(res, 503, "the server is shutting down");
+            const std::string problem = health_problem();
+            if (!problem.empty()) return set_error(res, 503, problem);
             set_json(res, 200, {{"status", "ok"}});
         });
         http.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
@@ -449,6 +461,9 @@ Result<std::unique_ptr<HttpServer>> HttpServer::start(Engine& engine, const Serv
     if (options.num_http_threads < 1 || options.num_http_threads > kMaxHttpThreads)
         return invalid_argument("--http-threads must be in [1, " + std::to_string(kMaxHttpThreads) + "], got " +
                                 std::to_string(options.num_http_threads));
+    if (!(options.health_stall_s > 0.0) || !std::isfinite(options.health_stall_s))
+        return invalid_argument("--health-stall-s must be a finite number > 0, got " +
+                                std::to_string(options.health_stall_s));
     if (options.model_name.empty()) return invalid_argument("the served model name is empty");
 
     std::unique_ptr<HttpServer> server(new HttpServer());

@@ -4,7 +4,9 @@
 //                         one `data: {chunk}` per engine step with that step's token ids, the last one with
 //                         finish_reason and usage, then `data: [DONE]`
 //   GET  /v1/models       the served model (with max_model_len and vocab_size)
-//   GET  /health          200 while the engine loop is healthy and the server is not draining, else 503
+//   GET  /health          200 {"status": "ok"} while the engine loop is healthy, else 503 with an error
+//                         naming why: the engine failed, the server is draining, or the engine has been in
+//                         one step for over health_stall_s with requests pending (a rank stuck or gone)
 //   GET  /metrics         Prometheus text (server/server_metrics.h)
 // Errors are {"error": {"message", "type", "code"}}: 400 bad request (JSON, field type, prompt, token id,
 // context, max_tokens), 404 unknown path or model, 405 another method on a known path (with an `Allow:`
@@ -35,6 +37,10 @@ struct ServerOptions {
     // ≥ 1; connections served at once (more wait for a thread). A streaming request holds its thread, so
     // this must exceed the streams expected at once, or /health, /metrics and 503s wait behind them.
     int num_http_threads = 1024;
+    // > 0; GET /health answers 503 while the engine has been in one step this long with requests pending.
+    // Far above a healthy step (one forward of at most max_step_tokens tokens), a fifth of
+    // EPINFER_COMM_TIMEOUT_S's default (300 s, after which a stuck rank ends the run).
+    double health_stall_s = 60.0;
 };
 
 class HttpServer {
@@ -49,7 +55,8 @@ public:
 
     const std::string& host() const;
     int port() const;  // the bound port (the chosen one when options.port was 0)
-    // False once draining or after a fatal engine error (then GET /health answers 503).
+    // False while GET /health answers 503: once draining, after a fatal engine error, or while the engine
+    // has been in one step for over health_stall_s with requests pending.
     bool healthy() const;
     // The engine loop's first fatal error, or OK.
     Status engine_error() const;

@@ -1,7 +1,8 @@
 #!/bin/sh
 # `epinfer generate` with layout flags, started outside MPI (it relaunches itself under mpirun): the same
 # greedy tokens as one rank, the --json object printed exactly once, one weight-bytes line per rank on
-# stderr; an invalid layout is one error line with the numbers, before any rank starts.
+# stderr; an invalid layout is one error line with the numbers, before any rank starts; an error inside the
+# ranks (no weights) is that one line too, without Open MPI's boxed non-zero-exit report.
 #   generate_cli_test.sh EPINFER FIXTURE_DIR
 set -u
 epinfer=$1
@@ -33,3 +34,10 @@ done
 grep -q "^epinfer: error: parallel layout .*num_attention_heads 4 is not divisible by attn_tp 3" "$out/bad.err" \
     || fail "--tp 3: unexpected message: $(cat "$out/bad.err")"
 echo "ok: --tp 3 rejected: $(cat "$out/bad.err")"
+mkdir "$out/noweights" && cp "$model/config.json" "$out/noweights/"
+"$epinfer" generate --model "$out/noweights" --prompt-ids 5,17 --tp 2 >"$out/nw.out" 2>"$out/nw.err" \
+    && fail "--tp 2 without weights succeeded"
+[ "$(wc -l <"$out/nw.err")" -eq 1 ] || fail "--tp 2 without weights: $(wc -l <"$out/nw.err") stderr lines, not 1: $(cat "$out/nw.err")"
+grep -q "^epinfer: error: .*noweights: no model.safetensors" "$out/nw.err" \
+    || fail "--tp 2 without weights: unexpected message: $(cat "$out/nw.err")"
+echo "ok: --tp 2 without weights: $(cat "$out/nw.err")"

@@ -3,7 +3,7 @@
 //   epinfer serve --model DIR [model setup flags: --device --threads --tp --ep --dp --pp --kv-cache-tokens
 //                 --block-size --max-running --max-step-tokens --max-waiting --memory-fraction]
 //                 [--host 127.0.0.1] [--port 8000] [--served-model-name NAME] [--max-body-bytes N]
-//                 [--request-timeout-s S] [--drain-timeout-s S] [--http-threads N]
+//                 [--request-timeout-s S] [--drain-timeout-s S] [--http-threads N] [--health-stall-s S]
 //
 // Rank 0 serves; under a layout the other ranks run the driver's engine steps (Engine::run_follower).
 // When ready, one stderr line "epinfer serve: listening on http://HOST:PORT" (--port 0: a free port, the
@@ -81,6 +81,7 @@ struct ServeFlags {
     std::string request_timeout_s = "600";
     std::string drain_timeout_s = "30";
     std::string http_threads = "1024";
+    std::string health_stall_s = "60";
 };
 
 Result<int64_t> parse_int_flag(const std::string& text, const char* flag, int64_t lo, int64_t hi) {
@@ -124,6 +125,7 @@ Result<ServeValues> parse_serve_values(const ServeFlags& f) {
     EPI_ASSIGN_OR_RETURN(v.drain_timeout_s, parse_seconds_flag(f.drain_timeout_s, "--drain-timeout-s", 0.0));
     EPI_ASSIGN_OR_RETURN(const int64_t threads, parse_int_flag(f.http_threads, "--http-threads", 1, 4096));
     o.num_http_threads = static_cast<int>(threads);
+    EPI_ASSIGN_OR_RETURN(o.health_stall_s, parse_seconds_flag(f.health_stall_s, "--health-stall-s", 0.001));
     if (f.served_model_name.has_value() && f.served_model_name->empty())
         return invalid_argument("--served-model-name must not be empty");
     o.model_name = f.served_model_name.has_value() ? *f.served_model_name
@@ -257,6 +259,10 @@ void add_serve_command(CLI::App& app) {
         "--http-threads", flags->http_threads,
         "Connections served at once; each streaming request holds one thread, so keep this above "
         "the streams expected at once, or /health and 503 replies wait behind them (default 1024)");
+    cmd->add_option("--health-stall-s", flags->health_stall_s,
+                    "GET /health answers 503 while the engine has been in one step this long with requests "
+                    "pending, e.g. a rank of the layout is stuck (default 60; EPINFER_COMM_TIMEOUT_S, 300, "
+                    "ends the run)");
     cmd->callback([flags] { exit_on_error(run_serve(*flags)); });
 }
 

@@ -7,7 +7,12 @@
 // whose ranks then see the launcher's environment and run the command themselves, and stays as mpirun's
 // supervisor: mpirun runs in a process group of its own (a terminal's Ctrl-C reaches the supervisor only)
 // and gets SIGTERM when the supervisor dies; a SIGTERM or SIGINT to the supervisor is passed on to mpirun
-// as MpirunStop says; the supervisor exits with mpirun's exit status. Under an external mpirun or srun
+// as MpirunStop says; the supervisor exits with mpirun's exit status. mpirun's stderr passes through the
+// supervisor, which drops Open MPI's boxed report of a rank's non-zero exit ("Primary job terminated
+// normally, but 1 process returned a non-zero exit code...", "mpirun detected that one or more processes
+// exited with non-zero status..."): the rank's own error line and the exit status say it; an
+// "epinfer: error: " line that several ranks print alike is passed on once; every other line, Open MPI's
+// other messages included, passes on. Under an external mpirun or srun
 // (several hosts), the given world is used as it is.
 #pragma once
 

@@ -2,7 +2,8 @@
 // deepseek_v3_tiny checkpoint (CPU backend): concurrent greedy completions equal generate(), every bad
 // request gets its status and JSON error (405 with Allow for another method on a known path), a client
 // that goes away mid-stream frees its KV blocks, a full queue answers 503, draining finishes running
-// requests, and a load loop leaves no block behind.
+// requests, a step that outlasts the health bound turns /health into 503, and a load loop leaves no block
+// behind.
 #include <arpa/inet.h>
 #include <gtest/gtest.h>
 #include <netinet/in.h>
@@ -600,6 +601,41 @@ TEST(SlowServer, RequestsPastTheTimeoutAreCancelled) {
     EXPECT_EQ(get_metric(port, "epinfer_requests_finished_total{finish_reason=\"abort\"}"), 2.0);
 }
 
+// A step that outlasts --health-stall-s while a request runs (here every step of the slow engine outlasts
+// 1 ms; in production a rank that stopped answering) turns /health into 503 with a one-line reason; idle
+// steps never count, so it is 200 before the request and again once it finished.
+TEST(SlowServer, HealthIs503WhileAStepOutlastsTheStallBound) {
+    server::ServerOptions options = slow_server_options();
+    options.health_stall_s = 0.001;
+    auto stack = start_stack(slow_engine_options(), options, kSlowVocab);
+    ASSERT_NE(stack, nullptr);
+    const int port = stack->port();
+    std::this_thread::sleep_for(std::chrono::milliseconds(600));  // past an idle step (EngineLoop: 0.5 s)
+    EXPECT_EQ(http_get(port, "/health").status, 200);
+    json body = kLongStream;
+    body["max_tokens"] = 200;
+    BackgroundStream client(port, body);
+    ASSERT_TRUE(client.wait_started());
+    HttpReply stalled;
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+    while (std::chrono::steady_clock::now() < deadline) {
+        stalled = http_get(port, "/health");
+        if (stalled.status != 200) break;
+    }
+    expect_json_error(stalled, 503, "the engine has been in one step for ");
+    EXPECT_NE(stalled.body.find("with requests pending (over --health-stall-s 0.001 s): a rank may be stuck"),
+              std::string::npos)
+        << stalled.body;
+    EXPECT_EQ(stalled.body.find('\n'), std::string::npos) << stalled.body;
+    client.join();
+    const json last = check_stream_shape(client.reply);
+    ASSERT_FALSE(last.is_null());
+    EXPECT_EQ(last.at("choices").at(0).at("finish_reason"), "length");
+    expect_engine_idle(port);
+    EXPECT_EQ(http_get(port, "/health").status, 200);
+    EXPECT_TRUE(stack->server->healthy());
+}
+
 TEST(ServerOptions, BadOptionsAreRejected) {
     std::unique_ptr<Backend> backend = make_cpu_backend(1);
     Result<std::unique_ptr<Model>> model = Model::load(kTinyModel, *backend);
@@ -613,6 +649,9 @@ TEST(ServerOptions, BadOptionsAreRejected) {
     o = tiny_server_options();
     o.request_timeout_s = 0;
     EXPECT_NE(server::HttpServer::start(**engine, o).status().message().find("--request-timeout-s"), std::string::npos);
+    o = tiny_server_options();
+    o.health_stall_s = 0;
+    EXPECT_NE(server::HttpServer::start(**engine, o).status().message().find("--health-stall-s"), std::string::npos);
     // A port already taken.
     o = tiny_server_options();
     Result<std::unique_ptr<server::HttpServer>> first = server::HttpServer::start(**engine, o);

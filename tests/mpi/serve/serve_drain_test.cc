@@ -2,7 +2,8 @@
 // (tools/epinfer/mpi_launch.h), which turns SIGTERM into SIGUSR1 for every rank. A SIGTERM drains: the
 // running stream gets all its tokens, new requests get 503 (or no connection once the server closed), and
 // every rank and the supervisor exit 0; a second SIGTERM cuts the drain short (finish_reason "abort"). A
-// SIGTERM sent to a follower rank itself ends the run with a non-zero exit.
+// SIGTERM sent to a follower rank itself ends the run with a non-zero exit. A follower that is stopped
+// (SIGSTOP) while a request runs turns /health into 503 after --health-stall-s, and 200 once it goes on.
 // Run by ctest as mpi_serve_drain_tp2 (label MPI; the test starts mpirun itself).
 #include <gtest/gtest.h>
 #include <signal.h>
@@ -204,6 +205,59 @@ TEST(ServeMpi, SigtermWhileTheRanksLoadStopsOnceUp) {
     EXPECT_NE(err.find("(SIGUSR1): draining"), std::string::npos) << err;
     EXPECT_NE(err.find("epinfer serve: stopped"), std::string::npos) << err;
     EXPECT_EQ(err.find("epinfer: error"), std::string::npos) << err;
+}
+
+// A follower rank that stops answering (SIGSTOP) while a request runs: rank 0's step waits in a collective
+// (up to EPINFER_COMM_TIMEOUT_S), so /health answers 503 once --health-stall-s (1 s) has passed; after
+// SIGCONT the step ends, /health is 200 again and the stream runs to its end.
+TEST(ServeMpi, StoppedFollowerMakesHealth503) {
+    const std::filesystem::path config_dir = write_slow_config();
+    std::vector<std::string> args = serve_tp2_args(config_dir);
+    args.insert(args.end(), {"--health-stall-s", "1"});
+    ServeProcess serve(args);
+    ASSERT_GT(serve.pid(), 0);
+    const int port = serve.wait_for_port(240.0);
+    ASSERT_GT(port, 0) << serve.err();
+    EXPECT_EQ(http_get(port, "/health").status, 200);
+    const pid_t follower = rank_pid(serve.pid(), 1);
+    ASSERT_GT(follower, 0);
+
+    constexpr int64_t kMaxTokens = 300;
+    BackgroundStream client(port, stream_body(kMaxTokens));
+    ASSERT_TRUE(client.wait_started());
+    ASSERT_EQ(kill(follower, SIGSTOP), 0);
+    HttpReply stalled;
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+    while (std::chrono::steady_clock::now() < deadline) {
+        stalled = http_get(port, "/health");
+        if (stalled.status != 200) break;
+        std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+    const std::chrono::steady_clock::time_point seen = std::chrono::steady_clock::now();
+    ASSERT_EQ(kill(follower, SIGCONT), 0);
+    expect_json_error(stalled, 503, "the engine has been in one step for ");
+    EXPECT_NE(stalled.body.find("(over --health-stall-s 1 s): a rank may be stuck"), std::string::npos)
+        << stalled.body;
+    EXPECT_LT(seen, deadline);
+    HttpReply resumed;
+    const auto resume_deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+    while (std::chrono::steady_clock::now() < resume_deadline) {
+        resumed = http_get(port, "/health");
+        if (resumed.status == 200) break;
+        std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+    EXPECT_EQ(resumed.status, 200) << resumed.body;
+    client.join();
+    std::filesystem::remove_all(config_dir);
+    const StreamReply& stream = client.reply;
+    EXPECT_EQ(stream.status, 200) << stream.transport_error;
+    EXPECT_TRUE(stream.done);
+    ASSERT_FALSE(stream.chunks.empty());
+    const json& last = stream.chunks.back();
+    EXPECT_EQ(last.at("choices").at(0).at("finish_reason"), "length") << last.dump();
+    EXPECT_EQ(streamed_tokens(stream), kMaxTokens);
+    ASSERT_EQ(kill(serve.pid(), SIGTERM), 0);
+    EXPECT_EQ(serve.wait_exit(120.0), 0) << serve.err();
 }
 
 // A SIGTERM sent to a follower itself (not through the supervisor) used to be ignored. Now the follower
