@@ -179,16 +179,20 @@ Result<std::string> engine_fit(const ModelConfig& config, const HardwareProfile&
     // start_model reserves memory for decode graphs only where they run: one rank (engine_facts.h).
     if (layout.world_size() > 1) fit.memory.cuda_graph_bytes = 0;
     memory = plan_memory(config, layout, hw.gpu, fit.memory);
-    std::string refusal;
     Result<MemoryPlan> checked = check_fits(config, layout, fit);
     if (!checked.is_ok()) {
         if (checked.status().code() != StatusCode::kOutOfMemory) return checked.status();
-        refusal = checked.status().message();
+        // Refused: no KV pool, no requests (the engine would not start).
+        memory.fits = false;
+        memory.kv_tokens_per_rank = 0;
+        memory.kv_tokens_total = 0;
+        memory.max_requests = 0;
+        return checked.status().message();
     }
     if (pool > 0) memory.kv_tokens_per_rank = pool;
     memory.kv_tokens_total = memory.kv_tokens_per_rank * layout.attn_dp;
     memory.max_requests = memory.kv_tokens_per_rank / request.memory.context_tokens * layout.attn_dp;
-    return refusal;
+    return std::string();
 }
 
 }  // namespace
@@ -284,6 +288,7 @@ Result<Plan> make_plan(const ModelConfig& config, const HardwareProfile& hardwar
         plan.layouts.push_back(std::move(lp));
     }
 
+    if (!plan.any_fits) plan.memory_verdict = memory_verdict(plan);
     for (size_t ci = 0; ci < request.concurrency.size(); ++ci) {
         Recommendation rec;
         rec.concurrency = request.concurrency[ci];
@@ -312,11 +317,10 @@ Result<Plan> make_plan(const ModelConfig& config, const HardwareProfile& hardwar
                 "no layout holds {} requests × {} tokens of KV; the most is {} requests ({})",
                 rec.concurrency, request.memory.context_tokens, most->memory.max_requests, most->spec);
         } else {
-            rec.reason = "no layout fits the weights";
+            rec.reason = plan.memory_verdict.empty() ? "no layout fits the weights" : plan.memory_verdict;
         }
         plan.recommendations.push_back(std::move(rec));
     }
-    if (!plan.any_fits) plan.memory_verdict = memory_verdict(plan);
     return plan;
 }
 

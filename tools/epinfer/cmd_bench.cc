@@ -282,9 +282,10 @@ Status write_json(const std::string& path, const Communicator& comm, const Bench
     return Status::ok();
 }
 
-// --min-bytes / --max-bytes as given: decimal digits, then an optional unit (K, M, G, ...). Runs before
-// CLI::AsSizeValue, whose strtoull would take "-1" as 2^64 − 1, "010" as octal and "0x10" as hex;
-// leading zeros are dropped.
+// --min-bytes / --max-bytes as given: decimal digits, then an optional unit (K, KB, KiB, M, G, ...: binary
+// multiples, CLI::AsSizeValue's). Runs before AsSizeValue, whose strtoull would take "-1" as 2^64 − 1, "010"
+// as octal and "0x10" as hex, and clamp 20 digits to 2^64 − 1; leading zeros are dropped. Sizes are then
+// rounded down to whole fp32 elements (the byte column shows the sizes run).
 CLI::Validator decimal_byte_count() {
     return CLI::Validator(
         [](std::string& value) -> std::string {
@@ -292,9 +293,10 @@ CLI::Validator decimal_byte_count() {
             const bool unit_ok = std::all_of(value.begin() + static_cast<ptrdiff_t>(digits), value.end(),
                                              [](unsigned char c) { return std::isalpha(c) != 0; });
             if (digits == 0 || !unit_ok)
-                return "'" + value + "' is not a byte count (digits, then an optional K, M or G)";
+                return "'" + value + "' is not a byte count (digits, then an optional unit: K, KB, KiB, M, G, ...)";
             size_t zeros = 0;
             while (zeros + 1 < digits && value[zeros] == '0') ++zeros;
+            if (digits - zeros > 10) return "'" + value + "' is too large (at most 1G)";  // before strtoull clamps it
             value.erase(0, zeros);
             return "";
         },

@@ -224,6 +224,9 @@ TEST(BenchCli, BenchCommSizesAreDecimalByteCounts) {
                           "--min-bytes: '0x10' is not a byte count");
     expect_one_line_error(run_epinfer("bench comm --ranks 1 --min-bytes 1.5K"),
                           "--min-bytes: '1.5K' is not a byte count");
+    // 20 digits were clamped to 2^64 − 1 by strtoull and reported as that.
+    expect_one_line_error(run_epinfer("bench comm --ranks 1 --min-bytes 99999999999999999999"),
+                          "--min-bytes: '99999999999999999999' is too large (at most 1G)");
     // Leading zeros are decimal: 010 is 10 bytes, not octal 8.
     expect_one_line_error(run_epinfer("bench comm --ranks 1 --min-bytes 010 --max-bytes 8"),
                           "--min-bytes 10 and --max-bytes 8");

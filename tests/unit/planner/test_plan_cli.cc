@@ -296,6 +296,11 @@ TEST(PlanCli, KvCacheTokensAndMemoryFractionDecideTheFitAsTheEngine) {
               std::string::npos)
         << refusal;
     EXPECT_EQ(doc["memory_verdict"], "nothing fits: " + refusal);
+    // A refused layout holds no KV and no request, and the recommendation names the refusal (not the weights).
+    EXPECT_EQ(no["memory"]["kv_tokens_per_rank"], 0);
+    EXPECT_EQ(no["memory"]["max_requests"], 0);
+    for (const nlohmann::json& d : no["decode"]) EXPECT_FALSE(d["kv_fits"].get<bool>());
+    for (const nlohmann::json& r : doc["recommendations"]) EXPECT_EQ(r["reason"], doc["memory_verdict"]);
 
     CliResult runs = run_plan(args + " --memory-fraction 0.95 --kv-cache-tokens 16384");
     ASSERT_EQ(runs.exit_code, 0) << runs.err;
