@@ -30,7 +30,6 @@ read as such) at 4.8 TB/s, prefill on the causal FLOPs at 989 TFLOP/s. The table
 import argparse
 import json
 import math
-import statistics
 import sys
 import warnings
 
@@ -38,24 +37,12 @@ import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
+from moe_peers import time_us  # the same event timing with an L2 flush
+
 PEAK_BYTES_PER_S = 4.8e12
 PEAK_FLOPS_PER_S = 989e12
 FLUSH_BYTES = 512 << 20
 PEERS = (("flash", SDPBackend.FLASH_ATTENTION), ("cudnn", SDPBackend.CUDNN_ATTENTION))
-
-
-def time_us(fn, repeats, flush):
-    for _ in range(3):
-        fn()
-    starts = [torch.cuda.Event(enable_timing=True) for _ in range(repeats)]
-    ends = [torch.cuda.Event(enable_timing=True) for _ in range(repeats)]
-    for i in range(repeats):
-        flush.fill_(i & 0xFF)
-        starts[i].record()
-        fn()
-        ends[i].record()
-    torch.cuda.synchronize()
-    return statistics.median(1000.0 * s.elapsed_time(e) for s, e in zip(starts, ends))
 
 
 def inputs(row, dev, gen):
@@ -95,7 +82,7 @@ def run_peer(backend, q, k, v, causal, scale, repeats, flush):
                 except Exception as exc:  # a refusal: try the next call, report if none runs
                     reasons.append(f"{mode}: {reason_of(exc, caught)}")
                     continue
-            return time_us(call, repeats, flush), mode, None
+            return time_us(call, repeats, flush, warmups=3), mode, None
         except Exception as exc:  # failed while timing
             reasons.append(f"{mode}: {reason_of(exc, [])}")
     return None, None, " | ".join(reasons)

@@ -92,8 +92,9 @@ def bench_routing(tokens, row, zipf, seed):
     return ids
 
 
-def time_us(fn, repeats, flush):
-    for _ in range(2):
+def time_us(fn, repeats, flush, warmups=2):
+    """Median µs of `repeats` calls of fn, each after `flush` is rewritten (L2 flush), after warm-up calls."""
+    for _ in range(warmups):
         fn()
     starts = [torch.cuda.Event(enable_timing=True) for _ in range(repeats)]
     ends = [torch.cuda.Event(enable_timing=True) for _ in range(repeats)]

@@ -14,28 +14,7 @@ REPEATS=${REPEATS:-15}
 PEER_REPEATS=${PEER_REPEATS:-10}
 TOKENS=${TOKENS:-1,8,64,256,1024,4096,16384}
 
-for d in /usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib \
-         $(ls -d /opt/torch/.venv/lib/python3*/site-packages/nvidia/cu*/lib 2>/dev/null); do
-    [ -d "$d" ] && LD_LIBRARY_PATH="$d:${LD_LIBRARY_PATH:-}"
-done
-if [ -n "${BIN_DIR:-}" ]; then
-    LD_LIBRARY_PATH="$PWD/$BIN_DIR/lib:$LD_LIBRARY_PATH"
-    EPINFER="$BIN_DIR/epinfer"
-    TESTS="$BIN_DIR/epinfer_test_cuda"
-else
-    cmake -S . -B build-gpu -G Ninja -DEPINFER_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90a -DEPINFER_MPI=OFF \
-        >"$OUT_DIR/build.txt" 2>&1 && ninja -C build-gpu -j16 epinfer epinfer_test_cuda >>"$OUT_DIR/build.txt" 2>&1 \
-        || { tail -30 "$OUT_DIR/build.txt"; exit 1; }
-    EPINFER=build-gpu/tools/epinfer/epinfer
-    TESTS=build-gpu/tests/epinfer_test_cuda
-fi
-export LD_LIBRARY_PATH
-
-{
-    date -u +"date %Y-%m-%dT%H:%M:%SZ"
-    git rev-parse HEAD 2>/dev/null | sed 's/^/commit /'
-    nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu,power.draw --format=csv
-} >"$OUT_DIR/bench.txt" 2>&1
+. bench/gpu_bins.sh  # LD_LIBRARY_PATH, EPINFER, TESTS, $OUT_DIR/bench.txt
 
 echo "== tests"
 timeout 100 "$TESTS" --gtest_output=xml:"$OUT_DIR/tests.xml" >"$OUT_DIR/tests.txt" 2>&1

@@ -27,6 +27,7 @@
 #if EPINFER_WITH_CUDA
 #include "backend/cuda/attention_bench.h"
 #include "backend/cuda/moe_bench.h"
+#include "bench_ceilings.h"
 #endif
 
 namespace epinfer::cli {
@@ -161,12 +162,7 @@ Status run_bench_attention(const BenchAttentionOptions& opts) {
     auto ceilings = cuda::cuda_bench_ceilings();
     if (!ceilings.is_ok()) return ceilings.status().with_context("bench attention");
     const cuda::MoeBenchCeilings& ceil = ceilings.value();
-    fmt::print("GPU {} ({} SMs), driver {}, CUDA runtime {}\n", ceil.gpu_name, ceil.num_sms, ceil.driver_version,
-               ceil.runtime_version);
-    fmt::print("ceilings: read-only stream (16-byte loads, {:.1f} GiB) {:.0f} GB/s = {:.2f} of 4.8 TB/s; "
-               "cuBLAS bf16 GEMM {}^3 {:.0f} TFLOP/s = {:.2f} of 989\n",
-               ceil.stream_read_bytes / (1ull << 30), ceil.stream_read_gbps, ceil.stream_read_gbps / 4800.0,
-               ceil.gemm_size, ceil.gemm_tflops, ceil.gemm_tflops / 989.0);
+    print_bench_ceilings(ceil);
     fmt::print("KV cache fp32 in blocks of {} tokens (shuffled); median of {} graph replays after a 512 MiB L2 "
                "flush; targets: decode SOL_bf16 >= {:.2f}, prefill SOL_flop >= {:.2f}\n",
                bench.kv_block_size, opts.repeats, kDecodeTargetSol, kPrefillTargetSol);
@@ -174,21 +170,12 @@ Status run_bench_attention(const BenchAttentionOptions& opts) {
                "{:>6}  {}\n",
                "shape", "phase", "Nh/kv", "D", "B", "ctx", "time_us", "KV_GB", "bf16_GB", "GB/s", "SOL", "SOLbf",
                "stream", "GFLOP", "TFLOP/s", "SOLfl", "issue SOL vs target");
-    nlohmann::json doc = {{"bench", "attention"},
-                          {"gpu", ceil.gpu_name},
-                          {"num_sms", ceil.num_sms},
-                          {"driver_version", ceil.driver_version},
-                          {"runtime_version", ceil.runtime_version},
-                          {"repeats", opts.repeats},
-                          {"kv_dtype", "fp32"},
-                          {"kv_block_size", bench.kv_block_size},
-                          {"peak_bytes_per_s", cuda::kH200PeakBytesPerS},
-                          {"peak_flops_per_s", cuda::kH200PeakBf16FlopsPerS},
-                          {"ceilings", {{"stream_read_bytes", ceil.stream_read_bytes},
-                                        {"stream_read_gbps", ceil.stream_read_gbps},
-                                        {"gemm_size", ceil.gemm_size},
-                                        {"gemm_tflops", ceil.gemm_tflops}}},
-                          {"rows", nlohmann::json::array()}};
+    nlohmann::json doc = bench_ceilings_json(ceil);
+    doc["bench"] = "attention";
+    doc["repeats"] = opts.repeats;
+    doc["kv_dtype"] = "fp32";
+    doc["kv_block_size"] = bench.kv_block_size;
+    doc["rows"] = nlohmann::json::array();
     EPI_RETURN_IF_ERROR(cuda::cuda_bench_attention(cases, bench, [&](const AttentionBenchRow& row) {
         const RowFigures f = figures(row, ceil.stream_read_gbps);
         print_row(row, f);

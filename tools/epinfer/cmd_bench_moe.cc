@@ -26,6 +26,7 @@
 #include "profile_out.h"
 #if EPINFER_WITH_CUDA
 #include "backend/cuda/moe_bench.h"
+#include "bench_ceilings.h"
 #endif
 
 namespace epinfer::cli {
@@ -150,12 +151,7 @@ Status run_bench_moe(const BenchMoeOptions& opts) {
         shapes.push_back(shape);
     }
     EPI_ASSIGN_OR_RETURN(cuda::MoeBenchCeilings ceil, cuda::cuda_bench_ceilings());
-    fmt::print("GPU {} ({} SMs), driver {}, CUDA runtime {}\n", ceil.gpu_name, ceil.num_sms, ceil.driver_version,
-               ceil.runtime_version);
-    fmt::print("ceilings: read-only stream (16-byte loads, {:.1f} GiB) {:.0f} GB/s = {:.2f} of 4.8 TB/s; "
-               "cuBLAS bf16 GEMM {}^3 {:.0f} TFLOP/s = {:.2f} of 989\n",
-               ceil.stream_read_bytes / (1ull << 30), ceil.stream_read_gbps, ceil.stream_read_gbps / 4800.0,
-               ceil.gemm_size, ceil.gemm_tflops, ceil.gemm_tflops / 989.0);
+    print_bench_ceilings(ceil);
     if (!opts.profile_out.empty()) {
         planner::Calibration cal;
         cal.source = fmt::format("{}, GPU {}, driver {}", calibration_source(), ceil.gpu_name, ceil.driver_version);
@@ -164,19 +160,10 @@ Status run_bench_moe(const BenchMoeOptions& opts) {
     }
     fmt::print("{:<24} {:<7} {:>6} {:>5} {:>9} {:>10} {:>10} {:>7} {:>7} {:>5} {:>10} {:>5}  {}\n", "shape", "routing",
                "T", "exp", "GB", "GFLOP", "time_us", "GB/s", "TFLOP/s", "SOL", "routed_us", "rSOL", "tiling");
-    nlohmann::json doc = {{"gpu", ceil.gpu_name},
-                          {"num_sms", ceil.num_sms},
-                          {"driver_version", ceil.driver_version},
-                          {"runtime_version", ceil.runtime_version},
-                          {"repeats", opts.repeats},
-                          {"seed", opts.seed},
-                          {"peak_bytes_per_s", cuda::kH200PeakBytesPerS},
-                          {"peak_flops_per_s", cuda::kH200PeakBf16FlopsPerS},
-                          {"ceilings", {{"stream_read_bytes", ceil.stream_read_bytes},
-                                        {"stream_read_gbps", ceil.stream_read_gbps},
-                                        {"gemm_size", ceil.gemm_size},
-                                        {"gemm_tflops", ceil.gemm_tflops}}},
-                          {"rows", nlohmann::json::array()}};
+    nlohmann::json doc = bench_ceilings_json(ceil);
+    doc["repeats"] = opts.repeats;
+    doc["seed"] = opts.seed;
+    doc["rows"] = nlohmann::json::array();
     for (const cuda::MoeBenchShape& shape : shapes) {
         auto result = cuda::cuda_bench_moe(shape, bench);
         if (!result.is_ok()) return result.status().with_context(fmt::format("bench moe {}", shape.name));
