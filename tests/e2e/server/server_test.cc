@@ -616,12 +616,7 @@ TEST(SlowServer, HealthIs503WhileAStepOutlastsTheStallBound) {
     body["max_tokens"] = 200;
     BackgroundStream client(port, body);
     ASSERT_TRUE(client.wait_started());
-    HttpReply stalled;
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
-    while (std::chrono::steady_clock::now() < deadline) {
-        stalled = http_get(port, "/health");
-        if (stalled.status != 200) break;
-    }
+    const HttpReply stalled = wait_for_health(port, /*healthy=*/false, /*timeout_s=*/30.0);
     expect_json_error(stalled, 503, "the engine has been in one step for ");
     EXPECT_NE(stalled.body.find("with requests pending (over --health-stall-s 0.001 s): a rank may be stuck"),
               std::string::npos)

@@ -218,6 +218,18 @@ inline bool wait_for_metric(int port, const std::string& series, double value, d
     return false;
 }
 
+// Polls GET /health every poll_ms until its status is 200 (healthy) or not (!healthy), for at most timeout_s;
+// returns the last reply (whose status says whether the wait got there).
+inline HttpReply wait_for_health(int port, bool healthy, double timeout_s, int poll_ms = 5) {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
+    HttpReply reply = http_get(port, "/health");
+    while ((reply.status == 200) != healthy && std::chrono::steady_clock::now() < deadline) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(poll_ms));
+        reply = http_get(port, "/health");
+    }
+    return reply;
+}
+
 // Every KV block returned and no request left in the engine.
 inline void expect_engine_idle(int port) {
     EXPECT_TRUE(wait_for_metric(port, "epinfer_kv_blocks_used", 0.0)) << http_get(port, "/metrics").body;

@@ -226,26 +226,12 @@ TEST(ServeMpi, StoppedFollowerMakesHealth503) {
     BackgroundStream client(port, stream_body(kMaxTokens));
     ASSERT_TRUE(client.wait_started());
     ASSERT_EQ(kill(follower, SIGSTOP), 0);
-    HttpReply stalled;
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
-    while (std::chrono::steady_clock::now() < deadline) {
-        stalled = http_get(port, "/health");
-        if (stalled.status != 200) break;
-        std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    }
-    const std::chrono::steady_clock::time_point seen = std::chrono::steady_clock::now();
+    const HttpReply stalled = wait_for_health(port, /*healthy=*/false, /*timeout_s=*/20.0, /*poll_ms=*/100);
     ASSERT_EQ(kill(follower, SIGCONT), 0);
     expect_json_error(stalled, 503, "the engine has been in one step for ");
     EXPECT_NE(stalled.body.find("(over --health-stall-s 1 s): a rank may be stuck"), std::string::npos)
         << stalled.body;
-    EXPECT_LT(seen, deadline);
-    HttpReply resumed;
-    const auto resume_deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
-    while (std::chrono::steady_clock::now() < resume_deadline) {
-        resumed = http_get(port, "/health");
-        if (resumed.status == 200) break;
-        std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    }
+    const HttpReply resumed = wait_for_health(port, /*healthy=*/true, /*timeout_s=*/20.0, /*poll_ms=*/100);
     EXPECT_EQ(resumed.status, 200) << resumed.body;
     client.join();
     std::filesystem::remove_all(config_dir);
