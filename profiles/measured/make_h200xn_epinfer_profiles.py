@@ -52,8 +52,9 @@ GRAPH_KERNEL_US = 0.5  # gpu.graph_kernel_us of the base
 # both profiles (the host is the same). Measured: docs/benchmarks/multi_gpu.md "Layouts on 4x H200", build
 # 01c461a, --memory-fraction 0.95 --kv-cache-tokens 16384. Predicted at 0: epinfer plan --model
 # tests/data/configs/qwen3_235b_a22b.json --hardware h200x4_{link}_epinfer_2026-11-29.json --gpus 4
-# --layout dp4-ep4 --input-len 128 --output-len 128 --concurrency 1,8,64,256 (the planner that added the
-# term, its kernels and this profile with host_round_trip_us 0).
+# --layout dp4-ep4 --input-len 128 --output-len 128 --concurrency 1,8,64,256 --kv-cache-dtype fp32 (the
+# planner that added the term, its kernels, the engine's fp32 KV then, and this profile with
+# host_round_trip_us 0).
 DP4EP4_TPOT_MS = {  # link: (measured, predicted at 0) at C = 1, 8, 64, 256
     "nvlink": ([71.97, 92.56, 145.30, 150.20], [62.858, 68.203, 85.164, 96.403]),
     "no_p2p": ([70.18, 94.25, 144.05, 165.13], [62.983, 68.756, 90.221, 107.386]),

@@ -41,6 +41,15 @@ Status check_count(const char* op, const char* field, int64_t value) {
     return Status::ok();
 }
 
+// The KV cache's element type: F32 or BF16.
+Status check_kv_dtype(const char* op, const char* field, DType dtype) {
+    if (dtype != DType::kF32 && dtype != DType::kBF16) {
+        return {StatusCode::kNotSupported, std::string(op) + ": " + field + " " + dtype_name(dtype) +
+                                               " is not supported (F32 or BF16)"};
+    }
+    return Status::ok();
+}
+
 }  // namespace
 
 Status embedding_check(const EmbeddingArgs& a) {
@@ -107,6 +116,7 @@ Status attention_check(const AttentionArgs& a) {
     EPI_RETURN_IF_ERROR(check_positive(op, "num_kv_heads", a.num_kv_heads));
     EPI_RETURN_IF_ERROR(check_positive(op, "head_dim_qk", a.head_dim_qk));
     EPI_RETURN_IF_ERROR(check_positive(op, "head_dim_v", a.head_dim_v));
+    EPI_RETURN_IF_ERROR(check_kv_dtype(op, "kv_dtype", a.kv_dtype));
     if (a.num_heads % a.num_kv_heads != 0) {
         return bad(op, "num_kv_heads " + std::to_string(a.num_kv_heads) + " does not divide num_heads " +
                            std::to_string(a.num_heads));
@@ -137,6 +147,7 @@ Status kv_cache_store_check(const KvCacheStoreArgs& a) {
     EPI_RETURN_IF_ERROR(check_count(op, "num_tokens", a.num_tokens));
     EPI_RETURN_IF_ERROR(check_positive(op, "width", a.width));
     EPI_RETURN_IF_ERROR(check_positive(op, "num_pool_rows", a.num_pool_rows));
+    EPI_RETURN_IF_ERROR(check_kv_dtype(op, "pool_dtype", a.pool_dtype));
     if (a.src_row_stride < a.width) {
         return bad(op, "src_row_stride " + std::to_string(a.src_row_stride) + " < width " + std::to_string(a.width));
     }

@@ -86,10 +86,13 @@ struct RopeArgs {
 //   kv_block_tables[s · block_table_stride + j / kv_block_size] · kv_block_size + j % kv_block_size
 // (rows k_token_stride / v_token_stride elements apart, as without paging). Table entries past a sequence's
 // blocks may be −1 (padding); a negative entry a query reaches is an error of the op.
+// K and V are fp32 or bf16 (kv_dtype; a bf16 KV cache as vLLM's and SGLang's default "auto" cache dtype
+// for bf16 models); scores, softmax and the weighted sum are fp32 either way.
 struct AttentionArgs {
     const float* q = nullptr;            // [T, Nh, Dqk] fp32, device (strides below)
-    const float* k = nullptr;            // [S, Nkv, Dqk] fp32, device; paged: [num_blocks·bs, Nkv, Dqk]
-    const float* v = nullptr;            // [S, Nkv, Dv] fp32, device; paged: [num_blocks·bs, Nkv, Dv]
+    const void* k = nullptr;             // [S, Nkv, Dqk] kv_dtype, device; paged: [num_blocks·bs, Nkv, Dqk]
+    const void* v = nullptr;             // [S, Nkv, Dv] kv_dtype, device; paged: [num_blocks·bs, Nkv, Dv]
+    DType kv_dtype = DType::kF32;        // kF32 or kBF16 (strides below count elements of this dtype)
     const int32_t* positions = nullptr;  // [T] int32, device; query t sees keys 0..positions[t] (< S)
     float* out = nullptr;                // [T, Nh, Dv] fp32, device; must not overlap q, k or v
     int64_t num_tokens = 0;              // T (0 allowed)
@@ -112,10 +115,12 @@ struct AttentionArgs {
 };
 
 // Paged KV-cache write (vLLM's reshape_and_cache with a slot mapping): pool row slot_mapping[t] ← row t
-// of src, for every t. The slots of one call must be distinct.
+// of src, for every t, converted to pool_dtype (bf16: round to nearest even). The slots of one call must be
+// distinct.
 struct KvCacheStoreArgs {
     const float* src = nullptr;             // [T, width] fp32, device, rows src_row_stride elements apart
-    float* pool = nullptr;                  // [num_pool_rows, width] fp32, device (packed rows)
+    void* pool = nullptr;                   // [num_pool_rows, width] pool_dtype, device (packed rows)
+    DType pool_dtype = DType::kF32;         // kF32 or kBF16
     const int64_t* slot_mapping = nullptr;  // [T] int64, device, each in [0, num_pool_rows)
     int64_t num_tokens = 0;                 // T (0 allowed)
     int64_t width = 0;                      // elements per row, ≥ 1

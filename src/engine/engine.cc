@@ -197,7 +197,8 @@ Result<std::unique_ptr<Engine>> Engine::create(Model& model, const EngineOptions
     so.num_groups = par != nullptr ? par->layout.attn_dp : 1;
     EPI_ASSIGN_OR_RETURN(Scheduler scheduler, Scheduler::create(so));
     EPI_ASSIGN_OR_RETURN(KvBlockPool pool,
-                         KvBlockPool::create(model, options.num_kv_blocks, options.block_size));
+                         KvBlockPool::create(model, options.num_kv_blocks, options.block_size,
+                                             options.kv_cache_dtype));
     std::unique_ptr<Engine> engine(new Engine());
     engine->impl_ = std::make_unique<Impl>(model, options, std::move(pool), std::move(scheduler));
     Impl& m = *engine->impl_;

@@ -38,6 +38,7 @@ struct EngineOptions {
     int64_t max_step_tokens = 2048;  // tokens in one step at most (per attention-DP group: decode tokens
                                      // + prefill chunks; a longer prompt is prefilled in chunks), ≥ 1
     int64_t max_waiting = 4096;      // queued requests at most; add_request beyond → kUnavailable, ≥ 1
+    DType kv_cache_dtype = DType::kF32;  // element of the KV block pool: kF32 or kBF16
 };
 
 struct EngineStats {

@@ -98,7 +98,8 @@ Status generate_request_check(const ModelConfig& config, const GenerateRequest& 
     return sampling_params_check(r.sampling);
 }
 
-Result<GenerateOutput> generate(Model& model, std::span<const GenerateRequest> requests) {
+Result<GenerateOutput> generate(Model& model, std::span<const GenerateRequest> requests,
+                                DType kv_cache_dtype) {
     const ParallelContext* par = model.parallel();
     const bool multi_rank = par != nullptr && par->world->size() > 1;
     const bool driver = par == nullptr || par->world->rank() == 0;
@@ -129,6 +130,7 @@ Result<GenerateOutput> generate(Model& model, std::span<const GenerateRequest> r
     options.max_running = static_cast<int64_t>(requests.size());
     options.max_step_tokens += options.max_running;
     options.max_waiting = static_cast<int64_t>(requests.size());
+    options.kv_cache_dtype = kv_cache_dtype;
     EPI_ASSIGN_OR_RETURN(std::unique_ptr<Engine> engine, Engine::create(model, options));
 
     if (driver) {

@@ -43,11 +43,12 @@ Status generate_request_check(const ModelConfig& config, const GenerateRequest& 
 // Under a parallel layout (Model::parallel()) every rank calls it with the same requests: world rank 0
 // drives an Engine, the others follow it (Engine::run_follower); with DP attention request i runs on
 // attention-DP group i mod attn_dp; the outputs are broadcast from rank 0 so that every rank returns all
-// of them. The KV pool is sized for every request, so nothing is preempted. stats: token counts of this
-// rank's own sequences (its attention-DP group's), seconds as measured by rank 0 (prefill: the first
-// step, which also samples each request's first token).
+// of them. The KV pool (of kv_cache_dtype elements, kF32 or kBF16) is sized for every request, so nothing
+// is preempted. stats: token counts of this rank's own sequences (its attention-DP group's), seconds as
+// measured by rank 0 (prefill: the first step, which also samples each request's first token).
 // Errors: as generate_request_check (naming the request), then those of Engine (Model::forward,
 // the communicator, kDataLoss for non-finite logits).
-Result<GenerateOutput> generate(Model& model, std::span<const GenerateRequest> requests);
+Result<GenerateOutput> generate(Model& model, std::span<const GenerateRequest> requests,
+                                DType kv_cache_dtype = DType::kF32);
 
 }  // namespace epinfer

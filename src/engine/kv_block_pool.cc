@@ -6,18 +6,20 @@
 
 namespace epinfer {
 
-KvPoolShape kv_pool_shape(const Model& model) {
+KvPoolShape kv_pool_shape(const Model& model, DType dtype) {
     KvPoolShape shape;
     shape.num_layers = model.config().num_hidden_layers;
     shape.layers = model.parallel() != nullptr ? model.parallel()->pipeline_stage.layers
                                                : ShardRange{0, shape.num_layers};
     shape.k_width = model.kv_k_width();
     shape.v_width = model.kv_v_width();
+    shape.dtype = dtype;
     return shape;
 }
 
-Result<KvBlockPool> KvBlockPool::create(const Model& model, int64_t num_blocks, int64_t block_size) {
-    return create(model.backend(), kv_pool_shape(model), num_blocks, block_size);
+Result<KvBlockPool> KvBlockPool::create(const Model& model, int64_t num_blocks, int64_t block_size,
+                                        DType dtype) {
+    return create(model.backend(), kv_pool_shape(model, dtype), num_blocks, block_size);
 }
 
 Result<KvBlockPool> KvBlockPool::create(Backend& backend, const KvPoolShape& shape, int64_t num_blocks,
@@ -39,8 +41,13 @@ Result<KvBlockPool> KvBlockPool::create(Backend& backend, const KvPoolShape& sha
         return invalid_argument(what + "k_width " + std::to_string(shape.k_width) + " / v_width " +
                                 std::to_string(shape.v_width) + " (need k_width ≥ 1, v_width ≥ 0)");
     }
+    if (shape.dtype != DType::kF32 && shape.dtype != DType::kBF16) {
+        return invalid_argument(what + "dtype " + dtype_name(shape.dtype) +
+                                " is not supported (F32 or BF16)");
+    }
+    const auto element_bytes = static_cast<int64_t>(dtype_size(shape.dtype));
     const int64_t rows = num_blocks * block_size;
-    if (rows > std::numeric_limits<int64_t>::max() / 4 / (shape.k_width + shape.v_width) /
+    if (rows > std::numeric_limits<int64_t>::max() / element_bytes / (shape.k_width + shape.v_width) /
                    std::max<int64_t>(shape.layers.size, 1)) {
         return invalid_argument(what + std::to_string(num_blocks) + " blocks of " +
                                 std::to_string(block_size) + " tokens overflow a byte count");
@@ -50,8 +57,7 @@ Result<KvBlockPool> KvBlockPool::create(Backend& backend, const KvPoolShape& sha
     pool.shape_ = shape;
     pool.block_size_ = block_size;
     pool.num_blocks_ = num_blocks;
-    pool.storage_bytes_ =
-        rows * (shape.k_width + shape.v_width) * static_cast<int64_t>(sizeof(float)) * shape.layers.size;
+    pool.storage_bytes_ = rows * (shape.k_width + shape.v_width) * element_bytes * shape.layers.size;
     pool.k_.resize(static_cast<size_t>(shape.num_layers));
     pool.v_.resize(static_cast<size_t>(shape.num_layers));
     const std::string oom_context =
@@ -59,9 +65,11 @@ Result<KvBlockPool> KvBlockPool::create(Backend& backend, const KvPoolShape& sha
         std::to_string(shape.layers.size) + " layers need " + std::to_string(pool.storage_bytes_) + " bytes";
     for (int64_t l = shape.layers.begin; l < shape.layers.end(); ++l) {
         const auto at = static_cast<size_t>(l);
-        Result<DeviceBuffer> k = DeviceBuffer::alloc_f32(backend, rows * shape.k_width);
+        Result<DeviceBuffer> k =
+            DeviceBuffer::alloc(backend, static_cast<size_t>(rows * shape.k_width * element_bytes));
         if (!k.is_ok()) return k.status().with_context(oom_context);
-        Result<DeviceBuffer> v = DeviceBuffer::alloc_f32(backend, rows * shape.v_width);
+        Result<DeviceBuffer> v =
+            DeviceBuffer::alloc(backend, static_cast<size_t>(rows * shape.v_width * element_bytes));
         if (!v.is_ok()) return v.status().with_context(oom_context);
         pool.k_[at] = std::move(k).value();
         pool.v_[at] = std::move(v).value();
@@ -107,9 +115,10 @@ std::vector<LayerKvCache> KvBlockPool::views(std::span<const int32_t> block_tabl
         LayerKvCache& view = out[static_cast<size_t>(l)];
         view.block_size = block_size_;
         view.num_tokens = num_tokens;
+        view.dtype = shape_.dtype;
         if (l < shape_.layers.begin || l >= shape_.layers.end()) continue;  // another pipeline stage
-        view.k_pool = k_[static_cast<size_t>(l)].f32();
-        view.v_pool = shape_.v_width > 0 ? v_[static_cast<size_t>(l)].f32() : nullptr;
+        view.k_pool = k_[static_cast<size_t>(l)].data();
+        view.v_pool = shape_.v_width > 0 ? v_[static_cast<size_t>(l)].data() : nullptr;
         view.block_table = block_table;
         view.num_blocks = num_blocks_;
     }

@@ -2,9 +2,11 @@
 // of KV rows, and the free list of block ids. A sequence owns a block table (block ids in position order):
 // position p lives in block table[p / block_size], row p % block_size of that block.
 //
-// Storage per layer (fp32, on the model's backend):
+// Storage per layer (KvPoolShape::dtype, fp32 or bf16, on the model's backend):
 //   k: [num_blocks, block_size, Model::kv_k_width()]  (GQA: K after q/k norm and RoPE; MLA: the latent)
 //   v: [num_blocks, block_size, Model::kv_v_width()]  (GQA only; MLA has no V rows)
+// A bf16 pool holds half the bytes of an fp32 one (rows rounded to nearest even when stored; attention
+// computes in fp32 either way).
 // Block ids are the same in every layer. Only the layers of this rank's pipeline stage hold storage. The
 // sizing (how many blocks fit) is the caller's: see planner/memory_model.h.
 #pragma once
@@ -26,18 +28,22 @@ struct KvPoolShape {
     ShardRange layers;       // layers with storage, [layers.begin, layers.end()) ⊆ [0, L)
     int64_t k_width = 0;     // elements per token per layer of k, ≥ 1
     int64_t v_width = 0;     // of v; 0 = no V rows (MLA)
+    DType dtype = DType::kF32;  // element of k and v: kF32 or kBF16
 };
 
 // The shape `model` needs on this rank: every layer, or under a layout (Model::parallel()) the layers of
-// this rank's pipeline stage; widths Model::kv_k_width() / kv_v_width() (this rank's KV heads).
-KvPoolShape kv_pool_shape(const Model& model);
+// this rank's pipeline stage; widths Model::kv_k_width() / kv_v_width() (this rank's KV heads); elements
+// of `dtype`.
+KvPoolShape kv_pool_shape(const Model& model, DType dtype = DType::kF32);
 
 class KvBlockPool {
 public:
-    // num_blocks ≥ 1 blocks of block_size ≥ 1 tokens for the layers `model` runs on this rank
-    // (kv_pool_shape(model)), on model.backend().
-    // Errors: kInvalidArgument (a size < 1), kOutOfMemory naming the bytes asked for.
-    static Result<KvBlockPool> create(const Model& model, int64_t num_blocks, int64_t block_size);
+    // num_blocks ≥ 1 blocks of block_size ≥ 1 tokens of `dtype` elements for the layers `model` runs on
+    // this rank (kv_pool_shape(model, dtype)), on model.backend().
+    // Errors: kInvalidArgument (a size < 1, a dtype other than F32 and BF16), kOutOfMemory naming the
+    // bytes asked for.
+    static Result<KvBlockPool> create(const Model& model, int64_t num_blocks, int64_t block_size,
+                                      DType dtype = DType::kF32);
     // The same for an explicit shape (tests, tools). Errors: also kInvalidArgument for a bad shape.
     static Result<KvBlockPool> create(Backend& backend, const KvPoolShape& shape, int64_t num_blocks,
                                       int64_t block_size);
@@ -48,7 +54,8 @@ public:
     // Blocks needed to hold num_tokens tokens: ceil(num_tokens / block_size).
     int64_t blocks_for(int64_t num_tokens) const { return (num_tokens + block_size_ - 1) / block_size_; }
     const KvPoolShape& shape() const { return shape_; }
-    // Bytes of K/V storage this pool holds (every layer with storage).
+    // Bytes of K/V storage this pool holds (every layer with storage): rows · (k_width + v_width) ·
+    // dtype_size(dtype) · layers.
     int64_t storage_bytes() const { return storage_bytes_; }
 
     // Appends `count` ≥ 0 free block ids to *table (lowest free ids first on a fresh pool, so a
@@ -62,7 +69,7 @@ public:
     // [L] per-layer views of one sequence for Model::forward (layers of other pipeline stages are empty
     // views: null pools, empty block table, but block_size and num_tokens set, as Model::forward reads
     // num_tokens of layer 0). block_table: host [n] ids; num_tokens: positions already filled. The views
-    // point into block_table, which must outlive them.
+    // carry the pool's dtype and point into block_table, which must outlive them.
     std::vector<LayerKvCache> views(std::span<const int32_t> block_table, int64_t num_tokens) const;
 
 private:
@@ -73,7 +80,7 @@ private:
     int64_t block_size_ = 0;
     int64_t num_blocks_ = 0;
     int64_t storage_bytes_ = 0;
-    std::vector<DeviceBuffer> k_, v_;  // [L] of [num_blocks, block_size, width] fp32; empty off the stage
+    std::vector<DeviceBuffer> k_, v_;  // [L] of [num_blocks, block_size, width] dtype; empty off the stage
     std::vector<int32_t> free_;        // free ids, the next to hand out at the back
     std::vector<uint8_t> allocated_;   // [num_blocks] 1 = in some block table
 };

@@ -87,9 +87,9 @@ Status gqa_attention_forward(Backend& backend, const GqaAttentionWeights& w, con
 
     AttentionArgs args;
     args.q = q.f32();
-    args.k = layer->k_pool;  // [num_blocks·block_size, Nkv, D], rows through the block tables
+    args.k = layer->k_pool;  // [num_blocks·block_size, Nkv, D] layer->dtype, rows through the block tables
     args.v = layer->v_pool;
-    set_paged_attention(batch, *layer, &args);
+    set_paged_attention(batch, *layer, &args);  // and kv_dtype
     args.positions = batch.positions;
     args.out = attn.f32();
     args.num_tokens = T;

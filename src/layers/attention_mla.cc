@@ -107,7 +107,7 @@ Status mla_attention_forward(Backend& backend, const MlaAttentionWeights& w, con
     for (const AttentionSequence& seq : batch.sequences) {
         const LayerKvCache& kv = *seq.kv;
         const int64_t n = seq.num_rows, r0 = seq.row_begin, S = kv.num_tokens + n;
-        // The naive expansion reads the whole prefix: gather it out of the blocks.
+        // The naive expansion reads the whole prefix: gather it out of the blocks (fp32; bf16 widened).
         EPI_ASSIGN_OR_RETURN(DeviceBuffer cached,
                              DeviceBuffer::alloc_f32(backend, S * latent_width));  // [S, R+Dr]
         EPI_RETURN_IF_ERROR(kv_cache_gather_rows(backend, kv, kv.k_pool, latent_width, S, cached.f32()));

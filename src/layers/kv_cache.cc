@@ -129,18 +129,20 @@ Result<const LayerKvCache*> batch_layer_cache(const AttentionBatch& batch) {
     for (const AttentionSequence& seq : batch.sequences) {
         EPI_RETURN_IF_ERROR(check_kv_capacity(seq));
         if (seq.kv->k_pool != first->k_pool || seq.kv->v_pool != first->v_pool ||
-            seq.kv->block_size != first->block_size || seq.kv->num_blocks != first->num_blocks) {
+            seq.kv->block_size != first->block_size || seq.kv->num_blocks != first->num_blocks ||
+            seq.kv->dtype != first->dtype) {
             return invalid_argument("attention: the sequences of a batch do not share one layer's KV pools");
         }
     }
     return first;
 }
 
-Status kv_cache_store_rows(Backend& backend, const AttentionBatch& batch, const LayerKvCache& layer, float* pool,
-                           int64_t width, const float* rows) {
+Status kv_cache_store_rows(Backend& backend, const AttentionBatch& batch, const LayerKvCache& layer,
+                           void* pool, int64_t width, const float* rows) {
     KvCacheStoreArgs args;
     args.src = rows;
     args.pool = pool;
+    args.pool_dtype = layer.dtype;
     args.slot_mapping = static_cast<const int64_t*>(batch.kv_metadata->slot_mapping.data());
     args.num_tokens = batch.kv_metadata->num_rows;
     args.width = width;
@@ -156,18 +158,34 @@ void set_paged_attention(const AttentionBatch& batch, const LayerKvCache& layer,
     args->num_sequences = meta.num_sequences;
     args->block_table_stride = meta.block_table_stride;
     args->kv_block_size = layer.block_size;
+    args->kv_dtype = layer.dtype;
     args->num_kv_tokens = meta.block_table_stride * layer.block_size;
 }
 
-Status kv_cache_gather_rows(Backend& backend, const LayerKvCache& kv, const float* pool, int64_t width,
+Status kv_cache_gather_rows(Backend& backend, const LayerKvCache& kv, const void* pool, int64_t width,
                             int64_t num_rows, float* out) {
     const char* what = "kv cache gather";
+    if (kv.dtype != DType::kF32 && kv.dtype != DType::kBF16) {
+        return not_supported(std::string(what) + ": pool dtype " + dtype_name(kv.dtype) +
+                             " is not supported (F32 or BF16)");
+    }
     EPI_RETURN_IF_ERROR(check_range(what, kv, width, 0, num_rows));
     if (num_rows == 0) return Status::ok();
     if (pool == nullptr || out == nullptr) return invalid_argument(std::string(what) + ": null pool or out");
+    const auto* pool_bytes = static_cast<const uint8_t*>(pool);
+    const size_t row_bytes = static_cast<size_t>(width) * dtype_size(kv.dtype);
     return for_each_pool_run(kv, 0, num_rows, [&](int64_t pool_row, int64_t offset, int64_t length) {
-        return backend.copy_on_device(out + offset * width, pool + pool_row * width,
-                                      static_cast<size_t>(length * width) * sizeof(float));
+        const void* src = pool_bytes + static_cast<size_t>(pool_row) * row_bytes;
+        if (kv.dtype == DType::kF32) {
+            return backend.copy_on_device(out + offset * width, src, static_cast<size_t>(length) * row_bytes);
+        }
+        CastArgs cast;
+        cast.src = src;
+        cast.src_dtype = DType::kBF16;
+        cast.dst = out + offset * width;
+        cast.dst_dtype = DType::kF32;
+        cast.num_elements = length * width;
+        return backend.cast(cast);
     });
 }
 

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "core/dtype.h"
 #include "core/status.h"
 
 namespace epinfer {
@@ -18,14 +19,17 @@ namespace epinfer {
 // The paged cache of one sequence in one layer. Position p of the sequence lives in block
 // block_table[p / block_size], row p % block_size of that block: pool row
 //   block_table[p / block_size] · block_size + p % block_size.
-//   GQA: k_pool, v_pool: [num_blocks, block_size, Nkv·D] fp32 (k after q/k norm and RoPE).
-//   MLA: k_pool: [num_blocks, block_size, kv_lora_rank + qk_rope_head_dim] fp32, the latent after
+//   GQA: k_pool, v_pool: [num_blocks, block_size, Nkv·D] dtype (k after q/k norm and RoPE).
+//   MLA: k_pool: [num_blocks, block_size, kv_lora_rank + qk_rope_head_dim] dtype, the latent after
 //        kv_a_layernorm and with RoPE applied to the k_pe part; v_pool unused (nullptr).
+// dtype is F32 or BF16 (rows rounded to nearest even when stored); attention reads either in fp32
+// arithmetic.
 // A layer of another pipeline stage gets an empty view (null pools, empty block table) that still carries
 // num_tokens.
 struct LayerKvCache {
-    float* k_pool = nullptr;               // [num_blocks, block_size, k_width] fp32, device
-    float* v_pool = nullptr;               // [num_blocks, block_size, v_width] fp32, device; nullptr for MLA
+    void* k_pool = nullptr;                // [num_blocks, block_size, k_width] dtype, device
+    void* v_pool = nullptr;                // [num_blocks, block_size, v_width] dtype, device; nullptr for MLA
+    DType dtype = DType::kF32;             // of both pools: kF32 or kBF16
     std::span<const int32_t> block_table;  // [n] int32, host: block ids in position order
     int64_t num_blocks = 0;  // blocks of the pools
     int64_t block_size = 0;  // tokens per block, ≥ 1
@@ -102,24 +106,27 @@ struct AttentionBatch {
 
 // The layer's cache (pools, block size, number of blocks) that every sequence of `batch` shares.
 // Errors: kInvalidArgument when the batch has no sequences or metadata, a view has no storage (a layer of
-// another pipeline stage?) or the views do not share their pools.
+// another pipeline stage?) or the views do not share their pools (and dtype).
 Result<const LayerKvCache*> batch_layer_cache(const AttentionBatch& batch);
 
 // Writes row t of `rows` ([T, width] fp32, device, packed) to pool row slot_mapping[t] of `pool` (the
-// layer's k_pool or v_pool, [num_blocks · block_size, width]): one kv_cache_store op for the batch.
-// Errors: op errors.
-Status kv_cache_store_rows(Backend& backend, const AttentionBatch& batch, const LayerKvCache& layer, float* pool,
-                           int64_t width, const float* rows);
+// layer's k_pool or v_pool, [num_blocks · block_size, width] layer.dtype; bf16 rounds to nearest even):
+// one kv_cache_store op for the batch.
+// Errors: op errors (kNotSupported for a layer.dtype other than F32 and BF16).
+Status kv_cache_store_rows(Backend& backend, const AttentionBatch& batch, const LayerKvCache& layer,
+                           void* pool, int64_t width, const float* rows);
 
-// Sets the paged fields of `args` (k/v pools are the caller's) from the batch metadata and `layer`;
-// num_kv_tokens = block_table_stride · block_size (a bound on every position, fixed for a table width).
+// Sets the paged fields of `args` (k/v pools are the caller's) from the batch metadata and `layer`:
+// kv_dtype = layer.dtype; num_kv_tokens = block_table_stride · block_size (a bound on every position,
+// fixed for a table width).
 void set_paged_attention(const AttentionBatch& batch, const LayerKvCache& layer, AttentionArgs* args);
 
-// Copies positions 0 .. num_rows − 1 of `pool` (through kv's block table) into out: [num_rows, width]
-// fp32, device (packed), one copy_on_device per run contiguous in the pool.
+// Copies positions 0 .. num_rows − 1 of `pool` (kv's k_pool or v_pool, kv.dtype, through kv's block
+// table) into out: [num_rows, width] fp32, device (packed), per run contiguous in the pool one
+// copy_on_device (F32 pool) or one cast to fp32 (BF16 pool, exact).
 // Errors: kInvalidArgument when num_rows exceeds the block table's capacity, a negative block id, or width
-// < 1; copy errors.
-Status kv_cache_gather_rows(Backend& backend, const LayerKvCache& kv, const float* pool, int64_t width,
+// < 1; kNotSupported for a kv.dtype other than F32 and BF16; copy and cast errors.
+Status kv_cache_gather_rows(Backend& backend, const LayerKvCache& kv, const void* pool, int64_t width,
                             int64_t num_rows, float* out);
 
 }  // namespace epinfer

@@ -1,11 +1,13 @@
 // What epinfer's runtime does per forward step, as the planner prices it: element sizes, the kernels one
 // layer launches and the activation bytes its kernels move. `epinfer plan` reads them (cost_model.h,
 // memory_model.h defaults); the runtime's start-up memory check (tools/epinfer/model_setup.cc) sets the same
-// fp32 sizes and should read these constants.
+// activation size and the KV size of the --kv-cache-dtype it runs.
 //
 // Read off the engine (docs/planner.md §6 "Engine facts"); when the engine changes, change this file and
 // tests/unit/planner/test_engine_facts.cc:
-//   KV cache          fp32 k/v pools (layers/kv_cache.h LayerKvCache::k_pool, v_pool)
+//   KV cache          k/v pools of --kv-cache-dtype (layers/kv_cache.h LayerKvCache::k_pool, v_pool, dtype):
+//                     `auto` is bf16 on CUDA (2 bytes, what a GPU plan prices) and fp32 on the CPU backend
+//                     (the exact reference); scores, softmax and the weighted sum are fp32 either way
 //   activations       fp32 [T, width] rows between ops and on the wire (models/model.cc, all_reduce_sum_f32,
 //                     ep_dispatch rows of H·4 bytes); the MoE's permuted rows, gate_up output and down output
 //                     are bf16 (the grouped GEMM's operands, backend/cuda moe_experts)
@@ -69,7 +71,7 @@
 
 namespace epinfer::planner {
 
-inline constexpr int kEngineKvBytesPerElement = 4;          // fp32 KV cache
+inline constexpr int kEngineKvBytesPerElement = 2;          // bf16 KV cache (CUDA's --kv-cache-dtype auto)
 inline constexpr int kEngineActivationBytesPerElement = 4;  // fp32 activations
 inline constexpr int kEngineExpertRowBytesPerElement = 2;   // bf16 rows inside the grouped expert GEMMs
 inline constexpr int64_t kEngineSmallMatmulMaxRows = 16;    // matmul rows of the fp32 small-T kernel

@@ -36,7 +36,7 @@ namespace epinfer::planner {
 struct MemoryOptions {
     WeightFormats weights;
     int64_t context_tokens = 4096;                        // KV tokens one request holds (prompt + output)
-    int kv_bytes_per_element = kEngineKvBytesPerElement;  // 4 = the engine's fp32 cache; 2 bf16, 1 fp8
+    int kv_bytes_per_element = kEngineKvBytesPerElement;  // 2 = the engine's bf16 cache; 4 fp32, 1 fp8
     int activation_bytes_per_element = kEngineActivationBytesPerElement;  // 4 = the engine's fp32; 2 bf16
     int64_t max_prefill_tokens = kEngineMaxStepTokens;            // tokens per attention-DP rank per forward
     int64_t max_dispatch_tokens_per_rank = kEngineMaxStepTokens;  // EP dispatch/combine buffer rows (× K)

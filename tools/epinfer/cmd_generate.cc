@@ -117,7 +117,8 @@ Status run_generate(const GenerateOptions& o) {
                      world->rank(), world->size(), rc.pp_rank, rc.attn_tp_rank, rc.attn_dp_rank,
                      rc.moe_tp_rank, rc.moe_ep_rank, static_cast<long long>(model->weight_bytes()));
     }
-    EPI_ASSIGN_OR_RETURN(const GenerateOutput result, generate(*model, std::span(&request, 1)));
+    EPI_ASSIGN_OR_RETURN(const GenerateOutput result,
+                         generate(*model, std::span(&request, 1), setup.engine_options.kv_cache_dtype));
     if (world != nullptr && world->rank() != 0) return Status::ok();
 
     const std::vector<int32_t>& output = result.output_ids.front();

@@ -2,7 +2,7 @@
 //
 //   epinfer plan --model kimi_k2/config.json --hardware rtx_pro_6000 --gpus 8 [--nodes 1] [--context L]
 //                [--input-len 2048] [--concurrency 1,8,32,64,256,1024] [--weight-dtype experts=int4]
-//                [--output-len 0] [--max-step-tokens 2048] [--kv-dtype fp32] [--layout tp8,dp8-ep8]
+//                [--output-len 0] [--max-step-tokens 2048] [--kv-cache-dtype bf16] [--layout tp8,dp8-ep8]
 //                [--micro-batches 0] [--memory-fraction F] [--kv-cache-tokens N] [--json]
 // --model is a config.json or a checkpoint folder; --hardware a shipped profile name (profiles/*.json,
 // EPINFER_PROFILES_DIR) or a profile file. --context defaults to --input-len + --output-len when
@@ -51,7 +51,7 @@ struct PlanArgs {
     int64_t max_step_tokens = planner::kEngineMaxStepTokens;
     std::string concurrency = "1,8,32,64,256,1024";
     std::string weight_dtype;
-    std::string kv_dtype = "fp32";
+    std::string kv_cache_dtype = "bf16";
     std::string layouts;
     int micro_batches = 0;
     std::optional<std::string> memory_fraction;  // --memory-fraction as given (none: the profile's fraction)
@@ -117,14 +117,15 @@ Status run_plan(const PlanArgs& args) {
         EPI_ASSIGN_OR_RETURN(request.memory.weights,
                              planner::parse_weight_dtype(args.weight_dtype, request.memory.weights));
     }
-    if (args.kv_dtype == "fp32") {
+    if (args.kv_cache_dtype == "bf16") {
         request.memory.kv_bytes_per_element = planner::kEngineKvBytesPerElement;
-    } else if (args.kv_dtype == "bf16") {
-        request.memory.kv_bytes_per_element = 2;
-    } else if (args.kv_dtype == "fp8") {
+    } else if (args.kv_cache_dtype == "fp32") {
+        request.memory.kv_bytes_per_element = 4;
+    } else if (args.kv_cache_dtype == "fp8") {
         request.memory.kv_bytes_per_element = 1;
     } else {
-        return invalid_argument(fmt::format("--kv-dtype '{}': expected fp32, bf16 or fp8", args.kv_dtype));
+        return invalid_argument(
+            fmt::format("--kv-cache-dtype '{}': expected bf16, fp32 or fp8", args.kv_cache_dtype));
     }
     if (!args.layouts.empty()) {
         std::stringstream specs(args.layouts);
@@ -170,7 +171,8 @@ void add_plan_command(CLI::App& app) {
     cmd->add_option("--weight-dtype", args->weight_dtype,
                     "bf16|fp8|int4|nvfp4|mxfp4 for every linear weight, or experts=D,dense=D "
                     "(default: the checkpoint's)");
-    cmd->add_option("--kv-dtype", args->kv_dtype, "fp32 (the engine's cache)|bf16|fp8")
+    cmd->add_option("--kv-cache-dtype", args->kv_cache_dtype,
+                    "bf16 (the engine's cache on GPUs)|fp32 (--kv-cache-dtype fp32)|fp8 (a what-if)")
         ->capture_default_str();
     cmd->add_option("--layout", args->layouts,
                     "only these layouts, comma separated (e.g. tp8,dp8-ep8,pp2-tp4)");

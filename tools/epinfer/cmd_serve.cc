@@ -1,7 +1,8 @@
 // epinfer serve: an OpenAI-compatible HTTP server over token ids (src/server/http_server.h).
 //
 //   epinfer serve --model DIR [model setup flags: --device --threads --tp --ep --dp --pp --kv-cache-tokens
-//                 --block-size --max-running --max-step-tokens --max-waiting --memory-fraction]
+//                 --kv-cache-dtype --block-size --max-running --max-step-tokens --max-waiting
+//                 --memory-fraction]
 //                 [--host 127.0.0.1] [--port 8000] [--served-model-name NAME] [--max-body-bytes N]
 //                 [--request-timeout-s S] [--drain-timeout-s S] [--http-threads N] [--health-stall-s S]
 //

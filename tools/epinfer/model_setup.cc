@@ -118,6 +118,7 @@ Result<SetupValues> parse_values(const ModelSetupFlags& f) {
                          parse_flag_int(f.max_step_tokens, "--max-step-tokens", 1, int64_t{1} << 24));
     EPI_ASSIGN_OR_RETURN(v.engine.max_waiting, parse_flag_int(f.max_waiting, "--max-waiting", 1, int64_t{1} << 24));
     EPI_ASSIGN_OR_RETURN(v.memory_fraction, parse_memory_fraction(f.memory_fraction));
+    EPI_ASSIGN_OR_RETURN(v.engine.kv_cache_dtype, parse_kv_cache_dtype(f.kv_cache_dtype, v.cuda));
     return v;
 }
 
@@ -144,6 +145,17 @@ Result<double> parse_memory_fraction(const std::string& text) {
     if (!(fraction > 0.0 && fraction <= 1.0))
         return invalid_argument(fmt::format("--memory-fraction must be in (0, 1], got {}", text));
     return fraction;
+}
+
+Result<DType> parse_kv_cache_dtype(const std::string& text, bool cuda) {
+    if (text == "auto") return cuda ? DType::kBF16 : DType::kF32;
+    if (text == "bf16") return DType::kBF16;
+    if (text == "fp32") return DType::kF32;
+    return invalid_argument(fmt::format("--kv-cache-dtype '{}' is not one of auto, bf16, fp32", text));
+}
+
+const char* kv_cache_dtype_name(DType dtype) {
+    return dtype == DType::kBF16 ? "bf16" : "fp32";
 }
 
 Status require_device_built(const std::string& device) {
@@ -300,6 +312,8 @@ void add_model_setup_flags(CLI::App& cmd, ModelSetupFlags& f, bool allow_random_
     cmd.add_option("--pp", f.pp, "Pipeline stages, ≥ 1");
     cmd.add_option("--kv-cache-tokens", f.kv_cache_tokens,
                    "KV cache tokens per rank; 0 = what the memory check leaves (default 0)");
+    cmd.add_option("--kv-cache-dtype", f.kv_cache_dtype,
+                   "KV cache element: auto (bf16 on cuda, fp32 on cpu), bf16 or fp32 (default auto)");
     cmd.add_option("--block-size", f.block_size, "Tokens per KV block (default 16)");
     cmd.add_option("--max-running", f.max_running, "Sequences in one step at most (default 256)");
     cmd.add_flag("--no-decode-graphs", f.no_decode_graphs,
@@ -367,7 +381,7 @@ Result<ModelSetup> start_model(const ModelSetupFlags& flags) {
     fit.memory.context_tokens = v.kv_cache_tokens > 0 ? v.kv_cache_tokens : config.max_position_embeddings;
     fit.kv_tokens_source =
         v.kv_cache_tokens > 0 ? "--kv-cache-tokens" : "one request of max_position_embeddings";
-    fit.memory.kv_bytes_per_element = planner::kEngineKvBytesPerElement;
+    fit.memory.kv_bytes_per_element = static_cast<int>(dtype_size(v.engine.kv_cache_dtype));
     fit.memory.activation_bytes_per_element = planner::kEngineActivationBytesPerElement;
     fit.memory.max_prefill_tokens = v.engine.max_step_tokens;
     fit.memory.max_dispatch_tokens_per_rank = v.engine.max_step_tokens;
@@ -418,13 +432,14 @@ Result<ModelSetup> start_model(const ModelSetupFlags& flags) {
     if (driver) {
         std::fprintf(stderr,
                      "epinfer: ready in %.1f s: %s (%lld layers%s), layout %s on %s, per rank: weights %s, KV cache "
-                     "%lld tokens (%lld blocks of %lld)\n",
+                     "%lld tokens (%lld blocks of %lld, %s)\n",
                      setup.ready_seconds, config.model_type.c_str(), static_cast<long long>(config.num_hidden_layers),
                      flags.random_weights ? ", random weights" : "", layout_words(setup.layout).c_str(),
                      flags.device.c_str(), planner::format_bytes(setup.model->weight_bytes()).c_str(),
                      static_cast<long long>(setup.kv_cache_tokens),
                      static_cast<long long>(setup.engine_options.num_kv_blocks),
-                     static_cast<long long>(v.engine.block_size));
+                     static_cast<long long>(v.engine.block_size),
+                     kv_cache_dtype_name(v.engine.kv_cache_dtype));
         std::fflush(stderr);
     }
     return setup;

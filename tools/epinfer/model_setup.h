@@ -8,18 +8,20 @@
 //      in CUDA builds only) and the layout's ParallelContext: its activation groups over NCCL (bootstrapped
 //      over MPI, on the backend's stream) when the ranks are several GPUs, over MPI for CPU ranks;
 //   3. the memory check (planner/fit_check.h, the planner's own memory model): this rank's weights (in the
-//      checkpoint's dtypes), buffers, activations (fp32, --max-step-tokens rows) and the KV (fp32) of
-//      --kv-cache-tokens tokens, or of one request of max_position_embeddings tokens when that flag is 0,
+//      checkpoint's dtypes), buffers, activations (fp32, --max-step-tokens rows) and the KV (in
+//      --kv-cache-dtype: auto = bf16 on cuda, fp32 on cpu) of --kv-cache-tokens tokens, or of one
+//      request of max_position_embeddings tokens when that flag is 0,
 //      must fit the device (cpu: MemAvailable of the host divided among this host's ranks; cuda: the GPU's
 //      free memory; the least over all ranks) times --memory-fraction; otherwise one-line kOutOfMemory
 //      with the breakdown, before the weights are read;
 //   4. the weights (a progress bar on rank 0's stderr when it is a terminal), or random weights at the
 //      config's shapes (--random-weights, optionally --num-layers N, --weights-seed, --random-dtype);
 //   5. the KV pool: --kv-cache-tokens, or (0) what the memory check leaves (at most
-//      --max-running × max_position_embeddings), in blocks of --block-size → EngineOptions;
+//      --max-running × max_position_embeddings), in blocks of --block-size, of --kv-cache-dtype elements
+//      → EngineOptions;
 //   6. one summary line on rank 0's stderr, e.g.
 //      "epinfer: ready in 1.2 s: deepseek_v3 (3 layers), layout tp1 ep1 pp1 dp1 on cpu, per rank: weights
-//       2.1 MiB, KV cache 16384 tokens (1024 blocks of 16)".
+//       2.1 MiB, KV cache 16384 tokens (1024 blocks of 16, fp32)".
 #pragma once
 
 #include <CLI/CLI.hpp>
@@ -55,6 +57,7 @@ struct ModelSetupFlags {
     std::optional<std::string> dp;
     std::optional<std::string> pp;
     std::string kv_cache_tokens = "0";     // --kv-cache-tokens per rank (0 = what fits)
+    std::string kv_cache_dtype = "auto";   // --kv-cache-dtype auto|bf16|fp32
     std::string block_size = "16";         // --block-size
     std::string max_running = "256";       // --max-running
     std::string max_step_tokens = "2048";  // --max-step-tokens
@@ -95,6 +98,12 @@ Status require_device_built(const std::string& device);
 inline constexpr int64_t kMaxKvCacheTokens = int64_t{1} << 40;
 Result<int64_t> parse_kv_cache_tokens(const std::string& text);
 Result<double> parse_memory_fraction(const std::string& text);
+// --kv-cache-dtype of the engine commands: "bf16" → kBF16, "fp32" → kF32, "auto" → kBF16 on CUDA (`cuda`),
+// kF32 on the CPU backend (the exact fp32 reference). Errors: kInvalidArgument naming the text, e.g.
+// "--kv-cache-dtype 'fp16' is not one of auto, bf16, fp32".
+Result<DType> parse_kv_cache_dtype(const std::string& text, bool cuda);
+// "fp32" or "bf16", as the flag spells them.
+const char* kv_cache_dtype_name(DType dtype);
 
 // Registers the flags above on `cmd`. allow_random_weights: also --config, --random-weights, --num-layers,
 // --weights-seed and --random-dtype (then --model is optional); otherwise --model is required.

@@ -156,6 +156,20 @@ Status cpu_attention(const AttentionArgs& a, ThreadPool& pool) {
     pool.parallel_for(a.num_tokens * a.num_heads, min_items(work_per_item), [&](int64_t i0, int64_t i1) {
         std::vector<float> probs(static_cast<size_t>(a.num_kv_tokens));  // [S]
         std::vector<float> acc(static_cast<size_t>(a.head_dim_v));       // [Dv]
+        std::vector<float> k_row, v_row;  // [Dqk], [Dv]: a bf16 head widened to fp32
+        if (a.kv_dtype == DType::kBF16) {
+            k_row.resize(static_cast<size_t>(a.head_dim_qk));
+            v_row.resize(static_cast<size_t>(a.head_dim_v));
+        }
+        // Head kvh of K/V row `row` as fp32: fp32 rows in place, bf16 rows widened into `widened`.
+        const auto head_f32 = [&](const void* base, int64_t row, int64_t token_stride, int64_t head_stride,
+                                  int64_t kvh, int64_t dim, std::vector<float>& widened) -> const float* {
+            const int64_t offset = row * token_stride + kvh * head_stride;
+            if (a.kv_dtype == DType::kF32) return static_cast<const float*>(base) + offset;
+            const uint16_t* head = static_cast<const uint16_t*>(base) + offset;
+            for (int64_t d = 0; d < dim; ++d) widened[static_cast<size_t>(d)] = bf16_to_f32(head[d]);
+            return widened.data();
+        };
         for (int64_t item = i0; item < i1; ++item) {
             const int64_t t = item / a.num_heads, h = item % a.num_heads, kvh = h / group;
             const int64_t num_keys = a.positions[t] + 1;                        // causal
@@ -163,7 +177,8 @@ Status cpu_attention(const AttentionArgs& a, ThreadPool& pool) {
             const float* q = a.q + t * a.q_token_stride + h * a.q_head_stride;  // [Dqk]
             float max_score = -INFINITY;
             for (int64_t j = 0; j < num_keys; ++j) {
-                const float* k = a.k + kv_row(table, j) * a.k_token_stride + kvh * a.k_head_stride;  // [Dqk]
+                const float* k = head_f32(a.k, kv_row(table, j), a.k_token_stride, a.k_head_stride, kvh,
+                                          a.head_dim_qk, k_row);  // [Dqk]
                 probs[j] = dot_f32(q, k, a.head_dim_qk) * a.scale;
                 max_score = std::max(max_score, probs[j]);
             }
@@ -175,7 +190,8 @@ Status cpu_attention(const AttentionArgs& a, ThreadPool& pool) {
             std::fill(acc.begin(), acc.end(), 0.0f);
             for (int64_t j = 0; j < num_keys; ++j) {
                 const float p = probs[j] / sum;
-                const float* v = a.v + kv_row(table, j) * a.v_token_stride + kvh * a.v_head_stride;  // [Dv]
+                const float* v = head_f32(a.v, kv_row(table, j), a.v_token_stride, a.v_head_stride, kvh,
+                                          a.head_dim_v, v_row);  // [Dv]
                 for (int64_t d = 0; d < a.head_dim_v; ++d) acc[d] += p * v[d];
             }
             float* out = a.out + t * a.out_token_stride + h * a.out_head_stride;  // [Dv]
@@ -195,8 +211,15 @@ Status cpu_kv_cache_store(const KvCacheStoreArgs& a) {
         }
     }
     for (int64_t t = 0; t < a.num_tokens; ++t) {
-        std::memcpy(a.pool + a.slot_mapping[t] * a.width, a.src + t * a.src_row_stride,
-                    static_cast<size_t>(a.width) * sizeof(float));
+        const float* src = a.src + t * a.src_row_stride;  // [width]
+        const int64_t offset = a.slot_mapping[t] * a.width;
+        if (a.pool_dtype == DType::kF32) {
+            float* dst = static_cast<float*>(a.pool) + offset;
+            std::memcpy(dst, src, static_cast<size_t>(a.width) * sizeof(float));
+        } else {
+            uint16_t* dst = static_cast<uint16_t*>(a.pool) + offset;
+            for (int64_t i = 0; i < a.width; ++i) dst[i] = f32_to_bf16(src[i]);
+        }
     }
     return Status::ok();
 }

@@ -1,14 +1,16 @@
 // The model start-up shared by the commands (tools/epinfer/model_setup.h), through `epinfer generate`: the
 // memory check refuses a layout that does not fit with one line of breakdown before any weight is read,
 // --device cuda in a build without CUDA is one line, so is a layout flag given as 0, the KV pool is sized
-// from the flags, and rank 0 prints one summary line.
+// from the flags (its dtype from --kv-cache-dtype), and rank 0 prints one summary line.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <sstream>
 #include <string>
+#include <vector>
 
 #include "common/cli_runner.h"
 
@@ -98,11 +100,57 @@ TEST(CliModelSetup, SummaryLineAndKvPoolFromFlags) {
     EXPECT_NE(r.err.find(": deepseek_v3 (3 layers), layout tp1 ep1 pp1 dp1 on cpu, per rank: weights "),
               std::string::npos)
         << r.err;
-    EXPECT_NE(r.err.find(", KV cache 2048 tokens (128 blocks of 16)\n"), std::string::npos) << r.err;
+    EXPECT_NE(r.err.find(", KV cache 2048 tokens (128 blocks of 16, fp32)\n"), std::string::npos) << r.err;
     // An explicit size rounds down to whole blocks: 1000 tokens = 31 blocks of 32.
     r = run_cli(generate(kModel, "--kv-cache-tokens 1000 --block-size 32"));
     ASSERT_EQ(r.exit_code, 0) << r.err;
-    EXPECT_NE(r.err.find(", KV cache 992 tokens (31 blocks of 32)\n"), std::string::npos) << r.err;
+    EXPECT_NE(r.err.find(", KV cache 992 tokens (31 blocks of 32, fp32)\n"), std::string::npos) << r.err;
+}
+
+// Comma-separated ids as generate prints them.
+std::vector<std::string> split_ids(const std::string& line) {
+    std::vector<std::string> ids;
+    std::stringstream in(line);
+    for (std::string id; std::getline(in, id, ',');) ids.push_back(id);
+    if (!ids.empty() && !ids.back().empty() && ids.back().back() == '\n') ids.back().pop_back();
+    return ids;
+}
+
+// --kv-cache-dtype: auto is fp32 on the CPU backend (the exact reference); bf16 runs with a bf16 pool,
+// whose rounding reaches the greedy tokens only after a while (on an MLA and a GQA fixture the first 16
+// of 48 tokens agree with fp32's, the 48 do not: the flag reaches the pool); the memory check prices
+// 2 bytes per element; an unknown value is one line naming it.
+TEST(CliModelSetup, KvCacheDtypeChoosesThePoolsElement) {
+    for (const char* fixture : {"deepseek_v3_tiny", "qwen3_moe_tiny"}) {
+        SCOPED_TRACE(fixture);
+        const std::string dir = std::string(EPINFER_TEST_DATA_DIR) + "/fixtures/" + fixture;
+        const auto run = [&](const std::string& flags) {
+            return run_cli("generate --model '" + dir +
+                           "' --prompt-ids 12,7,99 --max-new-tokens 48 --ignore-eos --threads 2 " + flags);
+        };
+        const CliResult automatic = run("");
+        const CliResult fp32 = run("--kv-cache-dtype fp32");
+        const CliResult bf16 = run("--kv-cache-dtype bf16");
+        ASSERT_EQ(automatic.exit_code, 0) << automatic.err;
+        ASSERT_EQ(fp32.exit_code, 0) << fp32.err;
+        ASSERT_EQ(bf16.exit_code, 0) << bf16.err;
+        EXPECT_NE(automatic.err.find(" blocks of 16, fp32)\n"), std::string::npos) << automatic.err;
+        EXPECT_NE(bf16.err.find(" blocks of 16, bf16)\n"), std::string::npos) << bf16.err;
+        EXPECT_EQ(automatic.out, fp32.out);
+        const std::vector<std::string> want = split_ids(fp32.out), got = split_ids(bf16.out);
+        ASSERT_EQ(want.size(), 48u) << fp32.out;
+        ASSERT_EQ(got.size(), 48u) << bf16.out;
+        EXPECT_EQ(std::vector<std::string>(got.begin(), got.begin() + 16),
+                  std::vector<std::string>(want.begin(), want.begin() + 16));
+        EXPECT_NE(got, want) << "the bf16 pool's rounding never reached a token: is the pool fp32?";
+    }
+    // 10^11 tokens · 3 layers · (32 + 8) latent elements · 2 B = 21.8 TiB (fp32: 43.7 TiB, above).
+    const WeightlessCheckpoint m;
+    const CliResult r = run_cli(generate(m.path(), "--kv-cache-tokens 100000000000 --kv-cache-dtype bf16"));
+    expect_one_line_error(r, "KV of 100000000000 tokens (--kv-cache-tokens) 21.8 TiB");
+
+    expect_one_line_error(run_cli(generate(kModel, "--kv-cache-dtype fp16")),
+                          "--kv-cache-dtype 'fp16' is not one of auto, bf16, fp32");
 }
 
 TEST(CliModelSetup, BadFlagsAreOneLineNamingTheFlag) {

@@ -24,6 +24,7 @@
 #include "backend/cpu/cpu_backend.h"
 #include "checkpoint/safetensors.h"
 #include "engine/engine_loop.h"
+#include "engine/generate.h"
 #include "models/model.h"
 
 namespace epinfer {
@@ -425,6 +426,34 @@ TEST_F(EngineChecks, BadOptionsAndRequestsAreRefusedNamingTheValue) {
     ASSERT_TRUE(engine->shutdown().is_ok());  // idempotent
     EXPECT_EQ(engine->add_request(greedy({7}, 2)).status().code(), StatusCode::kUnavailable);
     EXPECT_FALSE(engine->run_follower().is_ok());  // the driver does not follow
+}
+
+// The KV pool's dtype (EngineOptions::kv_cache_dtype, --kv-cache-dtype): a bf16 pool runs a request to
+// max_tokens; another dtype is refused by the pool, naming it, through Engine::create and generate().
+TEST_F(EngineChecks, Bf16KvCacheRunsAndAnotherDtypeIsRefused) {
+    EngineOptions options = engine_options(16);
+    options.kv_cache_dtype = DType::kBF16;
+    std::unique_ptr<Engine> engine = make_engine(*model_, options);
+    ASSERT_NE(engine, nullptr);
+    auto id = engine->add_request(greedy({12, 7, 99}, 8));
+    ASSERT_TRUE(id.is_ok()) << id.status().to_string();
+    std::map<RequestId, Finished> results;
+    run_until_done(*engine, results);
+    EXPECT_EQ(results[*id].tokens.size(), 8u);
+    EXPECT_EQ(results[*id].finish, FinishReason::kLength);
+
+    options.kv_cache_dtype = DType::kF16;
+    const auto bad = Engine::create(*model_, options);
+    ASSERT_FALSE(bad.is_ok());
+    EXPECT_EQ(bad.status().code(), StatusCode::kInvalidArgument);
+    EXPECT_THAT(bad.status().message(), HasSubstr("dtype F16 is not supported (F32 or BF16)"));
+    GenerateRequest request;
+    request.prompt_ids = {12, 7, 99};
+    request.max_new_tokens = 2;
+    const auto generated = generate(*model_, std::span(&request, 1), DType::kF16);
+    ASSERT_FALSE(generated.is_ok());
+    EXPECT_THAT(generated.status().message(), HasSubstr("dtype F16 is not supported (F32 or BF16)"));
+    EXPECT_TRUE(generate(*model_, std::span(&request, 1), DType::kBF16).is_ok());
 }
 
 // A copy of deepseek_v3_tiny whose final norm weight is NaN.

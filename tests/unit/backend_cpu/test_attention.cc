@@ -1,6 +1,6 @@
 // Causal attention: hand-computed softmax, GQA grouping and strided K/V against a double-precision
-// reference, the causal mask, paged K/V (block tables) against the contiguous path, and thread-count
-// independence of the CPU kernels.
+// reference, the causal mask, paged K/V (block tables) against the contiguous path, bf16 K/V against the
+// fp32 path on the same rounded values, and thread-count independence of the CPU kernels.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -215,6 +215,75 @@ TEST(Attention, PagedMatchesContiguous) {
             EXPECT_EQ(got, want) << "case " << ci << ", block_size " << bs;
         }
     }
+}
+
+// Elementwise bf16 (round to nearest even; NaN stays NaN), as the KV cache stores fp32 rows.
+std::vector<uint16_t> to_bf16(const std::vector<float>& x) {
+    std::vector<uint16_t> out(x.size());
+    std::transform(x.begin(), x.end(), out.begin(), f32_to_bf16);
+    return out;
+}
+
+// The case with K and V replaced by the fp32 values of their bf16 rounding.
+AttentionCase round_kv_to_bf16(AttentionCase c) {
+    for (std::vector<float>* x : {&c.k, &c.v})
+        for (float& e : *x) e = bf16_to_f32(f32_to_bf16(e));
+    return c;
+}
+
+// bf16 K/V (kv_dtype kBF16) give the same bits as the fp32 path fed the values they hold, contiguous and
+// paged, with GQA (6 query heads on 2 KV heads) and padded strides (counted in bf16 elements).
+TEST(Attention, Bf16KvMatchesFp32OnTheRoundedValues) {
+    auto backend = make_cpu_backend(3);
+    std::vector<AttentionCase> cases(1);
+    cases.emplace_back(1, 13, 16);  // decode
+    cases.emplace_back(9, 9, 8);    // prefill
+    cases.emplace_back(7, 37, 24);  // a chunk after 30 cached tokens
+    for (size_t ci = 0; ci < cases.size(); ++ci) {
+        const AttentionCase& c = cases[ci];
+        const AttentionCase rounded = round_kv_to_bf16(c);
+        std::vector<float> want(c.T * c.Nh * c.Dv), unrounded(want.size());
+        ASSERT_TRUE(backend->attention(rounded.args(want.data())).is_ok());
+        ASSERT_TRUE(backend->attention(c.args(unrounded.data())).is_ok());
+        EXPECT_NE(want, unrounded) << "case " << ci << ": the rounding changes nothing";
+
+        const std::vector<uint16_t> k = to_bf16(c.k), v = to_bf16(c.v);
+        std::vector<float> got(want.size(), -7.0f);
+        AttentionArgs a = c.args(got.data());
+        a.k = k.data();
+        a.v = v.data();
+        a.kv_dtype = DType::kBF16;
+        Status st = backend->attention(a);
+        ASSERT_TRUE(st.is_ok()) << st.to_string();
+        EXPECT_EQ(got, want) << "contiguous, case " << ci;
+
+        for (const int64_t bs : {int64_t{1}, int64_t{3}, int64_t{16}}) {
+            const PagedKv p = page_kv(rounded, bs, static_cast<uint32_t>(100 * ci + bs));
+            // The same pools in bf16 (NaN where the table does not reach).
+            const std::vector<uint16_t> k_pool = to_bf16(p.k_pool), v_pool = to_bf16(p.v_pool);
+            std::fill(got.begin(), got.end(), -7.0f);
+            a = paged_args(c, p, bs, got.data());
+            a.k = k_pool.data();
+            a.v = v_pool.data();
+            a.kv_dtype = DType::kBF16;
+            st = backend->attention(a);
+            ASSERT_TRUE(st.is_ok()) << st.to_string();
+            EXPECT_EQ(got, want) << "paged, case " << ci << ", block_size " << bs;
+        }
+    }
+}
+
+// A K/V dtype other than F32 and BF16 is one line naming it.
+TEST(Attention, RefusesAnotherKvDtype) {
+    auto backend = make_cpu_backend(1);
+    const AttentionCase c;
+    std::vector<float> out(c.T * c.Nh * c.Dv, -7.0f);
+    AttentionArgs a = c.args(out.data());
+    a.kv_dtype = DType::kF16;
+    const Status st = backend->attention(a);
+    EXPECT_EQ(st.code(), StatusCode::kNotSupported);
+    EXPECT_EQ(st.message(), "attention: kv_dtype F16 is not supported (F32 or BF16)");
+    for (const float x : out) EXPECT_EQ(x, -7.0f);
 }
 
 // One call over several sequences (token_sequence, block tables padded with −1, one shared pool) gives

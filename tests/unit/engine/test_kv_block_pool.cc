@@ -1,6 +1,7 @@
 // KvBlockPool (engine/kv_block_pool.h): creation checks, allocate/release and the free-list order,
-// exhaustion (kOutOfMemory, table unchanged), per-layer views (storage only for the pool's layers), and
-// the shape a loaded model asks for (GQA and MLA fixtures).
+// exhaustion (kOutOfMemory, table unchanged), per-layer views (storage only for the pool's layers), a bf16
+// pool (half the bytes, views carry the dtype), and the shape a loaded model asks for (GQA and MLA
+// fixtures).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -46,8 +47,34 @@ TEST_F(KvBlockPoolTest, CreateRejectsBadSizesAndShapes) {
     bad = gqa_shape();
     bad.k_width = 0;
     EXPECT_EQ(code(4, 16, bad), StatusCode::kInvalidArgument);
-    const Status st = KvBlockPool::create(*backend_, gqa_shape(), 4, -1).status();
+    Status st = KvBlockPool::create(*backend_, gqa_shape(), 4, -1).status();
     EXPECT_NE(st.message().find("block_size -1"), std::string::npos) << st.message();
+    bad = gqa_shape();
+    bad.dtype = DType::kF16;
+    st = KvBlockPool::create(*backend_, bad, 4, 16).status();
+    EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(st.message().find("dtype F16 is not supported (F32 or BF16)"), std::string::npos)
+        << st.message();
+}
+
+// A bf16 pool of the same shape holds half the bytes; its views carry the dtype, and the layers' pools,
+// each 6·4·8 bf16 elements of k, do not overlap.
+TEST_F(KvBlockPoolTest, Bf16PoolHalvesTheStorageAndViewsCarryTheDtype) {
+    KvPoolShape shape = gqa_shape();
+    const int64_t fp32_bytes = make(6, 4, shape).storage_bytes();
+    shape.dtype = DType::kBF16;
+    KvBlockPool pool = make(6, 4, shape);
+    EXPECT_EQ(pool.storage_bytes(), 3 * 6 * 4 * (8 + 8) * 2);
+    EXPECT_EQ(pool.storage_bytes() * 2, fp32_bytes);
+    EXPECT_EQ(pool.shape().dtype, DType::kBF16);
+    std::vector<int32_t> table;
+    ASSERT_TRUE(pool.allocate(2, &table).is_ok());
+    const std::vector<LayerKvCache> views = pool.views(table, 3);
+    ASSERT_EQ(views.size(), 3u);
+    for (const LayerKvCache& kv : views) EXPECT_EQ(kv.dtype, DType::kBF16);
+    const auto* a = static_cast<const uint16_t*>(views[0].k_pool);
+    const auto* b = static_cast<const uint16_t*>(views[1].k_pool);
+    EXPECT_TRUE(a + 6 * 4 * 8 <= b || b + 6 * 4 * 8 <= a);
 }
 
 TEST_F(KvBlockPoolTest, AllocateAndRelease) {
@@ -149,8 +176,8 @@ TEST_F(KvBlockPoolTest, ViewsHaveStorageOnlyForThePoolsLayers) {
     }
     EXPECT_NE(views[1].k_pool, views[2].k_pool);
     // Different layers' pools do not overlap: layer 1's pool is 3·5·6 floats.
-    const float* a = views[1].k_pool;
-    const float* b = views[2].k_pool;
+    const auto* a = static_cast<const float*>(views[1].k_pool);
+    const auto* b = static_cast<const float*>(views[2].k_pool);
     EXPECT_TRUE(a + 3 * 5 * 6 <= b || b + 3 * 5 * 6 <= a);
 }
 
@@ -174,7 +201,14 @@ TEST_F(KvBlockPoolTest, CreateFromModel) {
         for (const LayerKvCache& kv : views) {
             EXPECT_NE(kv.k_pool, nullptr) << fixture;
             EXPECT_EQ(kv.v_pool != nullptr, c.attention != AttentionKind::kMla) << fixture;
+            EXPECT_EQ(kv.dtype, DType::kF32) << fixture;
         }
+        // The model's pool in bf16: half the bytes.
+        EXPECT_EQ(kv_pool_shape(**model, DType::kBF16).dtype, DType::kBF16) << fixture;
+        auto bf16 = KvBlockPool::create(**model, 4, 16, DType::kBF16);
+        ASSERT_TRUE(bf16.is_ok()) << bf16.status().to_string();
+        EXPECT_EQ(bf16->storage_bytes() * 2, pool->storage_bytes()) << fixture;
+        EXPECT_EQ(bf16->views(table, 0)[0].dtype, DType::kBF16) << fixture;
     }
 }
 

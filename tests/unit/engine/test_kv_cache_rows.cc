@@ -1,8 +1,8 @@
 // The paged-cache helpers of layers/kv_cache.h on the CPU backend: build_kv_batch_metadata turns the
 // block tables of a batch into the slot mapping, padded block tables and row → sequence map (bit-exact);
 // kv_cache_store_rows puts every sequence's rows at the positions its table names in one op;
-// kv_cache_gather_rows reads a prefix back in position order with one copy per run; bad batches are
-// refused.
+// kv_cache_gather_rows reads a prefix back in position order with one copy per run (a bf16 pool: one
+// cast to fp32 per run); bad batches are refused.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -17,12 +17,13 @@
 namespace epinfer {
 namespace {
 
-// The CPU backend, counting copy_on_device and kv_cache_store calls (every other method forwards; a new
-// Backend method needs a line here).
+// The CPU backend, counting copy_on_device, kv_cache_store and cast calls (every other method forwards; a
+// new Backend method needs a line here).
 class CountingBackend : public Backend {
 public:
     int64_t num_copies = 0;
     int64_t num_stores = 0;
+    int64_t num_casts = 0;
 
     const char* name() const override { return "counting-cpu"; }
     bool host_accessible() const override { return true; }
@@ -56,7 +57,10 @@ public:
     Status silu_mul(const SiluMulArgs& a) override { return cpu_->silu_mul(a); }
     Status add(const AddArgs& a) override { return cpu_->add(a); }
     Status add_sigmoid_gated(const AddSigmoidGatedArgs& a) override { return cpu_->add_sigmoid_gated(a); }
-    Status cast(const CastArgs& a) override { return cpu_->cast(a); }
+    Status cast(const CastArgs& a) override {
+        ++num_casts;
+        return cpu_->cast(a);
+    }
     Status moe_router_topk(const MoeRouterTopkArgs& a) override { return cpu_->moe_router_topk(a); }
     Status moe_experts(const MoeExpertsArgs& a) override { return cpu_->moe_experts(a); }
 
@@ -178,6 +182,48 @@ TEST(KvCacheRows, GatherReturnsThePrefixInPositionOrder) {
     EXPECT_EQ(f.backend.num_copies, 2);  // blocks 3-4 are one run, then block 1
 }
 
+// A bf16 pool: the store rounds each row to nearest even, the gather returns the prefix widened to fp32
+// with one cast per run (no copy), and the paged attention arguments carry the dtype.
+TEST(KvCacheRows, Bf16PoolStoresRoundedRowsAndGathersThemAsFp32) {
+    CountingBackend backend;
+    const int64_t num_blocks = 5;
+    std::vector<uint16_t> pool(static_cast<size_t>(num_blocks * kBlockSize * kWidth), 0x7FC0);  // NaN
+    const std::vector<int32_t> table = {3, 4, 1};
+    LayerKvCache kv;
+    kv.k_pool = pool.data();
+    kv.dtype = DType::kBF16;
+    kv.block_table = table;
+    kv.num_blocks = num_blocks;
+    kv.block_size = kBlockSize;
+    const std::vector<float> rows = numbered_rows(0, 0, 11);
+    const std::vector<AttentionSequence> seqs = {{0, 11, &kv}};
+    Result<KvBatchMetadata> meta = build_kv_batch_metadata(backend, seqs, 11);
+    ASSERT_TRUE(meta.is_ok()) << meta.status().message();
+    const AttentionBatch batch{nullptr, seqs, &*meta};
+    ASSERT_TRUE(kv_cache_store_rows(backend, batch, kv, pool.data(), kWidth, rows.data()).is_ok());
+    kv.num_tokens = 11;
+    EXPECT_EQ(pool[3 * kBlockSize * kWidth + 1], f32_to_bf16(100.25f));  // position 0 in block 3, bf16 bits
+    EXPECT_NE(bf16_to_f32(f32_to_bf16(100.25f)), 100.25f);              // which round 100.25
+
+    std::vector<float> want;
+    for (const float x : numbered_rows(0, 0, 10)) want.push_back(bf16_to_f32(f32_to_bf16(x)));
+    std::vector<float> out(static_cast<size_t>(10 * kWidth), -7.0f);
+    ASSERT_TRUE(kv_cache_gather_rows(backend, kv, pool.data(), kWidth, 10, out.data()).is_ok());
+    EXPECT_EQ(out, want);
+    EXPECT_EQ(backend.num_casts, 2);  // blocks 3-4 are one run, then block 1
+    EXPECT_EQ(backend.num_copies, 0);
+
+    AttentionArgs args;
+    set_paged_attention(batch, kv, &args);
+    EXPECT_EQ(args.kv_dtype, DType::kBF16);
+
+    kv.dtype = DType::kF16;
+    const Status st = kv_cache_gather_rows(backend, kv, pool.data(), kWidth, 10, out.data());
+    EXPECT_EQ(st.code(), StatusCode::kNotSupported);
+    EXPECT_NE(st.message().find("pool dtype F16 is not supported (F32 or BF16)"), std::string::npos)
+        << st.message();
+}
+
 TEST(KvCacheRows, RefusesRowsBeyondTheTableNegativeIdsAndBadBatches) {
     Fixture f({{2, 0}, {1}}, 3);
     ASSERT_TRUE(f.write({6, 1}).is_ok());
@@ -211,6 +257,10 @@ TEST(KvCacheRows, RefusesRowsBeyondTheTableNegativeIdsAndBadBatches) {
     Result<KvBatchMetadata> meta = build_kv_batch_metadata(f.backend, seqs, 2);
     ASSERT_TRUE(meta.is_ok()) << meta.status().message();
     const AttentionBatch batch{nullptr, seqs, &*meta};
+    st = batch_layer_cache(batch).status();
+    EXPECT_NE(st.message().find("do not share one layer's KV pools"), std::string::npos) << st.message();
+    other.k_pool = f.pool.data();  // the same pool read as another dtype
+    other.dtype = DType::kBF16;
     st = batch_layer_cache(batch).status();
     EXPECT_NE(st.message().find("do not share one layer's KV pools"), std::string::npos) << st.message();
 

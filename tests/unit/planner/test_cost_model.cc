@@ -23,9 +23,9 @@ TEST_F(RoundModel, Tp2DecodeOneRequest) {
     DecodeResult r = decode_step(inputs(ParallelLayout{1, 2, 1, 2, 1}), 1, 1 << 30);
     const StepBreakdown& s = r.step;
     // Attention per layer on one rank: q,o 2·1024·1024/2 + k,v 4 of 8 heads · 2·1024·128 = 2,097,152 params
-    // = 4,194,304 B at 1000 GB/s = 4.194304 µs; KV in the engine's fp32: 100 tokens · 4 heads · 2 · 128 · 4 B
-    // = 409,600 B = 0.4096 µs. Four layers: 4 · 4.603904.
-    EXPECT_NEAR(s.attention_us, 18.415616, 1e-9);
+    // = 4,194,304 B at 1000 GB/s = 4.194304 µs; KV in the engine's bf16: 100 tokens · 4 heads · 2 · 128 · 2 B
+    // = 204,800 B = 0.2048 µs. Four layers: 4 · 4.399104.
+    EXPECT_NEAR(s.attention_us, 17.596416, 1e-9);
     // Experts: one token touches 2 of 8 experts; each rank reads half of each: 2 · 3·1024·512/2 · 2 B
     // = 3,145,728 B = 3.145728 µs per layer.
     EXPECT_NEAR(s.experts_us, 4 * 3.145728, 1e-9);
@@ -48,7 +48,7 @@ TEST_F(RoundModel, Tp2DecodeOneRequest) {
     // longer counted as a kernel: its measured time includes its kernel; it was 4 · 2 more.)
     EXPECT_EQ(s.kernels, 88);
     EXPECT_DOUBLE_EQ(s.launch_us, 0.0);
-    const double step = 18.415616 + 12.582912 + 1.089536 + (4 * 0.122944 + 0.020384) + 8 * 10.04096;
+    const double step = 17.596416 + 12.582912 + 1.089536 + (4 * 0.122944 + 0.020384) + 8 * 10.04096;
     EXPECT_NEAR(s.step_us, step, 1e-9);
     EXPECT_NEAR(r.tpot_ms, step / 1e3, 1e-12);
     EXPECT_NEAR(r.tokens_per_s, 1e6 / step, 1e-6);

@@ -7,9 +7,11 @@
 #include <string>
 
 #include "checkpoint/hf_config.h"
+#include "core/dtype.h"
 #include "planner/cost_model.h"
 #include "planner/engine_facts.h"
 #include "planner/hardware_profile.h"
+#include "planner/memory_model.h"
 #include "planner/model_costs.h"
 #include "planner_test_util.h"
 
@@ -42,6 +44,14 @@ TEST(EngineFacts, KernelsPerLayerQwen3) {
     EXPECT_EQ(big.attention, 17);
     EXPECT_EQ(big.moe, 11);
     EXPECT_EQ(big.head, 5);
+}
+
+TEST(EngineFacts, KvCacheIsBf16OnGpus) {
+    // --kv-cache-dtype auto stores bf16 k/v pools on CUDA (fp32 on the CPU backend, the exact reference):
+    // what plan prices, and the planner's defaults.
+    EXPECT_EQ(kEngineKvBytesPerElement, static_cast<int>(dtype_size(DType::kBF16)));
+    EXPECT_EQ(MemoryOptions{}.kv_bytes_per_element, 2);
+    EXPECT_EQ(CostInputs{}.kv_bytes_per_element, 2);
 }
 
 TEST(EngineFacts, DpAttentionMoeOnTheHost) {

@@ -34,11 +34,11 @@ protected:
 };
 
 // One request on one GPU of the tiny model (tp1), everything but the kernels, per layer: attention weights
-// 4 · 1024 · 1024 params = 8,388,608 B = 8.388608 µs at 1000 GB/s; KV 100 · 8 heads · 2 · 128 · 4 B = 819,200
-// B = 0.8192 µs; 2 experts · 3 · 1024 · 512 · 2 B = 6.291456 µs; router 8 · 1024 · 2 B = 0.016384 µs;
-// activations (engine_facts.h) 4 · (9 + 6 + 8) · 1024 = 94,208 B + 4 · (8 · 1024 + 16) + 2 · 1024 = 34,880 B
-// + 2 pairs · 2 · (5 · 1024 + 2 · 512) = 24,576 B: 0.153664 µs. Sum 15.669312 µs per layer.
-constexpr double kLayerUs = 8.388608 + 0.8192 + 6.291456 + 0.016384 + 0.153664;
+// 4 · 1024 · 1024 params = 8,388,608 B = 8.388608 µs at 1000 GB/s; KV (the engine's bf16) 100 · 8 heads · 2 ·
+// 128 · 2 B = 409,600 B = 0.4096 µs; 2 experts · 3 · 1024 · 512 · 2 B = 6.291456 µs; router 8 · 1024 · 2 B =
+// 0.016384 µs; activations (engine_facts.h) 4 · (9 + 6 + 8) · 1024 = 94,208 B + 4 · (8 · 1024 + 16) + 2 · 1024
+// = 34,880 B + 2 pairs · 2 · (5 · 1024 + 2 · 512) = 24,576 B: 0.153664 µs. Sum 15.259712 µs per layer.
+constexpr double kLayerUs = 8.388608 + 0.4096 + 6.291456 + 0.016384 + 0.153664;
 // LM head 1000 · 1024 · 2 B = 2.048 µs, its activations 4 · (4 · 1024 + 2 · 1000) = 24,384 B = 0.024384 µs.
 constexpr double kHeadUs = 2.048 + 0.024384;
 // 21 kernels per layer (GQA 11, MoE 10), 4 for the head.
@@ -125,7 +125,7 @@ TEST_F(EngineSync, TwoRanksLaunchEagerlyAndQueueTheirCollectives) {
     ASSERT_NE(attn, nullptr);
     EXPECT_NEAR(attn->us_per_call, 10.04096, 1e-9);
     EXPECT_NEAR(s.collectives_us(), 8 * 10.04096, 1e-9);
-    const double parts = 18.415616 + 4 * 3.145728 + (4 * 0.016384 + 1.024) + (4 * 0.122944 + 0.020384);
+    const double parts = 17.596416 + 4 * 3.145728 + (4 * 0.016384 + 1.024) + (4 * 0.122944 + 0.020384);
     EXPECT_NEAR(s.step_us, parts + 88 * 3.0 + 8 * 10.04096, 1e-9);
 }
 

@@ -32,13 +32,14 @@ TEST(MemoryPlan, KimiTp8TermsByHand) {
     // Embedding and LM head: 163840/8 rows · 7168 · 2 B each.
     EXPECT_EQ(s.weights.embedding, 20480LL * 7168 * 2);
     EXPECT_EQ(s.weights.lm_head, 20480LL * 7168 * 2);
-    // MLA latent is not split by heads: 61 · 576 · 4 B (the engine's fp32 cache) per token on every rank.
-    EXPECT_EQ(s.kv_bytes_per_token, 140544);
+    // MLA latent is not split by heads: 61 · 576 · 2 B (the engine's bf16 cache on GPUs) per token on every
+    // rank.
+    EXPECT_EQ(s.kv_bytes_per_token, 70272);
     // No all-to-all under TP attention: no EP buffers.
     EXPECT_EQ(s.ep_buffer_bytes, 0);
     EXPECT_FALSE(plan.fits);
     EXPECT_EQ(plan.largest_term, "routed experts");
-    EXPECT_EQ(plan.margin_bytes, plan.usable_bytes - s.non_kv_bytes() - 4096 * 140544);
+    EXPECT_EQ(plan.margin_bytes, plan.usable_bytes - s.non_kv_bytes() - 4096 * 70272);
 }
 
 TEST(MemoryPlan, EpBuffersUnderDpAttention) {

@@ -142,16 +142,20 @@ TEST(PlanCli, ModelFolder) {
 }
 
 TEST(PlanCli, ClosedLoopOnTheMeasuredProfile) {
-    // The issue-6 comparison (docs/benchmarks/planner.md): a profile path, the engine's fp32 KV by default,
-    // and with --output-len each cell is the closed loop's median TPOT.
-    CliResult r =
-        run_plan("--model '" + kConfigsDir + "/qwen3_30b_a3b.json' --hardware '" + kProfilesDir +
-                 "/measured/h200_epinfer_2026-11-29.json' --gpus 1 --concurrency 1,256 --context 256 "
-                 "--input-len 128 --output-len 128 --json");
+    // The issue-6 comparison (docs/benchmarks/planner.md): a profile path, the fp32 KV the engine ran then
+    // (--kv-cache-dtype fp32; the default is the engine's bf16 on GPUs), and with --output-len each cell is
+    // the closed loop's median TPOT.
+    const std::string qwen3 = "--model '" + kConfigsDir + "/qwen3_30b_a3b.json' --hardware '" + kProfilesDir +
+                              "/measured/h200_epinfer_2026-11-29.json' --gpus 1 --concurrency 1,256 "
+                              "--context 256 --input-len 128 --output-len 128 --json";
+    CliResult r = run_plan(qwen3 + " --kv-cache-dtype fp32");
     ASSERT_EQ(r.exit_code, 0) << r.err;
     nlohmann::json doc = nlohmann::json::parse(r.out);
     EXPECT_EQ(doc["hardware"]["name"], "h200_sxm_measured");
     EXPECT_EQ(doc["options"]["kv_bytes_per_element"], 4);
+    const CliResult bf16 = run_plan(qwen3);
+    ASSERT_EQ(bf16.exit_code, 0) << bf16.err;
+    EXPECT_EQ(nlohmann::json::parse(bf16.out)["options"]["kv_bytes_per_element"], 2);
     EXPECT_EQ(doc["options"]["output_len"], 128);
     EXPECT_EQ(doc["options"]["max_step_tokens"], 2048);
     const auto& decode = doc["layouts"][0]["decode"];
@@ -166,8 +170,8 @@ TEST(PlanCli, ClosedLoopOnTheMeasuredProfile) {
                                    "/qwen3_30b_a3b.json' --hardware h200_sxm --gpus 1 --output-len 1"),
                           "--output-len 1: must be 0 (no closed loop) or >= 2");
     expect_one_line_error(run_plan("--model '" + kConfigsDir +
-                                   "/qwen3_30b_a3b.json' --hardware h200_sxm --gpus 1 --kv-dtype fp16"),
-                          "--kv-dtype 'fp16': expected fp32, bf16 or fp8");
+                                   "/qwen3_30b_a3b.json' --hardware h200_sxm --gpus 1 --kv-cache-dtype fp16"),
+                          "--kv-cache-dtype 'fp16': expected bf16, fp32 or fp8");
 }
 
 TEST(PlanCli, ClosedLoopContextFollowsTheRequests) {
@@ -236,9 +240,10 @@ TEST(PlanCli, TwoRankGroupsOfAFourGpuProfileUseItsTwoRankTable) {
 TEST(PlanCli, DpAttentionPaysTheHostRoundTrips) {
     // Qwen3-235B-A22B dp4-ep4 on the 4× H200 NVLink profile: 94 MoE layers × 9 host round trips per step at
     // the profile's fitted host_round_trip_us; ep4 (no DP attention) has none. The explanation names them.
+    // The fp32 KV cache the engine had when the figure was fitted (--kv-cache-dtype fp32).
     const std::string profile = kProfilesDir + "/measured/h200x4_nvlink_epinfer_2026-11-29.json";
     const std::string args = "--model '" + kConfigsDir + "/qwen3_235b_a22b.json' --gpus 4 --layout ep4,dp4-ep4 "
-                             "--concurrency 1,8,64,256 --input-len 128 --output-len 128";
+                             "--concurrency 1,8,64,256 --input-len 128 --output-len 128 --kv-cache-dtype fp32";
     CliResult r = run_plan(args + " --hardware '" + profile + "' --json");
     ASSERT_EQ(r.exit_code, 0) << r.err;
     nlohmann::json doc = nlohmann::json::parse(r.out);
@@ -279,10 +284,12 @@ TEST(PlanCli, KvCacheTokensAndMemoryFractionDecideTheFitAsTheEngine) {
     // (--memory-fraction 0.9 --kv-cache-tokens 0) the engine refused it with "dp4-ep4 does not fit: per rank,
     // weights 120.6 GiB + ... + KV of 40960 tokens (one request of max_position_embeddings) 14.7 GiB =
     // 137.4 GiB > usable 123.6 GiB" (0.9 of its free memory); with --memory-fraction 0.95
-    // --kv-cache-tokens 16384 it ran. The plan runs the same check on the profile's memory.
+    // --kv-cache-tokens 16384 it ran. The plan runs the same check on the profile's memory, with the fp32 KV
+    // cache the engine had then (--kv-cache-dtype fp32).
     const std::string args = "--model '" + kConfigsDir + "/qwen3_235b_a22b.json' --hardware '" + kProfilesDir +
                              "/measured/h200x4_nvlink_epinfer_2026-11-29.json' --gpus 4 --layout dp4-ep4 "
-                             "--concurrency 1,256 --input-len 128 --output-len 128 --json";
+                             "--concurrency 1,256 --input-len 128 --output-len 128 --kv-cache-dtype fp32 "
+                             "--json";
     CliResult refused = run_plan(args + " --memory-fraction 0.9 --kv-cache-tokens 0");
     ASSERT_EQ(refused.exit_code, 0) << refused.err;
     nlohmann::json doc = nlohmann::json::parse(refused.out);

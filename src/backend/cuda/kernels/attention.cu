@@ -1,5 +1,7 @@
 #include "backend/cuda/kernels/attention.cuh"
 
+#include <cuda_bf16.h>
+
 #include <algorithm>
 #include <cmath>
 
@@ -39,8 +41,20 @@ struct KeySplit {
     float* partial_ml = nullptr;   // [T, Nh, num_splits, 2]
 };
 
-// kDimsPerLane: value dims per lane (Dv ≤ 32 · kDimsPerLane). k_vec4: K rows are read as float4.
-template <int kDimsPerLane>
+__device__ __forceinline__ float load_kv(const float* p) { return __ldg(p); }
+__device__ __forceinline__ float load_kv(const __nv_bfloat16* p) { return __bfloat162float(p[0]); }
+// Four consecutive elements (16-byte aligned fp32, 8-byte aligned bf16).
+__device__ __forceinline__ float4 load_kv4(const float* p) { return __ldg(reinterpret_cast<const float4*>(p)); }
+__device__ __forceinline__ float4 load_kv4(const __nv_bfloat16* p) {
+    const uint2 raw = __ldg(reinterpret_cast<const uint2*>(p));
+    const float2 lo = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&raw.x));
+    const float2 hi = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&raw.y));
+    return make_float4(lo.x, lo.y, hi.x, hi.y);
+}
+
+// KV: float or __nv_bfloat16 (AttentionArgs::kv_dtype). kDimsPerLane: value dims per lane (Dv ≤ 32 ·
+// kDimsPerLane). k_vec4: K rows are read four elements at a time.
+template <typename KV, int kDimsPerLane>
 __global__ void __launch_bounds__(kWarps * 32)
     attention_kernel(AttentionArgs a, int num_chunks, bool k_vec4, KeySplit split, int32_t* error_flag) {
     extern __shared__ float smem[];
@@ -115,11 +129,11 @@ __global__ void __launch_bounds__(kWarps * 32)
 #pragma unroll
         for (int g = 0; g < kMaxGroup; ++g) s[g] = 0.0f;
         if (valid) {
-            const float* k = a.k + row * a.k_token_stride + kvh * a.k_head_stride;  // [Dqk]
+            const KV* k = static_cast<const KV*>(a.k) + row * a.k_token_stride + kvh * a.k_head_stride;  // [Dqk]
             if (k_vec4) {
 #pragma unroll 4
                 for (int64_t d4 = 0; d4 < Dqk / 4; ++d4) {
-                    const float4 kv = __ldg(reinterpret_cast<const float4*>(k) + d4);
+                    const float4 kv = load_kv4(k + 4 * d4);
 #pragma unroll
                     for (int g = 0; g < kMaxGroup; ++g) {
                         if (g >= G) break;
@@ -129,7 +143,7 @@ __global__ void __launch_bounds__(kWarps * 32)
                 }
             } else {
                 for (int64_t d = 0; d < Dqk; ++d) {
-                    const float kd = __ldg(k + d);
+                    const float kd = load_kv(k + d);
 #pragma unroll
                     for (int g = 0; g < kMaxGroup; ++g) {
                         if (g >= G) break;
@@ -163,11 +177,11 @@ __global__ void __launch_bounds__(kWarps * 32)
             for (int u = 0; u < kBatch; ++u) {
                 const int64_t row_j = __shfl_sync(0xffffffffu, row, jj0 + u);
                 const bool valid_j = __shfl_sync(0xffffffffu, static_cast<int>(valid), jj0 + u) != 0;
-                const float* v = a.v + row_j * a.v_token_stride + kvh * a.v_head_stride;  // [Dv]
+                const KV* v = static_cast<const KV*>(a.v) + row_j * a.v_token_stride + kvh * a.v_head_stride;  // [Dv]
 #pragma unroll
                 for (int i = 0; i < kDimsPerLane; ++i) {
                     const int64_t d = lane + 32 * i;
-                    vd[u][i] = valid_j && d < Dv ? __ldg(v + d) : 0.0f;
+                    vd[u][i] = valid_j && d < Dv ? load_kv(v + d) : 0.0f;
                 }
             }
 #pragma unroll
@@ -242,24 +256,39 @@ __global__ void attention_combine_kernel(AttentionArgs a, KeySplit split) {
     }
 }
 
-template <int kDimsPerLane>
+template <typename KV, int kDimsPerLane>
 cudaError_t launch(const AttentionArgs& a, const KeySplit& split, int num_chunks, int32_t* error_flag,
                    cudaStream_t stream) {
     const bool k_vec4 = a.head_dim_qk % 4 == 0 && a.k_token_stride % 4 == 0 && a.k_head_stride % 4 == 0 &&
-                        reinterpret_cast<uintptr_t>(a.k) % 16 == 0;
+                        reinterpret_cast<uintptr_t>(a.k) % (4 * sizeof(KV)) == 0;
     const size_t smem = smem_bytes(a);
     if (smem > 48 * 1024) {
-        const cudaError_t err = cudaFuncSetAttribute(attention_kernel<kDimsPerLane>,
+        const cudaError_t err = cudaFuncSetAttribute(attention_kernel<KV, kDimsPerLane>,
                                                      cudaFuncAttributeMaxDynamicSharedMemorySize,
                                                      static_cast<int>(smem));
         if (err != cudaSuccess) return err;
     }
     const int64_t num_blocks = a.num_tokens * a.num_kv_heads * num_chunks * split.num_splits;
-    attention_kernel<kDimsPerLane><<<static_cast<unsigned>(num_blocks), kWarps * 32, smem, stream>>>(
+    attention_kernel<KV, kDimsPerLane><<<static_cast<unsigned>(num_blocks), kWarps * 32, smem, stream>>>(
         a, num_chunks, k_vec4, split, error_flag);
     return cudaGetLastError();
 }
 
+template <typename KV>
+__device__ __forceinline__ KV to_kv(float x);
+template <>
+__device__ __forceinline__ float to_kv<float>(float x) { return x; }
+// Round to nearest even, a NaN kept a (quiet) NaN of the same sign and payload's top bits: core/dtype.h
+// f32_to_bf16 bit for bit (CUDA's __float2bfloat16_rn makes every NaN 0x7fff).
+template <>
+__device__ __forceinline__ __nv_bfloat16 to_kv<__nv_bfloat16>(float x) {
+    uint32_t bits = __float_as_uint(x);
+    if ((bits & 0x7fffffffu) > 0x7f800000u) return __ushort_as_bfloat16(static_cast<unsigned short>((bits >> 16) | 0x40));
+    bits += 0x7fffu + ((bits >> 16) & 1u);
+    return __ushort_as_bfloat16(static_cast<unsigned short>(bits >> 16));
+}
+
+template <typename KV>
 __global__ void kv_cache_store_kernel(KvCacheStoreArgs a, int32_t* error_flag) {
     const int64_t t = blockIdx.x;
     const int64_t slot = a.slot_mapping[t];
@@ -268,8 +297,8 @@ __global__ void kv_cache_store_kernel(KvCacheStoreArgs a, int32_t* error_flag) {
         return;
     }
     const float* src = a.src + t * a.src_row_stride;
-    float* dst = a.pool + slot * a.width;
-    for (int64_t i = threadIdx.x; i < a.width; i += blockDim.x) dst[i] = src[i];
+    KV* dst = static_cast<KV*>(a.pool) + slot * a.width;
+    for (int64_t i = threadIdx.x; i < a.width; i += blockDim.x) dst[i] = to_kv<KV>(src[i]);
 }
 
 }  // namespace
@@ -279,12 +308,23 @@ AttentionPlan plan_attention(const AttentionArgs& a, int num_sms) {
     const int64_t group = a.num_heads / a.num_kv_heads;
     plan.num_chunks = static_cast<int>((group + kMaxGroup - 1) / kMaxGroup);
     const int64_t blocks = a.num_tokens * a.num_kv_heads * plan.num_chunks;
-    // Split the keys until the grid covers the GPU twice, each split keeping ≥ kMinKeysPerSplit keys.
-    const int64_t want = blocks >= num_sms ? 1 : (2 * num_sms + blocks - 1) / blocks;
-    const int64_t most = (a.num_kv_tokens + kMinKeysPerSplit - 1) / kMinKeysPerSplit;
+    // Split the keys until the grid covers the GPU twice, unless it already covers it once.
+    const KeySplitPlan split =
+        plan_key_splits(a, blocks, {num_sms, 2 * static_cast<int64_t>(num_sms), kMinKeysPerSplit, kTileKeys});
+    plan.num_splits = split.num_splits;
+    plan.keys_per_split = split.keys_per_split;
+    plan.workspace_bytes = split.workspace_bytes;
+    return plan;
+}
+
+KeySplitPlan plan_key_splits(const AttentionArgs& a, int64_t blocks, const KeySplitTarget& target) {
+    KeySplitPlan plan;
+    const int64_t want =
+        blocks >= target.enough_blocks ? 1 : (target.target_blocks + blocks - 1) / std::max<int64_t>(blocks, 1);
+    const int64_t most = (a.num_kv_tokens + target.min_keys - 1) / target.min_keys;
     plan.num_splits = static_cast<int>(std::max<int64_t>(1, std::min(want, most)));
     const int64_t per_split = (a.num_kv_tokens + plan.num_splits - 1) / plan.num_splits;
-    plan.keys_per_split = (per_split + kTileKeys - 1) / kTileKeys * kTileKeys;
+    plan.keys_per_split = (per_split + target.tile_keys - 1) / target.tile_keys * target.tile_keys;
     if (plan.num_splits > 1) {
         plan.workspace_bytes = static_cast<size_t>(a.num_tokens * a.num_heads * plan.num_splits) *
                                static_cast<size_t>(a.head_dim_v + 2) * sizeof(float);
@@ -302,15 +342,28 @@ cudaError_t launch_attention(const AttentionArgs& args, const AttentionPlan& pla
         split.partial_acc = static_cast<float*>(workspace);
         split.partial_ml = split.partial_acc + args.num_tokens * args.num_heads * plan.num_splits * args.head_dim_v;
     }
+    const bool bf16_kv = args.kv_dtype == DType::kBF16;
     cudaError_t err;
     if (args.head_dim_v <= 128) {
-        err = launch<4>(args, split, plan.num_chunks, error_flag, stream);
+        err = bf16_kv ? launch<__nv_bfloat16, 4>(args, split, plan.num_chunks, error_flag, stream)
+                      : launch<float, 4>(args, split, plan.num_chunks, error_flag, stream);
     } else if (args.head_dim_v <= 256) {
-        err = launch<8>(args, split, plan.num_chunks, error_flag, stream);
+        err = bf16_kv ? launch<__nv_bfloat16, 8>(args, split, plan.num_chunks, error_flag, stream)
+                      : launch<float, 8>(args, split, plan.num_chunks, error_flag, stream);
     } else {
-        err = launch<16>(args, split, plan.num_chunks, error_flag, stream);
+        err = bf16_kv ? launch<__nv_bfloat16, 16>(args, split, plan.num_chunks, error_flag, stream)
+                      : launch<float, 16>(args, split, plan.num_chunks, error_flag, stream);
     }
     if (err != cudaSuccess || plan.num_splits == 1) return err;
+    return launch_attention_combine(args, plan.num_splits, split.partial_acc, split.partial_ml, stream);
+}
+
+cudaError_t launch_attention_combine(const AttentionArgs& args, int num_splits, float* partial_acc,
+                                     float* partial_ml, cudaStream_t stream) {
+    KeySplit split;
+    split.num_splits = num_splits;
+    split.partial_acc = partial_acc;
+    split.partial_ml = partial_ml;
     attention_combine_kernel<<<static_cast<unsigned>(args.num_tokens * args.num_heads), 128, 0, stream>>>(args,
                                                                                                          split);
     return cudaGetLastError();
@@ -319,7 +372,12 @@ cudaError_t launch_attention(const AttentionArgs& args, const AttentionPlan& pla
 cudaError_t launch_kv_cache_store(const KvCacheStoreArgs& args, int32_t* error_flag, cudaStream_t stream) {
     if (args.num_tokens == 0) return cudaSuccess;
     const int threads = static_cast<int>(std::min<int64_t>(256, (args.width + 31) / 32 * 32));
-    kv_cache_store_kernel<<<static_cast<unsigned>(args.num_tokens), threads, 0, stream>>>(args, error_flag);
+    if (args.pool_dtype == DType::kBF16) {
+        kv_cache_store_kernel<__nv_bfloat16>
+            <<<static_cast<unsigned>(args.num_tokens), threads, 0, stream>>>(args, error_flag);
+    } else {
+        kv_cache_store_kernel<float><<<static_cast<unsigned>(args.num_tokens), threads, 0, stream>>>(args, error_flag);
+    }
     return cudaGetLastError();
 }
 

@@ -1,5 +1,6 @@
-// Causal attention of the CUDA backend (AttentionArgs, op_args.h) over contiguous or paged fp32 K/V, and
-// the paged KV-cache write (KvCacheStoreArgs). One kernel for prefill and decode of every sequence of a
+// Causal attention of the CUDA backend (AttentionArgs, op_args.h) over contiguous or paged fp32 or bf16 K/V
+// on the CUDA cores — every shape flash_attention.cuh does not take (fp32 K/V, MLA's expanded heads of
+// 192/128 dims) — and the paged KV-cache write (KvCacheStoreArgs). One kernel for prefill and decode of every sequence of a
 // batch: a block per (query token, KV head, chunk of ≤ 8 query heads of that KV head's group), so each key
 // and value row is read once for the whole group (GQA). Its warps take tiles of 32 keys (a lane per key
 // for q·k, then the tile's probabilities broadcast by shuffle for p·v), each warp with an online softmax
@@ -36,6 +37,29 @@ AttentionPlan plan_attention(const AttentionArgs& args, int num_sms);
 // workspace: plan.workspace_bytes, device (stream-ordered); error_flag: [1] int32, device.
 cudaError_t launch_attention(const AttentionArgs& args, const AttentionPlan& plan, void* workspace,
                              int32_t* error_flag, cudaStream_t stream);
+
+// Flash-decoding key splits of one attention op whose grid has `blocks` blocks without splitting: the keys
+// [0, S) of every query cut into num_splits ranges of keys_per_split keys (a multiple of tile_keys), as
+// many as make blocks · num_splits reach target_blocks (none when blocks ≥ enough_blocks), each keeping at
+// least min_keys keys; workspace_bytes: T · Nh · num_splits · (Dv + 2) fp32 for the partials when split.
+struct KeySplitPlan {
+    int num_splits = 1;
+    int64_t keys_per_split = 0;
+    size_t workspace_bytes = 0;
+};
+struct KeySplitTarget {
+    int64_t enough_blocks = 0;
+    int64_t target_blocks = 0;
+    int64_t min_keys = 0;
+    int64_t tile_keys = 0;
+};
+KeySplitPlan plan_key_splits(const AttentionArgs& args, int64_t blocks, const KeySplitTarget& target);
+
+// The flash-decoding merge: out[t, h] from the num_splits partial outputs of each (t, h) — partial_acc
+// [T, Nh, num_splits, Dv] unnormalised sums, partial_ml [T, Nh, num_splits, 2] (max in natural-log units,
+// sum of exponentials; a split that saw no key has sum 0) — as Σ_s acc_s · e^(m_s − m) / Σ_s l_s · e^(m_s − m).
+cudaError_t launch_attention_combine(const AttentionArgs& args, int num_splits, float* partial_acc,
+                                     float* partial_ml, cudaStream_t stream);
 
 // A slot outside [0, num_pool_rows) skips its row and sets *error_flag to 1 (never cleared here).
 // @pre kv_cache_store_check(args) is OK; error_flag: [1] int32, device.
