@@ -137,7 +137,8 @@ def main():
         del q, k, v
         torch.cuda.empty_cache()
 
-    header = ("| shape | phase | Nh/Nkv×D | B | context | SOL on | epinfer fp32 KV µs (SOL) | flash bf16 µs (SOL) | "
+    kv = doc.get("kv_dtype", "fp32")
+    header = (f"| shape | phase | Nh/Nkv×D | B | context | SOL on | epinfer {kv} KV µs (SOL) | flash bf16 µs (SOL) | "
               "cuDNN bf16 µs (SOL) | speedup vs flash | speedup vs cuDNN |")
     lines = [header, "|" + "---|" * 11]
     notes = []
@@ -162,7 +163,7 @@ def main():
     modes = sorted({f"{name}: {m[f'{name}_gqa']}" for m in merged for name, _ in PEERS if m[f"{name}_gqa"]})
     table = "\n".join(lines)
     table += ("\n\nSOL: decode = bf16 KV bytes / 4.8 TB/s / time (target ≥ 0.7), prefill = causal FLOPs / "
-              "989 TFLOP/s / time (target ≥ 0.35). epinfer reads an fp32 KV cache (twice the bytes); its SOL "
+              f"989 TFLOP/s / time (target ≥ 0.35). epinfer reads a {kv} KV cache; its SOL "
               "on the bytes it reads is `sol_actual` in the JSON. Peers: PyTorch "
               f"{torch.__version__}, contiguous bf16 K/V of Nkv heads ({', '.join(modes) or 'none ran'}).\n")
     if notes:

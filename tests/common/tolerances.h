@@ -82,6 +82,11 @@ inline constexpr ToleranceEntry kTolerances[] = {
     {"matmul_cuda", DType::kF32, {1e-12, 5e-6}},
     {"rope_cuda", DType::kF32, {3e-14, 2e-6}},
     {"attention_cuda", DType::kF32, {1e-11, 1.5e-5}},
+    // Flash attention over a bf16 KV cache (tests/unit/cuda/test_attention_bf16_kv_cuda.cc) against the CPU
+    // backend reading the same bf16 K/V: q and the probabilities are rounded to bf16 for the tensor cores
+    // (2^-9 relative each, as FlashAttention), sums in fp32. Measured on the H200 (every case of the test:
+    // decode and prefill, head dims 64/128, groups 1–32): nmse ≤ 5.1e-6, max_rel ≤ 3.9e-3. Bounds ~10×.
+    {"attention_cuda", DType::kBF16, {5e-5, 4e-2}},
     {"silu_mul_cuda", DType::kF32, {1e-15, 6e-7}},
     {"add_cuda", DType::kF32, {0.0, 0.0}},  // one fp32 add: exact
     {"add_sigmoid_gated_cuda", DType::kF32, {2e-14, 1.2e-6}},

@@ -7,8 +7,9 @@
 // Qwen3-30B-A3B 32 / 4 × 128 and GLM-4.5 96 / 8 × 128, each at
 //   decode:  batch 64 × context 4096 and batch 8 × context 32768 (one query token per sequence);
 //   prefill: 4096 and 16384 tokens of one sequence (causal).
-// The KV cache is fp32 (the engine's), in blocks of the engine's block size, shuffled. Per case: the median
-// time, the KV bytes read (fp32) and their bf16 equivalent, GB/s, SOL = bytes / 4.8 TB/s / time on either,
+// The KV cache is bf16 (--kv-dtype; the engine's on GPUs), in blocks of the engine's block size, shuffled.
+// Per case: the kernel, the median time, the KV bytes read (at the cache's dtype) and their bf16
+// equivalent, GB/s, SOL = bytes / 4.8 TB/s / time on either,
 // the fraction of the read-only stream ceiling measured in the same run, and the FLOPs with SOL = FLOPs /
 // 989 TFLOP/s / time. Issue 4's targets: decode SOL on bf16 bytes ≥ 0.7, prefill SOL on FLOPs ≥ 0.35.
 // Without a GPU (or without -DEPINFER_CUDA=ON) it exits with one line.
@@ -41,6 +42,7 @@ struct BenchAttentionOptions {
     std::string device = "cuda";
     std::vector<std::string> cases = {"default"};  // default (all), decode, prefill
     int repeats = 20;
+    std::string kv_dtype = "bf16";  // bf16 or fp32
     std::string json_path;
 };
 
@@ -54,6 +56,9 @@ Status check_options(const BenchAttentionOptions& opts) {
         if (c != "default" && c != "decode" && c != "prefill") {
             return invalid_argument(fmt::format("bench attention: --cases {}: expected default, decode or prefill", c));
         }
+    }
+    if (opts.kv_dtype != "bf16" && opts.kv_dtype != "fp32") {
+        return invalid_argument(fmt::format("bench attention: --kv-dtype {}: expected bf16 or fp32", opts.kv_dtype));
     }
     if (opts.repeats < 1 || opts.repeats > kMaxRepeats) {
         return invalid_argument(fmt::format("bench attention: --repeats {}: must be in [1, {}]", opts.repeats,
@@ -118,11 +123,12 @@ RowFigures figures(const AttentionBenchRow& r, double stream_gbps) {
 
 void print_row(const AttentionBenchRow& r, const RowFigures& f) {
     fmt::print("{:<14} {:<7} {:>3}/{:<2} {:>3} {:>5} {:>6} {:>11.1f} {:>8.3f} {:>8.3f} {:>7.0f} {:>6.2f} {:>6.2f} "
-               "{:>6.2f} {:>9.1f} {:>7.1f} {:>6.3f}  {:.2f} {} {:.2f}\n",
+               "{:>6.2f} {:>9.1f} {:>7.1f} {:>6.3f}  {:.2f} {} {:.2f}  {}\n",
                r.c.shape, cuda::attention_bench_phase_name(r.c.phase), r.c.num_heads, r.c.num_kv_heads,
                r.c.head_dim_qk, r.c.batch, r.c.context, r.time_us, r.counts.kv_bytes / 1e9,
                r.counts.kv_bytes_bf16 / 1e9, f.gbps, f.sol_actual, f.sol_bf16, f.stream_fraction,
-               r.counts.flops / 1e9, f.tflops, f.sol_flops, f.sol, f.sol >= f.target ? ">=" : "<", f.target);
+               r.counts.flops / 1e9, f.tflops, f.sol_flops, f.sol, f.sol >= f.target ? ">=" : "<", f.target,
+               r.kernel);
     std::fflush(stdout);
 }
 
@@ -137,6 +143,7 @@ nlohmann::json row_json(const AttentionBenchRow& r, const RowFigures& f, int64_t
             {"context", r.c.context},
             {"num_tokens", r.counts.num_tokens},
             {"kv_block_size", kv_block_size},
+            {"kernel", r.kernel},
             {"num_splits", r.num_splits},
             {"device_bytes", r.device_bytes},
             {"time_us", r.time_us},
@@ -158,22 +165,23 @@ Status run_bench_attention(const BenchAttentionOptions& opts) {
     cuda::AttentionBenchOptions bench;
     bench.repeats = opts.repeats;
     bench.kv_block_size = EngineOptions{}.block_size;
+    bench.kv_dtype = opts.kv_dtype == "fp32" ? DType::kF32 : DType::kBF16;
     const std::vector<AttentionBenchCase> cases = cases_of(opts);
     auto ceilings = cuda::cuda_bench_ceilings();
     if (!ceilings.is_ok()) return ceilings.status().with_context("bench attention");
     const cuda::MoeBenchCeilings& ceil = ceilings.value();
     print_bench_ceilings(ceil);
-    fmt::print("KV cache fp32 in blocks of {} tokens (shuffled); median of {} graph replays after a 512 MiB L2 "
+    fmt::print("KV cache {} in blocks of {} tokens (shuffled); median of {} graph replays after a 512 MiB L2 "
                "flush; targets: decode SOL_bf16 >= {:.2f}, prefill SOL_flop >= {:.2f}\n",
-               bench.kv_block_size, opts.repeats, kDecodeTargetSol, kPrefillTargetSol);
+               opts.kv_dtype, bench.kv_block_size, opts.repeats, kDecodeTargetSol, kPrefillTargetSol);
     fmt::print("{:<14} {:<7} {:>6} {:>3} {:>5} {:>6} {:>11} {:>8} {:>8} {:>7} {:>6} {:>6} {:>6} {:>9} {:>7} "
                "{:>6}  {}\n",
                "shape", "phase", "Nh/kv", "D", "B", "ctx", "time_us", "KV_GB", "bf16_GB", "GB/s", "SOL", "SOLbf",
-               "stream", "GFLOP", "TFLOP/s", "SOLfl", "issue SOL vs target");
+               "stream", "GFLOP", "TFLOP/s", "SOLfl", "issue SOL vs target  kernel");
     nlohmann::json doc = bench_ceilings_json(ceil);
     doc["bench"] = "attention";
     doc["repeats"] = opts.repeats;
-    doc["kv_dtype"] = "fp32";
+    doc["kv_dtype"] = opts.kv_dtype;
     doc["kv_block_size"] = bench.kv_block_size;
     doc["rows"] = nlohmann::json::array();
     EPI_RETURN_IF_ERROR(cuda::cuda_bench_attention(cases, bench, [&](const AttentionBenchRow& row) {
@@ -207,6 +215,8 @@ void add_bench_attention_command(CLI::App& bench) {
         ->delimiter(',')
         ->capture_default_str();
     attn->add_option("--repeats", opts->repeats, "timed repeats per case (median reported)")->capture_default_str();
+    attn->add_option("--kv-dtype", opts->kv_dtype, "the KV cache's dtype: bf16 (the engine's on GPUs) or fp32")
+        ->capture_default_str();
     attn->add_option("--json", opts->json_path, "also write the results to this JSON file");
     attn->callback([opts] { exit_on_error(run_bench_attention(*opts)); });
 }

@@ -16,6 +16,7 @@
 #include "backend/cuda/cuda_util.h"
 #include "backend/cuda/kernels/attention.cuh"
 #include "backend/cuda/kernels/bench_kernels.cuh"
+#include "backend/cuda/kernels/flash_attention.cuh"
 
 namespace epinfer::cuda {
 namespace {
@@ -30,14 +31,14 @@ std::string case_name(const AttentionBenchCase& c) {
                : fmt::format("{} prefill T={}", c.shape, c.context);
 }
 
-// Fills an fp32 buffer uniformly in [−1, 1) on the backend's stream.
-Status fill_random(const DeviceBuffer& buffer, uint64_t seed, cudaStream_t stream) {
+// Fills an fp32 or bf16 buffer uniformly in [−1, 1) on the backend's stream.
+Status fill_random(const DeviceBuffer& buffer, DType dtype, uint64_t seed, cudaStream_t stream) {
     FillRandomArgs args;
     args.data = buffer.data();
-    args.count = static_cast<int64_t>(buffer.num_bytes() / sizeof(float));
+    args.count = static_cast<int64_t>(buffer.num_bytes() / dtype_size(dtype));
     args.seed = seed;
     args.scale = 1.0f;
-    EPI_CUDA_CHECK(launch_fill_random_f32(args, stream));
+    EPI_CUDA_CHECK(dtype == DType::kBF16 ? launch_fill_random_bf16(args, stream) : launch_fill_random_f32(args, stream));
     return Status::ok();
 }
 
@@ -47,7 +48,7 @@ Result<AttentionBenchRow> run_case(Backend& backend, int num_sms, const CudaBuff
     if (!decode && c.batch != 1) return invalid_argument(fmt::format("prefill batch {}: must be 1", c.batch));
     AttentionBenchRow row;
     row.c = c;
-    row.counts = attention_bench_counts(c);
+    row.counts = attention_bench_counts(c, options.kv_dtype);
     const int64_t T = row.counts.num_tokens;
     const int64_t Nh = c.num_heads, Nkv = c.num_kv_heads, Dqk = c.head_dim_qk, Dv = c.head_dim_v;
     const int64_t bs = options.kv_block_size;
@@ -74,18 +75,30 @@ Result<AttentionBenchRow> run_case(Backend& backend, int num_sms, const CudaBuff
     args.num_sequences = c.batch;
     args.block_table_stride = table_width;
     args.kv_block_size = bs;
-    const AttentionPlan plan = plan_attention(args, num_sms);
-    row.num_splits = plan.num_splits;
+    args.kv_dtype = options.kv_dtype;
+    args.k = args.v = nullptr;  // the pools below are 256-byte aligned, as flash_attention_supports asks
+    size_t workspace_bytes = 0;
+    if (options.kv_dtype == DType::kBF16 && flash_attention_supports(args)) {
+        const FlashAttentionPlan plan = plan_flash_attention(args, num_sms);
+        row.kernel = "flash";
+        row.num_splits = plan.num_splits;
+        workspace_bytes = plan.workspace_bytes;
+    } else {
+        const AttentionPlan plan = plan_attention(args, num_sms);
+        row.kernel = "cuda_cores";
+        row.num_splits = plan.num_splits;
+        workspace_bytes = plan.workspace_bytes;
+    }
 
-    const size_t f32 = sizeof(float), i32 = sizeof(int32_t);
+    const size_t f32 = sizeof(float), i32 = sizeof(int32_t), kv = dtype_size(options.kv_dtype);
     const size_t q_bytes = static_cast<size_t>(T * Nh * Dqk) * f32;
     const size_t out_bytes = static_cast<size_t>(T * Nh * Dv) * f32;
-    const size_t k_bytes = static_cast<size_t>(pool_rows * Nkv * Dqk) * f32;
-    const size_t v_bytes = static_cast<size_t>(pool_rows * Nkv * Dv) * f32;
+    const size_t k_bytes = static_cast<size_t>(pool_rows * Nkv * Dqk) * kv;
+    const size_t v_bytes = static_cast<size_t>(pool_rows * Nkv * Dv) * kv;
     const size_t table_bytes = static_cast<size_t>(num_blocks) * i32;
     const size_t token_bytes = static_cast<size_t>(T) * i32;  // positions, token_sequence
     row.device_bytes = static_cast<double>(q_bytes + out_bytes + k_bytes + v_bytes + table_bytes +
-                                           2 * token_bytes + plan.workspace_bytes);
+                                           2 * token_bytes + workspace_bytes);
     EPI_ASSIGN_OR_RETURN(DeviceMemory memory, backend.memory_info());
     if (row.device_bytes > kMaxMemoryFraction * static_cast<double>(memory.free_bytes)) {
         return Status(StatusCode::kOutOfMemory,
@@ -113,15 +126,15 @@ Result<AttentionBenchRow> run_case(Backend& backend, int num_sms, const CudaBuff
     EPI_ASSIGN_OR_RETURN(DeviceBuffer tables_d, DeviceBuffer::alloc(backend, table_bytes));
     EPI_ASSIGN_OR_RETURN(DeviceBuffer positions_d, DeviceBuffer::alloc(backend, token_bytes));
     EPI_ASSIGN_OR_RETURN(DeviceBuffer token_sequence_d, DeviceBuffer::alloc(backend, token_bytes));
-    EPI_RETURN_IF_ERROR(fill_random(q, kSeed + 1, stream));
-    EPI_RETURN_IF_ERROR(fill_random(k, kSeed + 2, stream));
-    EPI_RETURN_IF_ERROR(fill_random(v, kSeed + 3, stream));
+    EPI_RETURN_IF_ERROR(fill_random(q, DType::kF32, kSeed + 1, stream));
+    EPI_RETURN_IF_ERROR(fill_random(k, options.kv_dtype, kSeed + 2, stream));
+    EPI_RETURN_IF_ERROR(fill_random(v, options.kv_dtype, kSeed + 3, stream));
     EPI_RETURN_IF_ERROR(backend.copy_to_device(tables_d.data(), tables.data(), table_bytes));
     EPI_RETURN_IF_ERROR(backend.copy_to_device(positions_d.data(), positions.data(), token_bytes));
     EPI_RETURN_IF_ERROR(backend.copy_to_device(token_sequence_d.data(), token_sequence.data(), token_bytes));
     args.q = q.f32();
-    args.k = k.f32();  // [num_blocks · bs, Nkv, Dqk], rows through the block tables
-    args.v = v.f32();
+    args.k = k.data();  // [num_blocks · bs, Nkv, Dqk], rows through the block tables
+    args.v = v.data();
     args.out = out.f32();
     args.positions = static_cast<const int32_t*>(positions_d.data());
     args.kv_block_tables = static_cast<const int32_t*>(tables_d.data());
@@ -148,7 +161,7 @@ const char* attention_bench_phase_name(AttentionBenchPhase phase) {
     return phase == AttentionBenchPhase::kDecode ? "decode" : "prefill";
 }
 
-AttentionBenchCounts attention_bench_counts(const AttentionBenchCase& c) {
+AttentionBenchCounts attention_bench_counts(const AttentionBenchCase& c, DType kv_dtype) {
     const bool decode = c.phase == AttentionBenchPhase::kDecode;
     const double context = static_cast<double>(c.context);
     const double rows = decode ? static_cast<double>(c.batch) * context : context;  // K/V rows attended
@@ -156,7 +169,7 @@ AttentionBenchCounts attention_bench_counts(const AttentionBenchCase& c) {
     const double row_elems = static_cast<double>(c.num_kv_heads * (c.head_dim_qk + c.head_dim_v));
     AttentionBenchCounts n;
     n.num_tokens = decode ? c.batch : c.context;
-    n.kv_bytes = rows * row_elems * 4;
+    n.kv_bytes = rows * row_elems * static_cast<double>(dtype_size(kv_dtype));
     n.kv_bytes_bf16 = rows * row_elems * 2;
     n.flops = 2.0 * static_cast<double>((c.head_dim_qk + c.head_dim_v) * c.num_heads) * keys;
     return n;
@@ -168,6 +181,10 @@ Status cuda_bench_attention(const std::vector<AttentionBenchCase>& cases, const 
     if (options.repeats < 1) return invalid_argument(fmt::format("bench attention: repeats {} < 1", options.repeats));
     if (options.kv_block_size < 1) {
         return invalid_argument(fmt::format("bench attention: kv_block_size {} < 1", options.kv_block_size));
+    }
+    if (options.kv_dtype != DType::kF32 && options.kv_dtype != DType::kBF16) {
+        return invalid_argument(fmt::format("bench attention: kv dtype {}: expected F32 or BF16",
+                                            dtype_name(options.kv_dtype)));
     }
     EPI_ASSIGN_OR_RETURN(std::unique_ptr<Backend> backend, make_cuda_backend(0));
     int num_sms = 0;

@@ -1,18 +1,18 @@
 // `epinfer bench attention`: the CUDA backend's attention op (Backend::attention, kernels/attention.cuh)
-// at real model shapes over a paged fp32 KV cache, timed against the H200's speed of light.
+// at real model shapes over a paged bf16 or fp32 KV cache, timed against the H200's speed of light.
 //
 // Per case the backend records one attention op into an op graph (Backend::begin_capture … end_capture;
-// the op allocates plan_attention's workspace from the backend's pool inside the graph, as in the engine's
+// the op allocates its kernel's workspace from the backend's pool inside the graph, as in the engine's
 // decode graphs) after one direct run, and the graph is replayed `repeats` times, each replay timed with
 // events after an L2 flush (a 512 MiB memset); the median is reported. The backend's error flag (a query
 // position or block id out of range) is checked by a synchronize() after the timed replays.
-// Inputs: q, K and V uniform in [−1, 1) (fp32, never zeros), scale 1/√Dqk. K and V live in pools of
-// kv_block_size-token blocks laid out as the engine's KvBlockPool ([num_blocks · bs, Nkv, D] fp32); the
+// Inputs: q (fp32), K and V (the cache dtype) uniform in [−1, 1) (never zeros), scale 1/√Dqk. K and V live
+// in pools of kv_block_size-token blocks laid out as the engine's KvBlockPool ([num_blocks · bs, Nkv, D]); the
 // blocks of all sequences are one random permutation of the pool, so a sequence's pages are not contiguous.
 //   decode:  B sequences of S cached tokens, one query token each at position S − 1;
 //   prefill: one sequence of T tokens at positions 0 … T − 1 over its own T cached rows (causal).
 // Counts (attention_bench_counts):
-//   kv_bytes      = the K and V rows the queries attend, each once: rows · Nkv · (Dqk + Dv) · 4 (fp32 cache),
+//   kv_bytes      = the K and V rows the queries attend, each once: rows · Nkv · (Dqk + Dv) · element size,
 //                   rows = B · S (decode) or T (prefill);
 //   kv_bytes_bf16 = the same at 2 bytes per element (issue 4's decode target is defined on a bf16 cache);
 //   flops         = 2 · (Dqk + Dv) · Nh · (keys summed over the queries): B · S (decode), T·(T + 1)/2
@@ -24,6 +24,7 @@
 #include <string>
 #include <vector>
 
+#include "core/dtype.h"
 #include "core/status.h"
 
 namespace epinfer::cuda {
@@ -44,21 +45,23 @@ struct AttentionBenchCase {
 
 struct AttentionBenchCounts {
     int64_t num_tokens = 0;     // query tokens: B (decode) or T (prefill)
-    double kv_bytes = 0;        // fp32
+    double kv_bytes = 0;        // at the cache's dtype
     double kv_bytes_bf16 = 0;
     double flops = 0;
 };
-AttentionBenchCounts attention_bench_counts(const AttentionBenchCase& c);
+AttentionBenchCounts attention_bench_counts(const AttentionBenchCase& c, DType kv_dtype);
 
 struct AttentionBenchOptions {
     int repeats = 20;            // ≥ 1
     int64_t kv_block_size = 16;  // tokens per KV block, ≥ 1 (the CLI passes the engine's default)
+    DType kv_dtype = DType::kBF16;  // kBF16 (the engine's cache on GPUs) or kF32
 };
 
 struct AttentionBenchRow {
     AttentionBenchCase c;
     AttentionBenchCounts counts;
-    int num_splits = 1;        // plan_attention's key splits (flash-decoding) of the case
+    std::string kernel;        // "flash" (kernels/flash_attention.cuh) or "cuda_cores" (kernels/attention.cuh)
+    int num_splits = 1;        // the kernel plan's key splits (flash-decoding) of the case
     double device_bytes = 0;   // q, out, K/V pools, block tables, positions and workspace
     double time_us = 0;        // median
 };

@@ -15,6 +15,7 @@
 #include "backend/cuda/kernels/argmax.cuh"
 #include "backend/cuda/kernels/attention.cuh"
 #include "backend/cuda/kernels/dense_ops.cuh"
+#include "backend/cuda/kernels/flash_attention.cuh"
 #include "backend/cuda/kernels/matmul_small_t.cuh"
 #include "backend/cuda/kernels/moe_router.cuh"
 
@@ -240,6 +241,13 @@ public:
         if (args.head_dim_v > cuda::kAttentionMaxHeadDimV) {
             return not_supported("attention: head_dim_v " + std::to_string(args.head_dim_v) +
                                  " exceeds the CUDA kernel's limit " + std::to_string(cuda::kAttentionMaxHeadDimV));
+        }
+        if (cuda::flash_attention_supports(args)) {
+            const cuda::FlashAttentionPlan plan = cuda::plan_flash_attention(args, num_sms_);
+            EPI_ASSIGN_OR_RETURN(DeviceBuffer workspace, DeviceBuffer::alloc(*this, plan.workspace_bytes));
+            EPI_CUDA_CHECK(
+                cuda::launch_flash_attention(args, plan, workspace.data(), flags_ + kAttentionFlag, stream_));
+            return Status::ok();
         }
         const cuda::AttentionPlan plan = cuda::plan_attention(args, num_sms_);
         EPI_ASSIGN_OR_RETURN(DeviceBuffer workspace, DeviceBuffer::alloc(*this, plan.workspace_bytes));

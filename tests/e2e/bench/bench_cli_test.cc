@@ -253,6 +253,8 @@ TEST(BenchCli, BenchAttentionRefusals) {
     expect_one_line_error(run_epinfer("bench attention --cases decode,mla"),
                           "bench attention: --cases mla: expected default, decode or prefill");
     expect_one_line_error(run_epinfer("bench attention --device cpu"), "bench attention: --device cpu: only cuda");
+    expect_one_line_error(run_epinfer("bench attention --kv-dtype fp16"),
+                          "bench attention: --kv-dtype fp16: expected bf16 or fp32");
     expect_one_line_error(run_epinfer("bench attention --repeats x"), "--repeats");
 #if EPINFER_WITH_CUDA
     if (epinfer::cuda::cuda_require_device().is_ok()) GTEST_SKIP() << "a GPU is present: the benchmark would run";

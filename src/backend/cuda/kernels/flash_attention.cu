@@ -1,0 +1,409 @@
+// Flash attention over a bf16 KV cache (see flash_attention.cuh).
+#include <algorithm>
+#include <cmath>
+
+#include "backend/cuda/kernels/attention.cuh"
+#include "backend/cuda/kernels/flash_attention.cuh"
+#include "backend/cuda/kernels/moe_common.cuh"
+
+namespace epinfer::cuda {
+
+namespace {
+
+constexpr int kWarps = 4;
+constexpr int kThreads = kWarps * 32;
+constexpr int kTileKeys = 64;   // keys per shared-memory tile
+constexpr int kStages = 3;      // tiles in flight
+constexpr int kRows = 16;       // query rows per warp (the MMA's M)
+constexpr int kMaxHeadsPerChunk = 16;
+constexpr int kMaxTokensPerBlock = kWarps * kRows;  // prefill with one head per chunk
+constexpr int64_t kMinKeysPerSplit = 4 * kTileKeys;
+constexpr int kBlocksPerSm = 2;    // __launch_bounds__ below; the grid aims at kWaves of them
+constexpr int kWaves = 4;          // so the last wave's tail costs little
+constexpr float kLog2e = 1.4426950408889634f;
+constexpr float kLn2 = 0.6931471805599453f;
+
+struct Layout {
+    int heads_per_chunk = 0;
+    int num_chunks = 0;
+    int tokens_per_block = 0;
+};
+
+struct Split {
+    int num_splits = 1;
+    int64_t keys_per_split = 0;
+    float* partial_acc = nullptr;  // [T, Nh, num_splits, Dv]
+    float* partial_ml = nullptr;   // [T, Nh, num_splits, 2]
+};
+
+// Shared memory of D: the pipeline's K and V tiles, reused by the final merge.
+template <int D>
+constexpr size_t pipe_bytes() {
+    return size_t{kStages} * 2 * kTileKeys * D * sizeof(bf16);
+}
+
+// Offset (elements) of 16-byte chunk `chunk` of row `key` in a [kTileKeys, D] tile.
+template <int D>
+__device__ __forceinline__ int swizzle(int key, int chunk) {
+    return key * D + ((chunk ^ (key & 7)) << 3);
+}
+
+__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], const void* smem_row) {
+    const uint32_t addr = static_cast<uint32_t>(__cvta_generic_to_shared(smem_row));
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(addr));
+}
+
+__device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
+    const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+    return *reinterpret_cast<const uint32_t*>(&v);
+}
+
+// kDecode: the block's ≤ 16 rows are shared by all warps, each taking 16 keys of a tile; else each warp
+// has its own 16 rows and takes every key.
+template <int D, bool kDecode>
+__global__ void __launch_bounds__(kThreads, kBlocksPerSm)
+    flash_attention_kernel(AttentionArgs a, Layout lay, Split split, int32_t* error_flag) {
+    extern __shared__ __align__(128) unsigned char smem_raw[];
+    bf16* smem = reinterpret_cast<bf16*>(smem_raw);
+    __shared__ int tok_pos[kMaxTokensPerBlock];  // −1: a bad query
+    __shared__ int tok_seq[kMaxTokensPerBlock];
+    __shared__ float m_s[kWarps * kRows], l_s[kWarps * kRows];
+    constexpr int kSliceKeys = kDecode ? kTileKeys / kWarps : kTileKeys;  // keys per warp per tile
+    constexpr int kChunks = D / 8;                                        // 16-byte chunks per row
+    constexpr int kLoads = kTileKeys * kChunks / kThreads;                // per thread per tile, K and V each
+    static_assert(kThreads % kChunks == 0, "a thread copies one chunk column");
+
+    const int64_t group = a.num_heads / a.num_kv_heads;
+    int64_t block = blockIdx.x;
+    const int split_index = static_cast<int>(block % split.num_splits);
+    block /= split.num_splits;
+    const int chunk = static_cast<int>(block % lay.num_chunks);
+    block /= lay.num_chunks;
+    const int64_t kvh = block % a.num_kv_heads;
+    // Prefill: the last token tiles (the most keys, causal) first, so short ones fill the tail.
+    const int64_t num_tiles_t = (a.num_tokens + lay.tokens_per_block - 1) / lay.tokens_per_block;
+    const int64_t tile_t = kDecode ? block / a.num_kv_heads : num_tiles_t - 1 - block / a.num_kv_heads;
+    const int64_t t0 = tile_t * lay.tokens_per_block;
+    const int num_tok = static_cast<int>(min(static_cast<int64_t>(lay.tokens_per_block), a.num_tokens - t0));
+    const int64_t h0 = kvh * group + static_cast<int64_t>(chunk) * lay.heads_per_chunk;
+    const int heads = static_cast<int>(min(static_cast<int64_t>(lay.heads_per_chunk), group - chunk * lay.heads_per_chunk));
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    const int g = lane / 4, q4 = lane % 4;
+    const bool paged = a.kv_block_tables != nullptr;
+
+    if (threadIdx.x < num_tok) {
+        const int64_t t = t0 + threadIdx.x;
+        const int32_t pos = a.positions[t];
+        const int32_t seq = paged && a.token_sequence != nullptr ? a.token_sequence[t] : 0;
+        const bool bad = pos < 0 || pos >= a.num_kv_tokens || (paged && (seq < 0 || seq >= a.num_sequences));
+        if (bad) *error_flag = 1;
+        tok_pos[threadIdx.x] = bad ? -1 : pos;
+        tok_seq[threadIdx.x] = bad ? -1 : seq;
+    }
+    __syncthreads();
+
+    // This thread's two rows (g and g + 8 of the warp's 16): token index in the tile and query head.
+    int row_tok[2], row_head[2];
+    bool row_ok[2];
+#pragma unroll
+    for (int hr = 0; hr < 2; ++hr) {
+        const int r = (kDecode ? 0 : warp * kRows) + g + 8 * hr;
+        row_tok[hr] = kDecode ? 0 : r / lay.heads_per_chunk;
+        row_head[hr] = kDecode ? r : r % lay.heads_per_chunk;
+        row_ok[hr] = row_tok[hr] < num_tok && row_head[hr] < heads;
+    }
+    // Q as the A operand, bf16: qf[k-step][a0..a3].
+    uint32_t qf[D / 16][4];
+#pragma unroll
+    for (int kk = 0; kk < D / 16; ++kk) {
+        float v[2][2][2];  // [row half][column half][pair]
+#pragma unroll
+        for (int hr = 0; hr < 2; ++hr) {
+            const float* qrow = a.q + (t0 + row_tok[hr]) * a.q_token_stride + (h0 + row_head[hr]) * a.q_head_stride;
+#pragma unroll
+            for (int ch = 0; ch < 2; ++ch) {
+                const int d = kk * 16 + ch * 8 + 2 * q4;
+                v[hr][ch][0] = row_ok[hr] ? qrow[d] : 0.0f;
+                v[hr][ch][1] = row_ok[hr] ? qrow[d + 1] : 0.0f;
+            }
+        }
+        qf[kk][0] = pack_bf16(v[0][0][0], v[0][0][1]);
+        qf[kk][1] = pack_bf16(v[1][0][0], v[1][0][1]);
+        qf[kk][2] = pack_bf16(v[0][1][0], v[0][1][1]);
+        qf[kk][3] = pack_bf16(v[1][1][0], v[1][1][1]);
+    }
+
+    float o[D / 8][4];
+#pragma unroll
+    for (int n = 0; n < D / 8; ++n) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
+    float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
+    const float scale_log2 = a.scale * kLog2e;
+    const bf16* k_base = static_cast<const bf16*>(a.k) + kvh * a.k_head_stride;
+    const bf16* v_base = static_cast<const bf16*>(a.v) + kvh * a.v_head_stride;
+    const int key_begin = split_index * static_cast<int>(split.keys_per_split);  // positions are int32
+    const int bs = static_cast<int>(a.kv_block_size);
+    const int key_slice = kDecode ? warp * kSliceKeys : 0;
+
+    // Tokens of one sequence at a time (a decode block has one token).
+    for (int run_begin = 0; run_begin < num_tok;) {
+        const int run_seq = tok_seq[run_begin];
+        int run_end = run_begin + 1, max_pos = tok_pos[run_begin];
+        while (run_end < num_tok && tok_seq[run_end] == run_seq) max_pos = max(max_pos, tok_pos[run_end++]);
+        bool active[2];
+        int pos[2];
+#pragma unroll
+        for (int hr = 0; hr < 2; ++hr) {
+            active[hr] = row_ok[hr] && row_tok[hr] >= run_begin && row_tok[hr] < run_end;
+            pos[hr] = active[hr] ? tok_pos[row_tok[hr]] : -1;
+        }
+        const int key_end = min(max_pos + 1, key_begin + static_cast<int>(split.keys_per_split));
+        const int num_tiles = run_seq < 0 || key_end <= key_begin ? 0 : (key_end - key_begin + kTileKeys - 1) / kTileKeys;
+        const int32_t* table = paged ? a.kv_block_tables + static_cast<int64_t>(run_seq) * a.block_table_stride
+                                     : nullptr;
+
+        auto load_tile = [&](int tile) {
+            bf16* sk = smem + (tile % kStages) * 2 * kTileKeys * D;
+            bf16* sv = sk + kTileKeys * D;
+            // This thread's chunk ch of keys key_first + i · kKeyStep: their block ids are looked up first,
+            // all in flight together, then the copies issued.
+            constexpr int kKeyStep = kThreads / kChunks;
+            const int key_first = threadIdx.x / kChunks, ch = threadIdx.x % kChunks;
+            const int key0 = key_begin + tile * kTileKeys;
+            int32_t blk[kLoads];
+#pragma unroll
+            for (int i = 0; i < kLoads; ++i) {
+                const int j = key0 + key_first + i * kKeyStep;
+                blk[i] = table != nullptr && j < key_end ? __ldg(table + j / bs) : 0;
+            }
+#pragma unroll
+            for (int i = 0; i < kLoads; ++i) {
+                const int key = key_first + i * kKeyStep, j = key0 + key;
+                bool ok = j < key_end;
+                if (ok && blk[i] < 0) {
+                    *error_flag = 1;
+                    ok = false;
+                }
+                const int64_t row = table != nullptr ? static_cast<int64_t>(blk[i]) * bs + j % bs : j;
+                const bf16* ksrc = ok ? k_base + row * a.k_token_stride + ch * 8 : k_base;
+                const bf16* vsrc = ok ? v_base + row * a.v_token_stride + ch * 8 : v_base;
+                cp_async_16(sk + swizzle<D>(key, ch), ksrc, ok ? 16 : 0);
+                cp_async_16(sv + swizzle<D>(key, ch), vsrc, ok ? 16 : 0);
+            }
+        };
+
+#pragma unroll
+        for (int s = 0; s < kStages - 1; ++s) {
+            if (s < num_tiles) load_tile(s);
+            cp_async_commit();
+        }
+        for (int tile = 0; tile < num_tiles; ++tile) {
+            cp_async_wait<kStages - 2>();
+            __syncthreads();
+            if (tile + kStages - 1 < num_tiles) load_tile(tile + kStages - 1);
+            cp_async_commit();
+
+            const bf16* sk = smem + (tile % kStages) * 2 * kTileKeys * D;
+            const bf16* sv = sk + kTileKeys * D;
+            // Scores s = q · k for this warp's kSliceKeys keys.
+            float s[kSliceKeys / 8][4];
+#pragma unroll
+            for (int n = 0; n < kSliceKeys / 8; ++n) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;
+#pragma unroll
+            for (int kk = 0; kk < D / 16; ++kk) {
+#pragma unroll
+                for (int np = 0; np < kSliceKeys / 16; ++np) {
+                    uint32_t r[4];
+                    const int key = key_slice + np * 16 + (lane / 16) * 8 + lane % 8;
+                    ldmatrix_x4(r, sk + swizzle<D>(key, 2 * kk + (lane / 8) % 2));
+                    mma_bf16_16816(s[2 * np], qf[kk], r[0], r[1]);
+                    mma_bf16_16816(s[2 * np + 1], qf[kk], r[2], r[3]);
+                }
+            }
+            // Online softmax (base 2), rows g (hr 0) and g + 8 (hr 1).
+            const int key0 = key_begin + tile * kTileKeys + key_slice;
+#pragma unroll
+            for (int hr = 0; hr < 2; ++hr) {
+                float mx = -INFINITY;
+#pragma unroll
+                for (int n = 0; n < kSliceKeys / 8; ++n) {
+#pragma unroll
+                    for (int e = 0; e < 2; ++e) {
+                        const int j = key0 + n * 8 + 2 * q4 + e;
+                        const bool valid = active[hr] && j <= pos[hr] && j < key_end;
+                        const float x = valid ? s[n][2 * hr + e] * scale_log2 : -INFINITY;
+                        s[n][2 * hr + e] = x;
+                        mx = fmaxf(mx, x);
+                    }
+                }
+                mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+                mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+                const float m_new = fmaxf(m[hr], mx);
+                const float corr = m_new == -INFINITY ? 1.0f : exp2f(m[hr] - m_new);
+                float sum = 0.0f;
+#pragma unroll
+                for (int n = 0; n < kSliceKeys / 8; ++n) {
+#pragma unroll
+                    for (int e = 0; e < 2; ++e) {
+                        const float p = m_new == -INFINITY ? 0.0f : exp2f(s[n][2 * hr + e] - m_new);
+                        s[n][2 * hr + e] = p;
+                        sum += p;
+                    }
+                }
+                l[hr] = l[hr] * corr + sum;
+                m[hr] = m_new;
+#pragma unroll
+                for (int n = 0; n < D / 8; ++n) {
+                    o[n][2 * hr] *= corr;
+                    o[n][2 * hr + 1] *= corr;
+                }
+            }
+            // o += p · v: the score accumulators are the A fragments (FlashAttention-2's register reuse).
+#pragma unroll
+            for (int kk = 0; kk < kSliceKeys / 16; ++kk) {
+                const uint32_t pa[4] = {pack_bf16(s[2 * kk][0], s[2 * kk][1]), pack_bf16(s[2 * kk][2], s[2 * kk][3]),
+                                        pack_bf16(s[2 * kk + 1][0], s[2 * kk + 1][1]),
+                                        pack_bf16(s[2 * kk + 1][2], s[2 * kk + 1][3])};
+#pragma unroll
+                for (int nn = 0; nn < D / 16; ++nn) {
+                    uint32_t r[4];
+                    const int key = key_slice + kk * 16 + ((lane / 8) % 2) * 8 + lane % 8;
+                    ldmatrix_x4_trans(r, sv + swizzle<D>(key, 2 * nn + lane / 16));
+                    mma_bf16_16816(o[2 * nn], pa, r[0], r[1]);
+                    mma_bf16_16816(o[2 * nn + 1], pa, r[2], r[3]);
+                }
+            }
+        }
+        cp_async_wait<0>();
+        __syncthreads();  // the next run (or the merge) reuses the stages
+        run_begin = run_end;
+    }
+
+    // Each warp's rows to shared memory, then merged (decode: the four warps' key slices) and written.
+#pragma unroll
+    for (int hr = 0; hr < 2; ++hr) {
+        l[hr] += __shfl_xor_sync(0xffffffffu, l[hr], 1);
+        l[hr] += __shfl_xor_sync(0xffffffffu, l[hr], 2);
+    }
+    float* o_s = reinterpret_cast<float*>(smem_raw);  // [kWarps, kRows, D]
+#pragma unroll
+    for (int hr = 0; hr < 2; ++hr) {
+        const int r = g + 8 * hr;
+        if (q4 == 0) {
+            m_s[warp * kRows + r] = m[hr];
+            l_s[warp * kRows + r] = l[hr];
+        }
+#pragma unroll
+        for (int n = 0; n < D / 8; ++n) {
+            o_s[(warp * kRows + r) * D + n * 8 + 2 * q4] = o[n][2 * hr];
+            o_s[(warp * kRows + r) * D + n * 8 + 2 * q4 + 1] = o[n][2 * hr + 1];
+        }
+    }
+    __syncthreads();
+    constexpr int kOutRows = kDecode ? kRows : kWarps * kRows;
+    constexpr int kMerge = kDecode ? kWarps : 1;
+    for (int i = threadIdx.x; i < kOutRows * D; i += kThreads) {
+        const int r = i / D, d = i % D;
+        const int tq = kDecode ? 0 : r / lay.heads_per_chunk, gh = kDecode ? r : r % lay.heads_per_chunk;
+        if (tq >= num_tok || gh >= heads) continue;
+        const int w0 = kDecode ? 0 : r / kRows, rl = kDecode ? r : r % kRows;
+        float m_all = -INFINITY;
+        for (int w = w0; w < w0 + kMerge; ++w)
+            if (l_s[w * kRows + rl] > 0.0f) m_all = fmaxf(m_all, m_s[w * kRows + rl]);
+        float l_all = 0.0f, sum = 0.0f;
+        for (int w = w0; w < w0 + kMerge; ++w) {
+            const float lw = l_s[w * kRows + rl];
+            if (lw == 0.0f) continue;
+            const float f = exp2f(m_s[w * kRows + rl] - m_all);
+            l_all += lw * f;
+            sum += o_s[(w * kRows + rl) * D + d] * f;
+        }
+        const int64_t t = t0 + tq, h = h0 + gh;
+        if (split.num_splits == 1) {
+            a.out[t * a.out_token_stride + h * a.out_head_stride + d] = l_all > 0.0f ? sum / l_all : 0.0f;
+            continue;
+        }
+        const int64_t part = (t * a.num_heads + h) * split.num_splits + split_index;
+        split.partial_acc[part * D + d] = sum;
+        if (d == 0) {
+            split.partial_ml[part * 2] = l_all > 0.0f ? m_all * kLn2 : -INFINITY;
+            split.partial_ml[part * 2 + 1] = l_all;
+        }
+    }
+}
+
+template <int D, bool kDecode>
+cudaError_t launch(const AttentionArgs& a, const Layout& lay, const Split& split, int64_t num_blocks,
+                   int32_t* error_flag, cudaStream_t stream) {
+    constexpr size_t smem = pipe_bytes<D>();
+    static_assert(size_t{kWarps} * kRows * D * sizeof(float) <= smem, "the merge fits in the pipeline's memory");
+    // Dynamic and static shared memory together pass the default 48 KB even at D = 64.
+    const cudaError_t err = cudaFuncSetAttribute(flash_attention_kernel<D, kDecode>,
+                                                 cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
+    if (err != cudaSuccess) return err;
+    flash_attention_kernel<D, kDecode>
+        <<<static_cast<unsigned>(num_blocks), kThreads, smem, stream>>>(a, lay, split, error_flag);
+    return cudaGetLastError();
+}
+
+}  // namespace
+
+bool flash_attention_supports(const AttentionArgs& a) {
+    const auto aligned = [](const void* p, int64_t token_stride, int64_t head_stride) {
+        return reinterpret_cast<uintptr_t>(p) % 16 == 0 && token_stride % 8 == 0 && head_stride % 8 == 0;
+    };
+    return a.kv_dtype == DType::kBF16 && a.head_dim_qk == a.head_dim_v &&
+           (a.head_dim_qk == 64 || a.head_dim_qk == 128) && aligned(a.k, a.k_token_stride, a.k_head_stride) &&
+           aligned(a.v, a.v_token_stride, a.v_head_stride);
+}
+
+FlashAttentionPlan plan_flash_attention(const AttentionArgs& a, int num_sms) {
+    FlashAttentionPlan plan;
+    const int64_t group = a.num_heads / a.num_kv_heads;
+    plan.heads_per_chunk = static_cast<int>(std::min<int64_t>(group, kMaxHeadsPerChunk));
+    plan.num_chunks = static_cast<int>((group + plan.heads_per_chunk - 1) / plan.heads_per_chunk);
+    // Every sequence one query token (or a single query): decode.
+    const int64_t sequences = a.kv_block_tables != nullptr ? a.num_sequences : 1;
+    plan.decode = a.num_tokens <= sequences;
+    plan.tokens_per_block = plan.decode ? 1 : kMaxTokensPerBlock / plan.heads_per_chunk;
+    const int64_t tiles = (a.num_tokens + plan.tokens_per_block - 1) / plan.tokens_per_block;
+    const int64_t blocks = tiles * a.num_kv_heads * plan.num_chunks;
+    // Split the keys until the grid fills kWaves waves of the GPU.
+    const int64_t slots = static_cast<int64_t>(kWaves) * kBlocksPerSm * num_sms;
+    const KeySplitPlan split = plan_key_splits(a, blocks, {slots, slots, kMinKeysPerSplit, kTileKeys});
+    plan.num_splits = split.num_splits;
+    plan.keys_per_split = split.keys_per_split;
+    plan.workspace_bytes = split.workspace_bytes;
+    return plan;
+}
+
+cudaError_t launch_flash_attention(const AttentionArgs& args, const FlashAttentionPlan& plan, void* workspace,
+                                   int32_t* error_flag, cudaStream_t stream) {
+    if (args.num_tokens == 0) return cudaSuccess;
+    Layout lay;
+    lay.heads_per_chunk = plan.heads_per_chunk;
+    lay.num_chunks = plan.num_chunks;
+    lay.tokens_per_block = plan.tokens_per_block;
+    Split split;
+    split.num_splits = plan.num_splits;
+    split.keys_per_split = plan.keys_per_split;
+    if (plan.num_splits > 1) {
+        split.partial_acc = static_cast<float*>(workspace);
+        split.partial_ml = split.partial_acc + args.num_tokens * args.num_heads * plan.num_splits * args.head_dim_v;
+    }
+    const int64_t tiles = (args.num_tokens + plan.tokens_per_block - 1) / plan.tokens_per_block;
+    const int64_t num_blocks = tiles * args.num_kv_heads * plan.num_chunks * plan.num_splits;
+    cudaError_t err;
+    if (args.head_dim_qk == 64) {
+        err = plan.decode ? launch<64, true>(args, lay, split, num_blocks, error_flag, stream)
+                          : launch<64, false>(args, lay, split, num_blocks, error_flag, stream);
+    } else {
+        err = plan.decode ? launch<128, true>(args, lay, split, num_blocks, error_flag, stream)
+                          : launch<128, false>(args, lay, split, num_blocks, error_flag, stream);
+    }
+    if (err != cudaSuccess || plan.num_splits == 1) return err;
+    return launch_attention_combine(args, plan.num_splits, split.partial_acc, split.partial_ml, stream);
+}
+
+}  // namespace epinfer::cuda

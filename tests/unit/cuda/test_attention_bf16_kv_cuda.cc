@@ -1,0 +1,260 @@
+// Attention over a bf16 KV cache on the CUDA backend against the CPU backend reading the same bf16 pool:
+// the flash-attention kernel (backend/cuda/kernels/flash_attention.cuh: decode and prefill layouts, key
+// splits, GQA groups of 1, 8, 12, 20 and 32 query heads, head dims 64 and 128, block sizes 5 and 16,
+// sequences whose query tokens straddle a block's token tile) and the CUDA-core kernel it falls back to
+// (head dims 72 and MLA's 192/128), the bf16 kv_cache_store (bit-exact), and the data-dependent errors.
+// Pools hold NaN in every row no table names, so a stray read shows. Bounds: tolerances.h "attention_cuda".
+#include <gtest/gtest.h>
+
+#if EPINFER_WITH_CUDA
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <limits>
+#include <numeric>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "backend/cuda/kernels/flash_attention.cuh"
+#include "common/compare.h"
+#include "cuda_test_util.h"
+
+namespace epinfer::test {
+namespace {
+
+constexpr uint16_t kBf16Nan = 0x7fc0;
+
+struct Shape {
+    int64_t heads, kv_heads, dqk, dv;
+};
+
+// One batch: per sequence the tokens already cached and the query rows of this step.
+struct Batch {
+    std::vector<int64_t> cached, new_rows;
+};
+
+class AttentionBf16KvTest : public CpuAndCudaTest {
+protected:
+    template <typename T>
+    DeviceBuffer to_gpu(const std::vector<T>& host) {
+        auto buffer = DeviceBuffer::alloc(*gpu_, host.size() * sizeof(T));
+        EXPECT_TRUE(buffer.is_ok()) << buffer.status().message();
+        if (!buffer.is_ok()) return DeviceBuffer();
+        EXPECT_TRUE(gpu_->copy_to_device(buffer->data(), host.data(), host.size() * sizeof(T)).is_ok());
+        return std::move(buffer).value();
+    }
+    template <typename T>
+    std::vector<T> from_gpu(const DeviceBuffer& buffer, size_t n) {
+        const Status synced = gpu_->synchronize();
+        EXPECT_TRUE(synced.is_ok()) << synced.message();
+        std::vector<T> host(n);
+        EXPECT_TRUE(gpu_->copy_to_host(host.data(), buffer.data(), n * sizeof(T)).is_ok());
+        return host;
+    }
+
+    // Runs `batch` through the CPU and the GPU backend on one shuffled bf16 pool of block size bs (paged),
+    // or contiguous rows when bs is 0 (one sequence). Expects the flash kernel to take the call exactly
+    // when `flash` is true, and compares the outputs.
+    void check(const Shape& shape, const Batch& batch, int64_t bs, bool flash, uint32_t seed) {
+        const bool paged = bs > 0;
+        const int64_t num_seqs = static_cast<int64_t>(batch.cached.size());
+        const int64_t kv_tok = shape.kv_heads * (shape.dqk + shape.dv), out_tok = shape.heads * shape.dv;
+        const int64_t block = paged ? bs : batch.cached[0] + batch.new_rows[0];
+        int64_t stride = 0, num_blocks = 3;  // 3 blocks no table names
+        for (int64_t s = 0; s < num_seqs; ++s) {
+            const int64_t n = (batch.cached[s] + batch.new_rows[s] + block - 1) / block;
+            stride = std::max(stride, n);
+            num_blocks += n;
+        }
+        std::vector<int32_t> ids(num_blocks);
+        std::iota(ids.begin(), ids.end(), 0);
+        if (paged) std::shuffle(ids.begin(), ids.end(), std::mt19937(seed));
+        std::vector<int32_t> tables(num_seqs * stride, -1), token_sequence, positions;
+        std::vector<uint16_t> pool(num_blocks * block * kv_tok, kBf16Nan);
+        size_t next = 0;
+        for (int64_t s = 0; s < num_seqs; ++s) {
+            const int64_t S = batch.cached[s] + batch.new_rows[s];
+            for (int64_t b = 0; b < (S + block - 1) / block; ++b) tables[s * stride + b] = ids[next++];
+            const std::vector<uint16_t> rows = random_bf16(S * kv_tok, seed + 17 * static_cast<uint32_t>(s), 2.0f);
+            for (int64_t j = 0; j < S; ++j)
+                std::copy_n(rows.begin() + j * kv_tok, kv_tok,
+                            pool.begin() + (tables[s * stride + j / block] * block + j % block) * kv_tok);
+            for (int64_t i = 0; i < batch.new_rows[s]; ++i) {
+                token_sequence.push_back(static_cast<int32_t>(s));
+                positions.push_back(static_cast<int32_t>(batch.cached[s] + i));
+            }
+        }
+        const int64_t T = static_cast<int64_t>(positions.size());
+        const std::vector<float> q = random_floats(T * shape.heads * shape.dqk, seed + 1, -2.0f, 2.0f);
+        std::vector<float> want(T * out_tok, 0.0f);
+        AttentionArgs args;
+        args.q = q.data();
+        args.k = pool.data();
+        args.v = pool.data() + shape.kv_heads * shape.dqk;
+        args.kv_dtype = DType::kBF16;
+        if (paged) {
+            args.kv_block_tables = tables.data();
+            args.token_sequence = token_sequence.data();
+            args.num_sequences = num_seqs;
+            args.block_table_stride = stride;
+            args.kv_block_size = bs;
+        }
+        args.positions = positions.data();
+        args.out = want.data();
+        args.num_tokens = T;
+        args.num_kv_tokens = paged ? stride * bs : block;
+        args.num_heads = shape.heads;
+        args.num_kv_heads = shape.kv_heads;
+        args.head_dim_qk = shape.dqk;
+        args.head_dim_v = shape.dv;
+        args.q_token_stride = shape.heads * shape.dqk;
+        args.q_head_stride = shape.dqk;
+        args.k_token_stride = args.v_token_stride = kv_tok;
+        args.k_head_stride = shape.dqk;
+        args.v_head_stride = shape.dv;
+        args.out_token_stride = out_tok;
+        args.out_head_stride = shape.dv;
+        args.scale = 1.0f / std::sqrt(static_cast<float>(shape.dqk));
+        ASSERT_TRUE(cpu_->attention(args).is_ok());
+
+        DeviceBuffer d_q = to_gpu(q), d_pool = to_gpu(pool), d_pos = to_gpu(positions), d_tables = to_gpu(tables);
+        DeviceBuffer d_seq = to_gpu(token_sequence);
+        DeviceBuffer d_out = to_gpu(std::vector<float>(T * out_tok, std::numeric_limits<float>::quiet_NaN()));
+        args.q = d_q.f32();
+        args.k = d_pool.data();
+        args.v = static_cast<const uint16_t*>(d_pool.data()) + shape.kv_heads * shape.dqk;
+        if (paged) {
+            args.kv_block_tables = static_cast<const int32_t*>(d_tables.data());
+            args.token_sequence = static_cast<const int32_t*>(d_seq.data());
+        }
+        args.positions = static_cast<const int32_t*>(d_pos.data());
+        args.out = d_out.f32();
+        EXPECT_EQ(cuda::flash_attention_supports(args), flash);
+        const cuda::FlashAttentionPlan plan = flash ? cuda::plan_flash_attention(args, 132) : cuda::FlashAttentionPlan{};
+        ASSERT_TRUE(gpu_->attention(args).is_ok());
+        const std::vector<float> got = from_gpu<float>(d_out, T * out_tok);
+        const Diff d = compare<float>(got, want);
+        // The flash kernel rounds q and the probabilities to bf16 for the MMA; the CUDA-core kernel reads
+        // the same bf16 K/V as the CPU and computes in fp32.
+        const DType row = flash ? DType::kBF16 : DType::kF32;
+        const std::string what = fmt::format("heads {}/{} D {}/{} bs {} T {} seqs {}{}", shape.heads, shape.kv_heads,
+                                             shape.dqk, shape.dv, bs, T, num_seqs,
+                                             flash ? fmt::format(" ({}, {} splits)", plan.decode ? "decode" : "prefill",
+                                                                 plan.num_splits)
+                                                   : " (CUDA cores)");
+        std::printf("measured attention_cuda %s %s: nmse %.3g max_rel %.3g\n", dtype_name(row), what.c_str(), d.nmse,
+                    d.max_rel);
+        EXPECT_TRUE(within(d, tolerance("attention_cuda", row))) << what;
+    }
+};
+
+const Shape kFlashShapes[] = {{32, 4, 128, 128}, {24, 2, 64, 64}, {4, 4, 128, 128}, {64, 2, 128, 128},
+                              {40, 2, 64, 64}};
+
+// Every sequence one new token: the decode layout, with key splits for the long caches.
+TEST_F(AttentionBf16KvTest, FlashDecode) {
+    const Batch batch{{0, 37, 5, 1200, 16, 3000, 63, 64}, {1, 1, 1, 1, 1, 1, 1, 1}};
+    uint32_t seed = 100;
+    for (const Shape& shape : kFlashShapes) {
+        for (const int64_t bs : {int64_t{16}, int64_t{5}}) check(shape, batch, bs, true, seed++);
+    }
+    check({32, 4, 128, 128}, Batch{{4000}, {1}}, 16, true, seed++);  // one sequence: every split busy
+}
+
+// Prompt chunks next to decode rows: the prefill layout, tiles holding tokens of several sequences.
+TEST_F(AttentionBf16KvTest, FlashPrefillAndMixedBatches) {
+    uint32_t seed = 200;
+    const Batch mixed{{0, 37, 5, 200, 16, 1}, {9, 1, 1, 1, 70, 1}};
+    const Batch prompts{{0, 100}, {300, 129}};
+    for (const Shape& shape : kFlashShapes) {
+        check(shape, mixed, 16, true, seed++);
+        check(shape, prompts, 5, true, seed++);
+    }
+    check({32, 4, 128, 128}, Batch{{0}, {77}}, 0, true, seed++);    // contiguous K/V, a prompt
+    check({24, 2, 64, 64}, Batch{{999}, {1}}, 0, true, seed++);      // contiguous K/V, one query
+}
+
+// Shapes the flash kernel does not take run on the CUDA-core kernel reading bf16.
+TEST_F(AttentionBf16KvTest, CudaCoreKernelReadsBf16) {
+    const Batch mixed{{0, 37, 5, 200}, {9, 1, 1, 30}};
+    check({6, 3, 72, 72}, mixed, 16, false, 300);
+    check({5, 5, 192, 128}, mixed, 16, false, 301);   // MLA's expanded heads
+    check({4, 1, 576, 512}, mixed, 16, false, 302);   // MLA's latent widths
+}
+
+TEST_F(AttentionBf16KvTest, KvCacheStoreRoundsToNearestEvenLikeTheCpu) {
+    const int64_t T = 37, width = 136, stride = 140, pool_rows = 101;
+    std::vector<float> src = random_floats(T * stride, 990, -3.0f, 3.0f);
+    src[0] = std::numeric_limits<float>::quiet_NaN();
+    src[1] = std::numeric_limits<float>::infinity();
+    src[2] = 1.00390625f;  // halfway between two bf16 values: ties to even (1.0)
+    src[3] = 1.01171875f;  // halfway: ties to even (1.015625)
+    std::vector<int64_t> slots(pool_rows);
+    std::iota(slots.begin(), slots.end(), 0);
+    std::shuffle(slots.begin(), slots.end(), std::mt19937(991));
+    slots.resize(T);
+    std::vector<uint16_t> want = random_bf16(pool_rows * width, 992, 1.0f);
+    DeviceBuffer d_src = to_gpu(src), d_pool = to_gpu(want), d_slots = to_gpu(slots);
+    KvCacheStoreArgs args;
+    args.src = src.data();
+    args.pool = want.data();
+    args.pool_dtype = DType::kBF16;
+    args.slot_mapping = slots.data();
+    args.num_tokens = T;
+    args.width = width;
+    args.src_row_stride = stride;
+    args.num_pool_rows = pool_rows;
+    ASSERT_TRUE(cpu_->kv_cache_store(args).is_ok());
+    EXPECT_EQ(want[slots[0] * width + 2], f32_to_bf16(1.0f));
+    EXPECT_EQ(want[slots[0] * width + 3], f32_to_bf16(1.015625f));
+    args.src = d_src.f32();
+    args.pool = d_pool.data();
+    args.slot_mapping = static_cast<const int64_t*>(d_slots.data());
+    ASSERT_TRUE(gpu_->kv_cache_store(args).is_ok());
+    const std::vector<uint16_t> got = from_gpu<uint16_t>(d_pool, pool_rows * width);
+    EXPECT_EQ(got, want);
+}
+
+// The flash kernel reports a query position outside the cache and a negative block id it reaches.
+TEST_F(AttentionBf16KvTest, FlashErrorsFailAtSynchronize) {
+    const int64_t D = 128;
+    const std::vector<float> q = random_floats(8 * D, 1);
+    const std::vector<uint16_t> pool = random_bf16(8 * 4 * 2 * D, 2, 1.0f);  // 8 blocks of 4 rows, K and V
+    DeviceBuffer d_q = to_gpu(q), d_pool = to_gpu(pool), d_out = to_gpu(std::vector<float>(8 * D));
+    for (const bool bad_position : {true, false}) {
+        DeviceBuffer d_pos = to_gpu(std::vector<int32_t>{bad_position ? 8 : 5});
+        DeviceBuffer d_table = to_gpu(std::vector<int32_t>{1, bad_position ? 2 : -1});
+        AttentionArgs args;
+        args.q = d_q.f32();
+        args.k = d_pool.data();
+        args.v = static_cast<const uint16_t*>(d_pool.data()) + D;
+        args.kv_dtype = DType::kBF16;
+        args.positions = static_cast<const int32_t*>(d_pos.data());
+        args.out = d_out.f32();
+        args.num_tokens = 1;
+        args.num_kv_tokens = 8;
+        args.num_heads = 8;
+        args.num_kv_heads = 1;
+        args.head_dim_qk = args.head_dim_v = D;
+        args.q_token_stride = 8 * D;
+        args.q_head_stride = args.k_head_stride = args.v_head_stride = args.out_head_stride = D;
+        args.k_token_stride = args.v_token_stride = 2 * D;
+        args.out_token_stride = 8 * D;
+        args.kv_block_tables = static_cast<const int32_t*>(d_table.data());
+        args.num_sequences = 1;
+        args.block_table_stride = 2;
+        args.kv_block_size = 4;
+        ASSERT_TRUE(cuda::flash_attention_supports(args));
+        ASSERT_TRUE(gpu_->attention(args).is_ok());
+        const Status st = gpu_->synchronize();
+        EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << bad_position;
+    }
+}
+
+}  // namespace
+}  // namespace epinfer::test
+
+#endif  // EPINFER_WITH_CUDA
