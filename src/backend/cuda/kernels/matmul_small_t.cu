@@ -33,15 +33,6 @@ __device__ __forceinline__ float load_bias(const void* bias, DType dtype, int64_
     }
 }
 
-// The kElems weights of one 16-byte chunk, as fp32.
-template <typename W>
-__device__ __forceinline__ void load_chunk(const W* src, float (&v)[16 / sizeof(W)]) {
-    const uint4 raw = __ldg(reinterpret_cast<const uint4*>(src));
-    const W* e = reinterpret_cast<const W*>(&raw);
-#pragma unroll
-    for (int i = 0; i < static_cast<int>(16 / sizeof(W)); ++i) v[i] = to_f32(e[i]);
-}
-
 // Sums acc over the warp and writes y[t, n] (+ bias) from lane 0 for the valid rows and outputs.
 template <int kT>
 __device__ __forceinline__ void reduce_and_store(const MatmulArgs& a, float (&acc)[kRows][kT], int64_t n0,
@@ -96,27 +87,46 @@ __global__ void __launch_bounds__(kWarps * 32) matmul_small_t_vec_kernel(MatmulA
 #pragma unroll
     for (int t = 0; t < kT; ++t) x_row[t] = a.x + (t < a.num_rows ? t : a.num_rows - 1) * a.x_row_stride;
 
-#pragma unroll 2
-    for (int64_t c = lane; c < chunks; c += 32) {
-        float wv[kRows][kElems];
+    // kBatch chunks per row in flight per lane (loaded before any is used), so a warp waits for memory
+    // about chunks / (32 · kBatch) times rather than chunks / 32; fewer with more activation rows (registers).
+    constexpr int kBatch = kT <= 2 ? 4 : (kT <= 4 ? 2 : 1);
+    for (int64_t c0 = lane; c0 < chunks; c0 += 32 * kBatch) {
+        uint4 raw[kBatch][kRows];
 #pragma unroll
-        for (int r = 0; r < kRows; ++r) load_chunk(w_row[r] + c * kElems, wv[r]);
-#pragma unroll
-        for (int t = 0; t < kT; ++t) {
-            float xv[kElems];
-            const float4* xp = reinterpret_cast<const float4*>(x_row[t] + c * kElems);
-#pragma unroll
-            for (int q = 0; q < kElems / 4; ++q) {
-                const float4 f = xp[q];
-                xv[4 * q] = f.x;
-                xv[4 * q + 1] = f.y;
-                xv[4 * q + 2] = f.z;
-                xv[4 * q + 3] = f.w;
-            }
+        for (int b = 0; b < kBatch; ++b) {
+            const int64_t c = c0 + 32 * b;
 #pragma unroll
             for (int r = 0; r < kRows; ++r)
+                raw[b][r] = c < chunks ? __ldg(reinterpret_cast<const uint4*>(w_row[r] + c * kElems)) : uint4{};
+        }
 #pragma unroll
-                for (int e = 0; e < kElems; ++e) acc[r][t] = fmaf(wv[r][e], xv[e], acc[r][t]);
+        for (int b = 0; b < kBatch; ++b) {
+            const int64_t c = c0 + 32 * b;
+            if (c >= chunks) break;
+            float wv[kRows][kElems];
+#pragma unroll
+            for (int r = 0; r < kRows; ++r) {
+                const W* e = reinterpret_cast<const W*>(&raw[b][r]);
+#pragma unroll
+                for (int i = 0; i < kElems; ++i) wv[r][i] = to_f32(e[i]);
+            }
+#pragma unroll
+            for (int t = 0; t < kT; ++t) {
+                float xv[kElems];
+                const float4* xp = reinterpret_cast<const float4*>(x_row[t] + c * kElems);
+#pragma unroll
+                for (int q = 0; q < kElems / 4; ++q) {
+                    const float4 f = xp[q];
+                    xv[4 * q] = f.x;
+                    xv[4 * q + 1] = f.y;
+                    xv[4 * q + 2] = f.z;
+                    xv[4 * q + 3] = f.w;
+                }
+#pragma unroll
+                for (int r = 0; r < kRows; ++r)
+#pragma unroll
+                    for (int e = 0; e < kElems; ++e) acc[r][t] = fmaf(wv[r][e], xv[e], acc[r][t]);
+            }
         }
     }
     reduce_and_store<kT>(a, acc, n0, lane);

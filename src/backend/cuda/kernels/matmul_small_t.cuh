@@ -2,7 +2,8 @@
 // in place and fp32 accumulation, bound by reading W once.
 //
 // Each warp owns kMatmulSmallTRowsPerWarp consecutive weight rows (outputs) and streams them with 16-byte
-// loads, lane l taking the 16-byte chunks l, l + 32, ...; every chunk is multiplied with the T activation
+// loads, lane l taking the 16-byte chunks l, l + 32, ... (up to four of them per row in flight at once
+// for T ≤ 2); every chunk is multiplied with the T activation
 // rows (fp32, read through L1/L2, shared by the warps of the GPU) into T·rows fp32 accumulators, which
 // a butterfly of shuffles sums at the end. So W is read exactly once, at full width, whatever T is.
 // Precision: the CPU reference's products in fp32 (fmaf), summed in another order (lane-strided partial
