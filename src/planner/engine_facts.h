@@ -22,7 +22,8 @@
 //                                       sequence latent expansion (attention_mla.cc) is not counted
 //   MoE            10 + big             post norm, router, top-k, f32→bf16, permute, the split-K
 //                                       counters' memset, grouped gate_up, grouped down (each reducing
-//                                       its own split-K partials), combine, residual add
+//                                       its own split-K partials), combine, residual add (at ≤ 4 rows
+//                                       the kGemv tile: no split-K, no memset, one kernel fewer)
 //                  + 5 + 3·big per layer with shared experts (gate, up, silu·mul, down, add; + 1 + big
 //                                       with a sigmoid shared-expert gate)
 //   dense MLP      6 + 3·big            post norm, gate, up, silu·mul, down, add

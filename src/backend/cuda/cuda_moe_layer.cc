@@ -7,6 +7,7 @@
 
 #include "backend/cuda/kernels/moe_combine.cuh"
 #include "backend/cuda/kernels/moe_grouped_gemm_sm90.cuh"
+#include "backend/cuda/kernels/moe_grouped_gemv.cuh"
 #include "backend/cuda/kernels/moe_permute.cuh"
 #include "backend/cuda/kernels/moe_router.cuh"
 #include "backend/moe_router_args.h"
@@ -116,6 +117,10 @@ CudaMoeTiling moe_step_tiling(int64_t num_tokens, int64_t top_k, int64_t num_exp
                               int64_t hidden, int64_t intermediate, int64_t narrow_max_rows_per_expert,
                               int num_sms) {
     CudaMoeTiling tiling;
+    if (num_tokens <= kGemvRows) {  // every group (an expert, the shared expert) has ≤ num_tokens rows
+        tiling.tile = MoeGemmTile::kGemv;
+        return tiling;
+    }
     if (num_tokens * top_k > narrow_max_rows_per_expert * num_experts) {
         tiling.tile = MoeGemmTile::kWide;
         return tiling;

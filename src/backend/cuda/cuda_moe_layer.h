@@ -81,8 +81,9 @@ struct CudaMoeTiling {
 int64_t moe_default_narrow_max_rows(int device);
 
 // The tiling of a grouped step of T tokens over E expert groups (+ num_extra_groups more, e.g. the shared
-// expert): kNarrow while T·K ≤ narrow_max_rows_per_expert·E, with split-K when its tiles would not fill
-// num_sms multiprocessors; else kWide.
+// expert): kGemv while T ≤ kGemvRows (no group has more rows than T); kNarrow while T·K ≤
+// narrow_max_rows_per_expert·E, with split-K when its tiles would not fill num_sms multiprocessors; else
+// kWide.
 CudaMoeTiling moe_step_tiling(int64_t num_tokens, int64_t top_k, int64_t num_experts, int64_t num_extra_groups,
                               int64_t hidden, int64_t intermediate, int64_t narrow_max_rows_per_expert,
                               int num_sms);

@@ -96,6 +96,7 @@ Status capture(CudaMoeLayer& layer, const CudaMoeWeights& weights, const float* 
 
 std::string tiling_name(const CudaMoeTiling& t) {
     if (t.tile == MoeGemmTile::kWide) return "wide";
+    if (t.tile == MoeGemmTile::kGemv) return "gemv";
     if (t.split_k_gate_up == 1 && t.split_k_down == 1) return "narrow";
     return fmt::format("narrow split {}/{}", t.split_k_gate_up, t.split_k_down);
 }

@@ -1,6 +1,6 @@
 // The routed-experts op (backend/moe_experts_args.h) on the CUDA backend against the CPU reference backend,
-// on fresh random inputs: the grouped path (BF16 weights, H and I multiples of 8: narrow tile, split-K,
-// wide tile) and the general path (F32/F16 weights, odd H and I), with zero-token experts, all tokens on
+// on fresh random inputs: the grouped path (BF16 weights, H and I multiples of 8: gemv tile at ≤ 4 tokens,
+// narrow tile, split-K, wide tile) and the general path (F32/F16 weights, odd H and I), with zero-token experts, all tokens on
 // one expert, K = E and dropped picks (−1), and an expert-parallel block (global ids, first_expert > 0,
 // picks of other ranks' experts dropped; the CPU reference runs the same picks as local ids). Each expert's tensors are separate device buffers, as the model
 // loader makes them. Bounds: tolerances.h "moe_experts_cuda" (BF16: the grouped path rounds x, h and y to
@@ -166,7 +166,9 @@ TEST_P(MoeExpertsCudaTest, MatchesCpuReference) {
 INSTANTIATE_TEST_SUITE_P(
     Cases, MoeExpertsCudaTest,
     ::testing::Values(
-        ExpertsCase{"grouped_t1_split_k", 1, 8, 2, 512, 256, DType::kBF16, Routing::kRandom},
+        ExpertsCase{"grouped_t1_gemv", 1, 8, 2, 512, 256, DType::kBF16, Routing::kRandom},
+        ExpertsCase{"grouped_t4_gemv_drops", 4, 8, 3, 512, 256, DType::kBF16, Routing::kWithDrops},
+        ExpertsCase{"grouped_t6_split_k", 6, 8, 2, 512, 256, DType::kBF16, Routing::kRandom},
         ExpertsCase{"grouped_t7_odd_e", 7, 9, 3, 72, 40, DType::kBF16, Routing::kRandom},
         ExpertsCase{"grouped_t33_zero_token_experts", 33, 60, 4, 136, 48, DType::kBF16, Routing::kRandom},
         ExpertsCase{"grouped_t3_few_tokens_many_experts", 3, 64, 2, 64, 32, DType::kBF16, Routing::kRandom},

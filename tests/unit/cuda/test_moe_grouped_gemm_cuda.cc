@@ -1,5 +1,6 @@
 // The grouped expert GEMM's kWide tile (backend/cuda/kernels/moe_grouped_gemm.cuh) on both of its kernels —
-// kAuto (wgmma on H100/H200 with sm_90a in the build) and kMmaSync (the portable kernel) — against a host
+// kAuto (wgmma on H100/H200 with sm_90a in the build) and kMmaSync (the portable kernel) — and its kGemv
+// tile (moe_grouped_gemv.cuh; groups of more than kGemvRows rows take several tiles) against a host
 // reference on fresh random bf16 weights and rows: group sizes around the warpgroup (64) and tile (128)
 // edges, empty groups, K not a multiple of the 64-wide stage, outputs not a multiple of the tile, gathered
 // rows (x_row_of_row with repeats), an extra (shared-expert) group, and per-expert weight pointers. The
@@ -59,7 +60,7 @@ std::vector<float> reference(const GemmCase& c, const std::vector<std::vector<ui
 
 class MoeGroupedGemmCudaTest : public CudaTest, public ::testing::WithParamInterface<GemmCase> {};
 
-TEST_P(MoeGroupedGemmCudaTest, WideTileMatchesHostReferenceOnBothKernels) {
+TEST_P(MoeGroupedGemmCudaTest, WideAndGemvTilesMatchHostReference) {
     const GemmCase& c = GetParam();
     const int64_t kd = c.in_features, n = c.out_features, n_w = c.swiglu ? 2 * n : n;
     const int64_t num_groups = static_cast<int64_t>(c.group_rows.size());
@@ -77,15 +78,21 @@ TEST_P(MoeGroupedGemmCudaTest, WideTileMatchesHostReferenceOnBothKernels) {
     std::mt19937 rng(seed + 2);
     for (int32_t& r : x_row) r = static_cast<int32_t>(rng() % static_cast<uint32_t>(rows_x));
 
-    const int64_t tile_rows = cuda::moe_gemm_tile_rows(cuda::MoeGemmTile::kWide);
-    std::vector<int32_t> begin, end, tile_offsets{0};
+    std::vector<int32_t> begin, end;
     int32_t row = 0;
     for (int32_t r : c.group_rows) {
         begin.push_back(row);
         end.push_back(row + r);
         row += r;
-        tile_offsets.push_back(tile_offsets.back() + static_cast<int32_t>((r + tile_rows - 1) / tile_rows));
     }
+    // group_tile_offsets of a tile shape (moe_permute's, on the host).
+    const auto tile_offsets_of = [&](cuda::MoeGemmTile tile) {
+        const int64_t tile_rows = cuda::moe_gemm_tile_rows(tile);
+        std::vector<int32_t> offsets{0};
+        for (int32_t r : c.group_rows)
+            offsets.push_back(offsets.back() + static_cast<int32_t>((r + tile_rows - 1) / tile_rows));
+        return offsets;
+    };
 
     std::vector<uint16_t> stacked;  // [G_w, N_w, Kd]
     for (int64_t g = 0; g < num_weight_groups; ++g) stacked.insert(stacked.end(), weights[g].begin(), weights[g].end());
@@ -99,7 +106,7 @@ TEST_P(MoeGroupedGemmCudaTest, WideTileMatchesHostReferenceOnBothKernels) {
     }
     cuda::CudaBuffer d_ptrs = upload(ptrs);
     cuda::CudaBuffer d_x = upload(x), d_x_row = upload(x_row);
-    cuda::CudaBuffer d_begin = upload(begin), d_end = upload(end), d_offsets = upload(tile_offsets);
+    cuda::CudaBuffer d_begin = upload(begin), d_end = upload(end);
 
     cuda::MoeGroupedGemmArgs args;
     args.weights = d_stacked.data();
@@ -112,20 +119,29 @@ TEST_P(MoeGroupedGemmCudaTest, WideTileMatchesHostReferenceOnBothKernels) {
     args.x_row_of_row = d_x_row.as<int32_t>();
     args.group_row_begin = d_begin.as<int32_t>();
     args.group_row_end = d_end.as<int32_t>();
-    args.group_tile_offsets = d_offsets.as<int32_t>();
     args.num_groups = num_groups;
-    args.max_row_tiles = tile_offsets.back() + 2;  // an upper bound, as the layer passes: extra CTAs exit
     args.out_features = n;
     args.in_features = kd;
     args.epilogue = c.swiglu ? cuda::MoeGemmEpilogue::kSwiGlu : cuda::MoeGemmEpilogue::kStore;
-    args.tile = cuda::MoeGemmTile::kWide;
 
     const std::vector<float> want = reference(c, weights, x, x_row);
-    for (cuda::MoeGemmKernel kernel : {cuda::MoeGemmKernel::kAuto, cuda::MoeGemmKernel::kMmaSync}) {
-        const char* kernel_name = kernel == cuda::MoeGemmKernel::kAuto ? "auto" : "mma.sync";
+    struct Run {
+        cuda::MoeGemmTile tile;
+        cuda::MoeGemmKernel kernel;
+        const char* name;
+    };
+    for (const Run run : {Run{cuda::MoeGemmTile::kWide, cuda::MoeGemmKernel::kAuto, "wide auto"},
+                          Run{cuda::MoeGemmTile::kWide, cuda::MoeGemmKernel::kMmaSync, "wide mma.sync"},
+                          Run{cuda::MoeGemmTile::kGemv, cuda::MoeGemmKernel::kAuto, "gemv"}}) {
+        const char* kernel_name = run.name;
+        const std::vector<int32_t> tile_offsets = tile_offsets_of(run.tile);
+        cuda::CudaBuffer d_offsets = upload(tile_offsets);
+        args.group_tile_offsets = d_offsets.as<int32_t>();
+        args.max_row_tiles = tile_offsets.back() + 2;  // an upper bound, as the layer passes: extra CTAs exit
+        args.tile = run.tile;
         cuda::CudaBuffer d_out = poisoned<uint16_t>(static_cast<size_t>(rows * n));
         args.out = d_out.data();
-        args.kernel = kernel;
+        args.kernel = run.kernel;
         ASSERT_EQ(cuda::launch_moe_grouped_gemm(args, nullptr), cudaSuccess) << kernel_name;
         const std::vector<uint16_t> bits = download<uint16_t>(d_out.data(), static_cast<size_t>(rows * n));
         std::vector<float> got(bits.size());
@@ -146,7 +162,10 @@ INSTANTIATE_TEST_SUITE_P(
         GemmCase{"extra_group_swiglu", {90, 40, 150}, 520, 264, true, true, false},
         // Experts stored as separate tensors (per-group pointers, gate and up apart).
         GemmCase{"weight_ptrs_swiglu", {33, 160, 0, 96}, 200, 128, true, false, true},
-        GemmCase{"weight_ptrs_store", {128, 1, 255}, 40, 256, false, false, true}),
+        GemmCase{"weight_ptrs_store", {128, 1, 255}, 40, 256, false, false, true},
+        // Decode sizes (the kGemv regime): 0 to 4 rows per group, Qwen3-30B-A3B's gate_up and down shapes.
+        GemmCase{"decode_swiglu", {1, 0, 3, 4, 2, 1}, 2048, 768, true, true, false},
+        GemmCase{"decode_store", {2, 1, 0, 4, 1}, 768, 2048, false, false, true}),
     [](const ::testing::TestParamInfo<GemmCase>& info) { return info.param.name; });
 
 TEST_F(CudaTest, SplitKWithoutTileCountersIsRejected) {

@@ -165,8 +165,11 @@ using cuda::MoeGemmTile;
 INSTANTIATE_TEST_SUITE_P(
     Cases, MoeLayerCudaTest,
     ::testing::Values(
-        // Decode: few tiles, split-K on both GEMMs, K tails (I = 1040 is not a multiple of 64).
-        LayerCase{"decode_split_k", 3, 10, 3, 2048, 1040, true, Routing::kRandom, MoeGemmTile::kNarrow, true},
+        // One to four tokens: the kGemv tile, with a shared expert, and at odd sizes.
+        LayerCase{"decode_gemv", 3, 10, 3, 2048, 1040, true, Routing::kRandom, MoeGemmTile::kGemv, false},
+        LayerCase{"decode_gemv_one_token", 1, 37, 4, 200, 72, false, Routing::kRandom, MoeGemmTile::kGemv, false},
+        // Decode past four tokens: few tiles, split-K on both GEMMs, K tails (I = 1040 is not a multiple of 64).
+        LayerCase{"decode_split_k", 6, 10, 3, 2048, 1040, true, Routing::kRandom, MoeGemmTile::kNarrow, true},
         LayerCase{"decode_odd_sizes", 5, 37, 4, 200, 72, false, Routing::kRandom, MoeGemmTile::kNarrow, false},
         LayerCase{"hidden_7168", 6, 4, 2, 7168, 512, true, Routing::kRandom, MoeGemmTile::kNarrow, false},
         // 150 rows on one expert: three narrow row tiles of one group.

@@ -8,6 +8,7 @@
 #include "backend/cuda/kernels/moe_common.cuh"
 #include "backend/cuda/kernels/moe_grouped_gemm.cuh"
 #include "backend/cuda/kernels/moe_grouped_gemm_sm90.cuh"
+#include "backend/cuda/kernels/moe_grouped_gemv.cuh"
 #include "backend/cuda/kernels/moe_grouped_gemm_tiles.cuh"
 
 namespace epinfer::cuda {
@@ -272,11 +273,19 @@ cudaError_t launch_config(const MoeGroupedGemmArgs& args, cudaStream_t stream) {
 }  // namespace
 
 int64_t moe_gemm_tile_rows(MoeGemmTile tile) {
-    return tile == MoeGemmTile::kNarrow ? NarrowTile::kBN : WideTile::kBN;
+    switch (tile) {
+        case MoeGemmTile::kNarrow: return NarrowTile::kBN;
+        case MoeGemmTile::kWide: return WideTile::kBN;
+        default: return kGemvRows;
+    }
 }
 
 int64_t moe_gemm_tile_features(MoeGemmTile tile) {
-    return tile == MoeGemmTile::kNarrow ? NarrowTile::kBM : WideTile::kBM;
+    switch (tile) {
+        case MoeGemmTile::kNarrow: return NarrowTile::kBM;
+        case MoeGemmTile::kWide: return WideTile::kBM;
+        default: return moe_gemv_weight_rows_per_block();
+    }
 }
 
 int64_t moe_gemm_num_tiles(const MoeGroupedGemmArgs& args) {
@@ -299,9 +308,10 @@ cudaError_t launch_moe_grouped_gemm(const MoeGroupedGemmArgs& args, cudaStream_t
         return cudaErrorInvalidValue;
     }
     const bool split = args.split_k > 1;
-    if (split && (args.tile == MoeGemmTile::kWide || args.partials == nullptr || args.tile_counters == nullptr)) {
+    if (split && (args.tile != MoeGemmTile::kNarrow || args.partials == nullptr || args.tile_counters == nullptr)) {
         return cudaErrorInvalidValue;
     }
+    if (args.tile == MoeGemmTile::kGemv) return launch_moe_grouped_gemv(args, stream);
     const bool swiglu = args.epilogue == MoeGemmEpilogue::kSwiGlu;
     if (args.tile == MoeGemmTile::kWide) {
         int device = 0, smem_optin = 0;

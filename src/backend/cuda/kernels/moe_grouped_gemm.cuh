@@ -26,7 +26,9 @@
 namespace epinfer::cuda {
 
 enum class MoeGemmEpilogue { kSwiGlu, kStore };
-enum class MoeGemmTile { kNarrow, kWide };
+// kGemv: groups of at most kGemvRows rows (moe_grouped_gemv.cuh: weight streaming on the CUDA cores,
+// decode at one to four tokens), no split-K.
+enum class MoeGemmTile { kNarrow, kWide, kGemv };
 // The kernel of kWide tiles: kAuto: wgmma where moe_grouped_gemm_sm90_available(), else mma.sync;
 // kMmaSync: mma.sync on every device (the portable kernel, so tests check it on Hopper too).
 enum class MoeGemmKernel { kAuto, kMmaSync };
@@ -34,7 +36,7 @@ enum class MoeGemmKernel { kAuto, kMmaSync };
 // Token rows per tile (the tile_rows of moe_permute.cuh) of each tile shape.
 int64_t moe_gemm_tile_rows(MoeGemmTile tile);
 // Weight rows per kNarrow tile (kSwiGlu tiles hold half gate and half up rows, so cover half as many
-// outputs); kWide: of the 256-row tile.
+// outputs); kWide: of the 256-row tile; kGemv: of one block.
 int64_t moe_gemm_tile_features(MoeGemmTile tile);
 
 struct MoeGroupedGemmArgs {
@@ -76,7 +78,7 @@ int64_t moe_gemm_num_tiles(const MoeGroupedGemmArgs& args);
 
 // Device workspace (none: partials are passed explicitly).
 // Errors: cudaErrorInvalidValue for shapes the kernels do not take (Kd or N not a multiple of 8,
-// split_k > 1 with kWide, split_k > 1 without partials or tile_counters).
+// split_k > 1 with kWide or kGemv, split_k > 1 without partials or tile_counters).
 cudaError_t launch_moe_grouped_gemm(const MoeGroupedGemmArgs& args, cudaStream_t stream);
 
 // split_k for a launch with about `num_tiles` tiles of in_features Kd on a GPU of num_sms

@@ -27,18 +27,30 @@ struct TileCoord {
 
 // Tile `tile` of the launch: group by group; inside a group, blocks of kBlockN weight tiles × all row tiles,
 // the weight tile fastest. False when the tile is past the device-side total.
+// Warp-collective (every lane of the warp calls it with the same tile): the group is found by the lanes
+// reading the offsets 32 at a time and counting those ≤ the tile's row tile (the offsets do not decrease),
+// so a block waits for one round of loads rather than a binary search's log2(G) dependent ones — at decode
+// sizes that wait was most of a tile's time.
 template <int BN>
 __device__ bool locate_tile(const MoeGroupedGemmArgs& args, int64_t tile, int64_t n_tiles, TileCoord& tc) {
+    constexpr int kPerRound = 4;  // offsets per lane in flight
     const int32_t* offsets = args.group_tile_offsets;  // [G + 1]
+    const int lane = static_cast<int>(threadIdx.x % 32);
     const int64_t total_m = offsets[args.num_groups];
-    if (tile >= n_tiles * total_m) return false;
     const int64_t m_lin = tile / n_tiles;
-    int64_t lo = 0, hi = args.num_groups;  // largest g with offsets[g] ≤ m_lin
-    while (hi - lo > 1) {
-        const int64_t mid = (lo + hi) / 2;
-        if (offsets[mid] <= m_lin) lo = mid; else hi = mid;
+    int64_t count = 0;  // groups g < G with offsets[g] ≤ m_lin
+    for (int64_t base = 0; base < args.num_groups; base += 32 * kPerRound) {
+        int32_t v[kPerRound];
+#pragma unroll
+        for (int i = 0; i < kPerRound; ++i) {
+            const int64_t idx = base + lane + 32 * i;
+            v[i] = idx < args.num_groups ? __ldg(offsets + idx) : INT32_MAX;
+        }
+#pragma unroll
+        for (int i = 0; i < kPerRound; ++i) count += __popc(__ballot_sync(0xffffffffu, v[i] <= m_lin));
     }
-    const int64_t g = lo;
+    if (tile >= n_tiles * total_m) return false;
+    const int64_t g = count - 1;
     const int64_t m_tiles = offsets[g + 1] - offsets[g];
     const int64_t local = tile - n_tiles * offsets[g];
     const int64_t block = local / (kBlockN * m_tiles);

@@ -1,0 +1,122 @@
+// The kGemv tile of the grouped expert GEMM (moe_grouped_gemm.cuh): groups of at most a few rows (decode at
+// one to four tokens), where the MMA tiles' pipelines and split-K cost more than the weight bytes. Each
+// warp streams four weight rows (SwiGLU: gate rows f, f + 1 and up rows N + f, N + f + 1; kStore: rows
+// f … f + 3) with 16-byte loads, four chunks per row in flight per lane, and multiplies them with the
+// ≤ kGemvRows bf16 x rows of
+// its group (read through L1/L2), fp32 accumulation; a shuffle tree sums the lanes and lane 0 applies the
+// epilogue (silu(g)·u, or the store) and writes bf16 — the same epilogue as the MMA kernels.
+#include "backend/cuda/kernels/moe_grouped_gemv.cuh"
+#include "backend/cuda/kernels/moe_grouped_gemm_tiles.cuh"
+
+namespace epinfer::cuda {
+namespace {
+
+using namespace moe_gemm;
+
+constexpr int kWarps = 4;
+constexpr int kWeightRowsPerWarp = 4;
+constexpr int kBatch = 4;  // 16-byte chunks per weight row in flight per lane
+
+template <bool kSwiGlu>
+constexpr int outputs_per_block() {
+    return kWarps * (kSwiGlu ? kWeightRowsPerWarp / 2 : kWeightRowsPerWarp);
+}
+
+template <bool kSwiGlu>
+__global__ void __launch_bounds__(kWarps * 32) moe_grouped_gemv_kernel(MoeGroupedGemmArgs args, int64_t n_tiles) {
+    TileCoord tc;
+    if (!locate_tile<kGemvRows>(args, blockIdx.x, n_tiles, tc)) return;
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    const int64_t n = args.out_features, kd = args.in_features;
+    constexpr int kOutPerWarp = kSwiGlu ? kWeightRowsPerWarp / 2 : kWeightRowsPerWarp;
+    const int64_t f0 = tc.n_tile * outputs_per_block<kSwiGlu>() + static_cast<int64_t>(warp) * kOutPerWarp;
+    if (f0 >= n) return;
+    const GroupWeights gw = group_weights<kSwiGlu>(args, tc.group);
+    // Row j: output f0 + j % kOutPerWarp, of the gate (or only) half for j < kOutPerWarp, else of the up half.
+    const bf16* w_row[kWeightRowsPerWarp];
+#pragma unroll
+    for (int j = 0; j < kWeightRowsPerWarp; ++j) {
+        const int64_t f = min(f0 + j % kOutPerWarp, n - 1);  // past N: reread, not stored
+        w_row[j] = (kSwiGlu && j >= kOutPerWarp ? gw.second : gw.first) + f * kd;
+    }
+    const bf16* x = static_cast<const bf16*>(args.x);
+    const bf16* x_row[kGemvRows];
+#pragma unroll
+    for (int t = 0; t < kGemvRows; ++t) {
+        const int64_t r = tc.row0 + min(t, tc.rows_valid - 1);  // past the group: reread, not stored
+        x_row[t] = x + (args.x_row_of_row != nullptr ? args.x_row_of_row[r] : r) * kd;
+    }
+    float acc[kWeightRowsPerWarp][kGemvRows] = {};
+    const int64_t chunks = kd / 8;
+    for (int64_t c0 = lane; c0 < chunks; c0 += 32 * kBatch) {
+        uint4 w[kBatch][kWeightRowsPerWarp];
+#pragma unroll
+        for (int b = 0; b < kBatch; ++b) {
+            const int64_t c = c0 + 32 * b;
+#pragma unroll
+            for (int j = 0; j < kWeightRowsPerWarp; ++j)
+                w[b][j] = c < chunks ? __ldg(reinterpret_cast<const uint4*>(w_row[j] + c * 8)) : uint4{};
+        }
+#pragma unroll
+        for (int b = 0; b < kBatch; ++b) {
+            const int64_t c = c0 + 32 * b;
+            if (c >= chunks) break;
+#pragma unroll
+            for (int t = 0; t < kGemvRows; ++t) {
+                if (t >= tc.rows_valid) break;
+                const uint4 xr = __ldg(reinterpret_cast<const uint4*>(x_row[t] + c * 8));
+                const __nv_bfloat162* xp = reinterpret_cast<const __nv_bfloat162*>(&xr);
+#pragma unroll
+                for (int j = 0; j < kWeightRowsPerWarp; ++j) {
+                    const __nv_bfloat162* wp = reinterpret_cast<const __nv_bfloat162*>(&w[b][j]);
+#pragma unroll
+                    for (int e = 0; e < 4; ++e) {
+                        const float2 xf = __bfloat1622float2(xp[e]), wf = __bfloat1622float2(wp[e]);
+                        acc[j][t] = fmaf(wf.x, xf.x, acc[j][t]);
+                        acc[j][t] = fmaf(wf.y, xf.y, acc[j][t]);
+                    }
+                }
+            }
+        }
+    }
+#pragma unroll
+    for (int j = 0; j < kWeightRowsPerWarp; ++j)
+#pragma unroll
+        for (int t = 0; t < kGemvRows; ++t)
+#pragma unroll
+            for (int o = 16; o > 0; o >>= 1) acc[j][t] += __shfl_xor_sync(0xffffffffu, acc[j][t], o);
+    if (lane != 0) return;
+    bf16* out = static_cast<bf16*>(args.out);  // [rows, N]
+#pragma unroll
+    for (int t = 0; t < kGemvRows; ++t) {
+        if (t >= tc.rows_valid) break;
+        bf16* o = out + (tc.row0 + t) * n;
+#pragma unroll
+        for (int j = 0; j < kOutPerWarp; ++j) {
+            if (f0 + j >= n) break;
+            const float v = kSwiGlu ? silu_mul(acc[j][t], acc[j + kOutPerWarp][t]) : acc[j][t];
+            o[f0 + j] = __float2bfloat16_rn(v);
+        }
+    }
+}
+
+template <bool kSwiGlu>
+cudaError_t launch(const MoeGroupedGemmArgs& args, cudaStream_t stream) {
+    const int64_t n_tiles = ceil_div<int64_t>(args.out_features, outputs_per_block<kSwiGlu>());
+    const int64_t num_blocks = n_tiles * args.max_row_tiles;
+    if (num_blocks == 0) return cudaSuccess;
+    moe_grouped_gemv_kernel<kSwiGlu><<<static_cast<unsigned>(num_blocks), kWarps * 32, 0, stream>>>(args, n_tiles);
+    return cudaGetLastError();
+}
+
+}  // namespace
+
+int64_t moe_gemv_weight_rows_per_block() {
+    return int64_t{kWarps} * kWeightRowsPerWarp;
+}
+
+cudaError_t launch_moe_grouped_gemv(const MoeGroupedGemmArgs& args, cudaStream_t stream) {
+    return args.epilogue == MoeGemmEpilogue::kSwiGlu ? launch<true>(args, stream) : launch<false>(args, stream);
+}
+
+}  // namespace epinfer::cuda
