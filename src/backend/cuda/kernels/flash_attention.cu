@@ -72,6 +72,7 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
     __shared__ float m_s[kWarps * kRows], l_s[kWarps * kRows];
     constexpr int kSliceKeys = kDecode ? kTileKeys / kWarps : kTileKeys;  // keys per warp per tile
     constexpr int kChunks = D / 8;                                        // 16-byte chunks per row
+    constexpr int kLd = D + 4;  // fp32 row stride of the final merge: rows 8 apart land on other banks
     constexpr int kLoads = kTileKeys * kChunks / kThreads;                // per thread per tile, K and V each
     static_assert(kThreads % kChunks == 0, "a thread copies one chunk column");
 
@@ -145,6 +146,10 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
     const int key_begin = split_index * static_cast<int>(split.keys_per_split);  // positions are int32
     const int bs = static_cast<int>(a.kv_block_size);
     const int key_slice = kDecode ? warp * kSliceKeys : 0;
+    // This thread's 16-byte chunk column of every K/V row it copies (kThreads is a multiple of kChunks).
+    const bf16* k_chunk = k_base + (threadIdx.x % kChunks) * 8;
+    const bf16* v_chunk = v_base + (threadIdx.x % kChunks) * 8;
+    const int k_stride = static_cast<int>(a.k_token_stride), v_stride = static_cast<int>(a.v_token_stride);
 
     // Tokens of one sequence at a time (a decode block has one token).
     for (int run_begin = 0; run_begin < num_tok;) {
@@ -185,9 +190,9 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
                     *error_flag = 1;
                     ok = false;
                 }
-                const int64_t row = table != nullptr ? static_cast<int64_t>(blk[i]) * bs + j % bs : j;
-                const bf16* ksrc = ok ? k_base + row * a.k_token_stride + ch * 8 : k_base;
-                const bf16* vsrc = ok ? v_base + row * a.v_token_stride + ch * 8 : v_base;
+                const int row = table != nullptr ? blk[i] * bs + j % bs : j;  // pool rows < 2^31 (.cuh)
+                const bf16* ksrc = ok ? k_chunk + static_cast<int64_t>(row) * k_stride : k_base;
+                const bf16* vsrc = ok ? v_chunk + static_cast<int64_t>(row) * v_stride : v_base;
                 cp_async_16(sk + swizzle<D>(key, ch), ksrc, ok ? 16 : 0);
                 cp_async_16(sv + swizzle<D>(key, ch), vsrc, ok ? 16 : 0);
             }
@@ -223,6 +228,7 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
             }
             // Online softmax (base 2), rows g (hr 0) and g + 8 (hr 1).
             const int key0 = key_begin + tile * kTileKeys + key_slice;
+            float corr[2];
 #pragma unroll
             for (int hr = 0; hr < 2; ++hr) {
                 float mx = -INFINITY;
@@ -240,7 +246,7 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
                 mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
                 mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
                 const float m_new = fmaxf(m[hr], mx);
-                const float corr = m_new == -INFINITY ? 1.0f : exp2f(m[hr] - m_new);
+                corr[hr] = m_new == -INFINITY ? 1.0f : exp2f(m[hr] - m_new);
                 float sum = 0.0f;
 #pragma unroll
                 for (int n = 0; n < kSliceKeys / 8; ++n) {
@@ -251,12 +257,18 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
                         sum += p;
                     }
                 }
-                l[hr] = l[hr] * corr + sum;
+                l[hr] = l[hr] * corr[hr] + sum;
                 m[hr] = m_new;
+            }
+            // Rescale o only when some row's max moved (after the first tiles it rarely does): a warp-uniform
+            // branch skips D / 2 multiplications per row pair.
+            if (!__all_sync(0xffffffffu, corr[0] == 1.0f && corr[1] == 1.0f)) {
 #pragma unroll
                 for (int n = 0; n < D / 8; ++n) {
-                    o[n][2 * hr] *= corr;
-                    o[n][2 * hr + 1] *= corr;
+                    o[n][0] *= corr[0];
+                    o[n][1] *= corr[0];
+                    o[n][2] *= corr[1];
+                    o[n][3] *= corr[1];
                 }
             }
             // o += p · v: the score accumulators are the A fragments (FlashAttention-2's register reuse).
@@ -286,7 +298,7 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
         l[hr] += __shfl_xor_sync(0xffffffffu, l[hr], 1);
         l[hr] += __shfl_xor_sync(0xffffffffu, l[hr], 2);
     }
-    float* o_s = reinterpret_cast<float*>(smem_raw);  // [kWarps, kRows, D]
+    float* o_s = reinterpret_cast<float*>(smem_raw);  // [kWarps, kRows, kLd]
 #pragma unroll
     for (int hr = 0; hr < 2; ++hr) {
         const int r = g + 8 * hr;
@@ -296,8 +308,8 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
         }
 #pragma unroll
         for (int n = 0; n < D / 8; ++n) {
-            o_s[(warp * kRows + r) * D + n * 8 + 2 * q4] = o[n][2 * hr];
-            o_s[(warp * kRows + r) * D + n * 8 + 2 * q4 + 1] = o[n][2 * hr + 1];
+            o_s[(warp * kRows + r) * kLd + n * 8 + 2 * q4] = o[n][2 * hr];
+            o_s[(warp * kRows + r) * kLd + n * 8 + 2 * q4 + 1] = o[n][2 * hr + 1];
         }
     }
     __syncthreads();
@@ -317,7 +329,7 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
             if (lw == 0.0f) continue;
             const float f = exp2f(m_s[w * kRows + rl] - m_all);
             l_all += lw * f;
-            sum += o_s[(w * kRows + rl) * D + d] * f;
+            sum += o_s[(w * kRows + rl) * kLd + d] * f;
         }
         const int64_t t = t0 + tq, h = h0 + gh;
         if (split.num_splits == 1) {
@@ -337,7 +349,7 @@ template <int D, bool kDecode>
 cudaError_t launch(const AttentionArgs& a, const Layout& lay, const Split& split, int64_t num_blocks,
                    int32_t* error_flag, cudaStream_t stream) {
     constexpr size_t smem = pipe_bytes<D>();
-    static_assert(size_t{kWarps} * kRows * D * sizeof(float) <= smem, "the merge fits in the pipeline's memory");
+    static_assert(size_t{kWarps} * kRows * (D + 4) * sizeof(float) <= smem, "the merge fits in the pipeline's memory");
     // Dynamic and static shared memory together pass the default 48 KB even at D = 64.
     const cudaError_t err = cudaFuncSetAttribute(flash_attention_kernel<D, kDecode>,
                                                  cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
@@ -351,8 +363,10 @@ cudaError_t launch(const AttentionArgs& a, const Layout& lay, const Split& split
 
 bool flash_attention_supports(const AttentionArgs& a) {
     const auto aligned = [](const void* p, int64_t token_stride, int64_t head_stride) {
-        return reinterpret_cast<uintptr_t>(p) % 16 == 0 && token_stride % 8 == 0 && head_stride % 8 == 0;
+        return reinterpret_cast<uintptr_t>(p) % 16 == 0 && token_stride % 8 == 0 && head_stride % 8 == 0 &&
+               token_stride <= INT32_MAX;
     };
+    if (a.num_kv_tokens > INT32_MAX || a.kv_block_size > INT32_MAX) return false;
     return a.kv_dtype == DType::kBF16 && a.head_dim_qk == a.head_dim_v &&
            (a.head_dim_qk == 64 || a.head_dim_qk == 128) && aligned(a.k, a.k_token_stride, a.k_head_stride) &&
            aligned(a.v, a.v_token_stride, a.v_head_stride);

@@ -37,8 +37,9 @@ struct FlashAttentionPlan {
 };
 
 // True when flash attention takes `args`: bf16 K/V, head_dim_qk = head_dim_v ∈ {64, 128}, K/V pointers
-// 16-byte aligned and their strides multiples of 8 elements, at most 16 query heads per KV head or a
-// multiple of 16. Otherwise attention.cuh's kernel runs.
+// 16-byte aligned and their strides multiples of 8 elements below 2^31. Otherwise attention.cuh's kernel
+// runs. The kernel indexes pool rows (block id · kv_block_size + offset) in int32: a pool of 2^31 rows or
+// more is outside its contract (the engine's pools hold a few million rows).
 bool flash_attention_supports(const AttentionArgs& args);
 
 // @pre flash_attention_supports(args).
