@@ -106,7 +106,8 @@ inline constexpr ToleranceEntry kTolerances[] = {
     // choice that bf16 rounding upstream changes; the test probes for it): the MoE experts and the matmuls
     // of more than 16 rows round activations to bf16. Measured on the H200 over the 14 fixtures: one
     // sequence per forward nmse 1.2e-5, max_rel 4.5e-3; both prompts per forward (2·11-row prefill: bf16
-    // GEMMs throughout) nmse 5.0e-5, max_rel 8.6e-3. Greedy tokens must equal the goldens wherever the
+    // GEMMs throughout) nmse 5.0e-5, max_rel 8.6e-3; since 2026-11-30 with the bf16 KV cache (the CUDA
+    // default) against the CPU's fp32 cache: nmse ≤ 6.9e-5, max_rel ≤ 1.05e-2. Greedy tokens must equal the goldens wherever the
     // top-1 margin exceeds 2 · max_rel · max |logit| (no error within the bound can flip the top-1 there).
     {"logits_cuda", DType::kBF16, {2e-4, 2e-2}},
     // The same with CudaBackendOptions::fp32_activations: fp32 summation order only (greedy tokens equal

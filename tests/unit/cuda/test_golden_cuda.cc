@@ -8,7 +8,8 @@
 // of 1), through paged KV caches of 4-token blocks.
 //  - fp32 activations (CudaBackendOptions::fp32_activations): generate()'s greedy tokens equal the goldens
 //    exactly, and every step's logits are within "logits_cuda_fp32" of the CPU.
-//  - bf16 activations (the default backend): every step's logits within "logits_cuda" of the CPU, and
+//  - bf16 activations and a bf16 KV cache (the defaults on CUDA): every step's logits within "logits_cuda"
+//    of the CPU (fp32 cache), and
 //    generate()'s greedy tokens equal the goldens wherever the CPU's top-1 margin exceeds
 //    2 · max_rel · max |logit| (no error within the bound can flip the top-1 there) — up to the first
 //    routing flip. A routing flip is a token for which some MoE layer picks another expert set on the GPU
@@ -171,11 +172,13 @@ struct TeacherForced {
 };
 
 Result<TeacherForced> teacher_forced_steps(Model& model, const std::vector<std::vector<int32_t>>& sequences,
-                                           int64_t prompt_len, int64_t num_steps, const RouterProbe* probe) {
+                                           int64_t prompt_len, int64_t num_steps, const RouterProbe* probe,
+                                           DType kv_dtype) {
     const int64_t V = model.config().vocab_size, B = static_cast<int64_t>(sequences.size());
     const int64_t block_size = 4,
                   blocks_per_sequence = (prompt_len + num_steps + block_size - 1) / block_size;
-    EPI_ASSIGN_OR_RETURN(KvBlockPool pool, KvBlockPool::create(model, B * blocks_per_sequence, block_size));
+    EPI_ASSIGN_OR_RETURN(KvBlockPool pool,
+                         KvBlockPool::create(model, B * blocks_per_sequence, block_size, kv_dtype));
     std::vector<std::vector<int32_t>> tables(static_cast<size_t>(B));
     std::vector<std::vector<LayerKvCache>> kv;
     for (auto& table : tables) {
@@ -225,14 +228,16 @@ Result<TeacherForced> teacher_forced_steps(Model& model, const std::vector<std::
     return out;
 }
 
-// Each sequence alone (B runs of one) or all together, concatenated as [B, N, V] / routes[b].
+// Each sequence alone (B runs of one) or all together, concatenated as [B, N, V] / routes[b]; the KV cache
+// in kv_dtype (fp32: the CPU reference and the fp32-activation GPU run; bf16: the GPU's default cache).
 Result<TeacherForced> run(Model& model, const std::vector<std::vector<int32_t>>& sequences,
-                          int64_t prompt_len, int64_t num_steps, const RouterProbe* probe, bool batched) {
-    if (batched) return teacher_forced_steps(model, sequences, prompt_len, num_steps, probe);
+                          int64_t prompt_len, int64_t num_steps, const RouterProbe* probe, bool batched,
+                          DType kv_dtype = DType::kF32) {
+    if (batched) return teacher_forced_steps(model, sequences, prompt_len, num_steps, probe, kv_dtype);
     TeacherForced all;
     for (const std::vector<int32_t>& sequence : sequences) {
         EPI_ASSIGN_OR_RETURN(TeacherForced one,
-                             teacher_forced_steps(model, {sequence}, prompt_len, num_steps, probe));
+                             teacher_forced_steps(model, {sequence}, prompt_len, num_steps, probe, kv_dtype));
         all.logits.insert(all.logits.end(), one.logits.begin(), one.logits.end());
         all.routes.push_back(std::move(one.routes[0]));
     }
@@ -292,7 +297,7 @@ protected:
         gpu_model_ = std::move(model).value();
     }
 
-    Result<GenerateOutput> generate_golden_prompts(Model& model) const {
+    Result<GenerateOutput> generate_golden_prompts(Model& model, DType kv_dtype) const {
         std::vector<GenerateRequest> requests;
         for (const auto& sequence : golden_.greedy) {
             GenerateRequest r;
@@ -301,7 +306,7 @@ protected:
             r.ignore_eos = true;  // the goldens do not stop at EOS
             requests.push_back(r);
         }
-        return generate(model, requests);
+        return generate(model, requests, kv_dtype);
     }
 
     std::string dir_;
@@ -313,7 +318,7 @@ protected:
 
 TEST_P(GoldenCudaTest, Fp32ActivationsMatchTheGoldensExactly) {
     load_gpu(/*fp32_activations=*/true);
-    auto generated = generate_golden_prompts(*gpu_model_);
+    auto generated = generate_golden_prompts(*gpu_model_, DType::kF32);
     ASSERT_TRUE(generated.is_ok()) << generated.status().to_string();
     for (int64_t b = 0; b < golden_.num_prompts; ++b) {
         const std::vector<int32_t>& sequence = golden_.greedy[static_cast<size_t>(b)];
@@ -341,14 +346,15 @@ TEST_P(GoldenCudaTest, Bf16LogitsAndGreedyTokensMatchUpToTheFirstRoutingFlip) {
     auto gpu_probe = RouterProbe::create(dir_, *gpu_model_);
     ASSERT_TRUE(gpu_probe.is_ok()) << gpu_probe.status().to_string();
     const Tolerance& tol = tolerance("logits_cuda", DType::kBF16);
-    auto generated = generate_golden_prompts(*gpu_model_);
+    // The GPU runs as the engine does by default on CUDA: bf16 activations and a bf16 KV cache.
+    auto generated = generate_golden_prompts(*gpu_model_, DType::kBF16);
     ASSERT_TRUE(generated.is_ok()) << generated.status().to_string();
     int64_t compared_steps = 0, compared_tokens = 0;
     for (const bool batched : {true, false}) {
         const char* mode = batched ? "batched" : "alone";
         auto want = run(*cpu_model_, golden_.greedy, P_, N_, &*cpu_probe, batched);
         ASSERT_TRUE(want.is_ok()) << want.status().to_string();
-        auto got = run(*gpu_model_, golden_.greedy, P_, N_, &*gpu_probe, batched);
+        auto got = run(*gpu_model_, golden_.greedy, P_, N_, &*gpu_probe, batched, DType::kBF16);
         ASSERT_TRUE(got.is_ok()) << got.status().to_string();
         for (int64_t b = 0; b < golden_.num_prompts; ++b) {
             const std::vector<int32_t>& sequence = golden_.greedy[static_cast<size_t>(b)];

@@ -27,6 +27,7 @@ struct Layout {
     int heads_per_chunk = 0;
     int num_chunks = 0;
     int tokens_per_block = 0;
+    int block_shift = -1;  // log2(kv_block_size) when it is a power of two: shifts instead of divisions
 };
 
 struct Split {
@@ -180,7 +181,8 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
 #pragma unroll
             for (int i = 0; i < kLoads; ++i) {
                 const int j = key0 + key_first + i * kKeyStep;
-                blk[i] = table != nullptr && j < key_end ? __ldg(table + j / bs) : 0;
+                const int b = lay.block_shift >= 0 ? j >> lay.block_shift : j / bs;
+                blk[i] = table != nullptr && j < key_end ? __ldg(table + b) : 0;
             }
 #pragma unroll
             for (int i = 0; i < kLoads; ++i) {
@@ -190,7 +192,8 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
                     *error_flag = 1;
                     ok = false;
                 }
-                const int row = table != nullptr ? blk[i] * bs + j % bs : j;  // pool rows < 2^31 (.cuh)
+                const int in_block = lay.block_shift >= 0 ? j & (bs - 1) : j % bs;
+                const int row = table != nullptr ? blk[i] * bs + in_block : j;  // pool rows < 2^31 (.cuh)
                 const bf16* ksrc = ok ? k_chunk + static_cast<int64_t>(row) * k_stride : k_base;
                 const bf16* vsrc = ok ? v_chunk + static_cast<int64_t>(row) * v_stride : v_base;
                 cp_async_16(sk + swizzle<D>(key, ch), ksrc, ok ? 16 : 0);
@@ -399,6 +402,11 @@ cudaError_t launch_flash_attention(const AttentionArgs& args, const FlashAttenti
     lay.heads_per_chunk = plan.heads_per_chunk;
     lay.num_chunks = plan.num_chunks;
     lay.tokens_per_block = plan.tokens_per_block;
+    const int64_t bs = args.kv_block_size;
+    if (bs > 0 && (bs & (bs - 1)) == 0) {
+        lay.block_shift = 0;
+        while ((int64_t{1} << lay.block_shift) < bs) ++lay.block_shift;
+    }
     Split split;
     split.num_splits = plan.num_splits;
     split.keys_per_split = plan.keys_per_split;
