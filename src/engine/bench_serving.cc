@@ -163,6 +163,10 @@ std::string bench_json(const BenchRunInfo& info, std::span<const BenchLevelStats
                           {"output_len", info.output_len},
                           {"seed", info.seed},
                           {"results", nlohmann::json::array()}};
+    if (!info.kv_cache_dtype.empty()) {
+        doc["kv_cache_dtype"] = info.kv_cache_dtype;
+        doc["kv_cache_tokens"] = info.kv_cache_tokens;
+    }
     if (!info.url.empty()) doc["url"] = info.url;
     for (const BenchLevelStats& l : levels) {
         nlohmann::json row = {{"concurrency", l.concurrency},

@@ -80,6 +80,8 @@ struct BenchRunInfo {
     std::string model;         // --model DIR, --config FILE (random weights), or the served model's id
     std::string layout;        // e.g. "tp1 ep1 pp1 dp1"; "" in client mode
     std::string device;        // e.g. "cpu"; "" in client mode
+    std::string kv_cache_dtype;  // the KV pool's element, "bf16" or "fp32" (auto resolved); "" in client mode
+    int64_t kv_cache_tokens = 0;  // the KV pool per rank, as the engine got it; 0 in client mode
     std::string url;           // client mode
     bool random_weights = false;
     int64_t num_layers = 0;  // model layers run
@@ -87,7 +89,8 @@ struct BenchRunInfo {
     uint64_t seed = 0;
 };
 
-// {"bench": "serving", <the run info>, "results": [{concurrency, num_requests, completed, failed,
+// {"bench": "serving", <the run info; kv_cache_dtype and kv_cache_tokens when kv_cache_dtype is set, url
+// when set>, "results": [{concurrency, num_requests, completed, failed,
 // duration_s, input_tokens, output_tokens, request_per_s, output_tok_per_s, total_tok_per_s,
 // ttft_{mean,p50,p99}_ms, tpot_{mean,p50,p99}_ms}, ...]} as text (NaN → null), 2-space indented.
 std::string bench_json(const BenchRunInfo& info, std::span<const BenchLevelStats> levels);

@@ -10,8 +10,6 @@ namespace epinfer {
 
 namespace {
 
-constexpr int64_t kBlockSize = 16;
-
 double seconds_since(std::chrono::steady_clock::time_point start) {
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
@@ -99,38 +97,54 @@ Status generate_request_check(const ModelConfig& config, const GenerateRequest& 
 }
 
 Result<GenerateOutput> generate(Model& model, std::span<const GenerateRequest> requests,
-                                DType kv_cache_dtype) {
+                                const GenerateKvCache& kv_cache) {
     const ParallelContext* par = model.parallel();
     const bool multi_rank = par != nullptr && par->world->size() > 1;
     const bool driver = par == nullptr || par->world->rank() == 0;
     const int64_t dp = par != nullptr ? par->layout.attn_dp : 1;
     const int64_t dp_rank = par != nullptr ? par->coords.attn_dp_rank : 0;
+    if (kv_cache.block_size < 1)
+        return invalid_argument("KV block size must be ≥ 1, got " + std::to_string(kv_cache.block_size));
+    const int64_t block_size = kv_cache.block_size;
     for (size_t i = 0; i < requests.size(); ++i) {
         EPI_RETURN_IF_ERROR_CTX(generate_request_check(model.config(), requests[i]),
                                 "request " + std::to_string(i));
+        const int64_t prompt_len = static_cast<int64_t>(requests[i].prompt_ids.size());
+        const int64_t tokens = prompt_len + requests[i].max_new_tokens;
+        if (kv_cache.num_kv_blocks > 0 && (tokens + block_size - 1) / block_size > kv_cache.num_kv_blocks) {
+            return invalid_argument(
+                "request " + std::to_string(i) + ": prompt of " + std::to_string(prompt_len) +
+                " tokens + max_new_tokens " + std::to_string(requests[i].max_new_tokens) + " = " +
+                std::to_string(tokens) + " tokens exceed the KV pool of " +
+                std::to_string(kv_cache.num_kv_blocks * block_size) + " tokens (num_kv_blocks " +
+                std::to_string(kv_cache.num_kv_blocks) + " × block_size " + std::to_string(block_size) + ")");
+        }
     }
     GenerateOutput out;
     out.output_ids.resize(requests.size());
     if (requests.empty()) return out;
 
     // The engine puts request i on attention-DP group i mod attn_dp (all are queued before the first
-    // step; fewest running + waiting, ties to the lowest group). Its pool holds every request of the
-    // busiest group and its budget every prompt, so nothing is preempted and the first step prefills all.
+    // step; fewest running + waiting, ties to the lowest group). Its budget holds every prompt, so the
+    // first step prefills all, and, unless kv_cache sets the pool, its pool every request of the busiest
+    // group, so nothing is preempted.
     std::vector<int64_t> group_blocks(static_cast<size_t>(dp), 0);
     EngineOptions options;
-    options.block_size = kBlockSize;
+    options.block_size = block_size;
     options.max_step_tokens = 0;
     for (size_t i = 0; i < requests.size(); ++i) {
         const int64_t tokens =
             static_cast<int64_t>(requests[i].prompt_ids.size()) + requests[i].max_new_tokens;
-        group_blocks[i % static_cast<size_t>(dp)] += (tokens + kBlockSize - 1) / kBlockSize;
+        group_blocks[i % static_cast<size_t>(dp)] += (tokens + block_size - 1) / block_size;
         options.max_step_tokens += static_cast<int64_t>(requests[i].prompt_ids.size());
     }
-    options.num_kv_blocks = *std::max_element(group_blocks.begin(), group_blocks.end());
+    options.num_kv_blocks = kv_cache.num_kv_blocks > 0
+                                ? kv_cache.num_kv_blocks
+                                : *std::max_element(group_blocks.begin(), group_blocks.end());
     options.max_running = static_cast<int64_t>(requests.size());
     options.max_step_tokens += options.max_running;
     options.max_waiting = static_cast<int64_t>(requests.size());
-    options.kv_cache_dtype = kv_cache_dtype;
+    options.kv_cache_dtype = kv_cache.dtype;
     EPI_ASSIGN_OR_RETURN(std::unique_ptr<Engine> engine, Engine::create(model, options));
 
     if (driver) {

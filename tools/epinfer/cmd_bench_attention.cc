@@ -58,7 +58,8 @@ Status check_options(const BenchAttentionOptions& opts) {
         }
     }
     if (opts.kv_dtype != "bf16" && opts.kv_dtype != "fp32") {
-        return invalid_argument(fmt::format("bench attention: --kv-dtype {}: expected bf16 or fp32", opts.kv_dtype));
+        return invalid_argument(
+            fmt::format("bench attention: --kv-dtype '{}': expected bf16 or fp32", opts.kv_dtype));
     }
     if (opts.repeats < 1 || opts.repeats > kMaxRepeats) {
         return invalid_argument(fmt::format("bench attention: --repeats {}: must be in [1, {}]", opts.repeats,

@@ -15,6 +15,7 @@
 //   epinfer bench --config tests/data/configs/qwen3_30b_a3b.json --random-weights --num-layers 4 --device
 //   cuda epinfer bench --url http://127.0.0.1:8000 --concurrency 1,64 --vocab-size 129280
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <httplib.h>
 
 #include <CLI/CLI.hpp>
@@ -55,6 +56,7 @@ constexpr double kSamplingTemperature = 0.0;  // greedy, as the serving benchmar
 // Numbers are kept as text and parsed here, so that a bad value is one line naming the flag.
 struct BenchServingFlags {
     ModelSetupFlags setup;
+    std::vector<const CLI::Option*> setup_options;  // the options of `setup` (add_model_setup_flags)
     std::string concurrency = "1,8,32,64,256,1024";
     std::string input_len = "128";
     std::string output_len = "128";
@@ -122,9 +124,12 @@ Result<BenchServingValues> parse_values(const BenchServingFlags& f) {
         return invalid_argument(fmt::format("--timeout-s '{}': must be a number > 0", f.timeout_s));
     v.timeout_s = timeout;
     if (!f.url.empty()) {
-        if (!f.setup.model_dir.empty() || !f.setup.config_file.empty() || f.setup.random_weights) {
-            return invalid_argument(
-                "--url drives a running server: --model, --config and --random-weights do not apply");
+        std::vector<std::string> given;  // the model and engine flags given: the server has its own
+        for (const CLI::Option* option : f.setup_options)
+            if (option->count() > 0) given.push_back(option->get_name());
+        if (!given.empty()) {
+            return invalid_argument(fmt::format("bench: --url drives a running server: {} {} not apply",
+                                                fmt::join(given, ", "), given.size() == 1 ? "does" : "do"));
         }
         if (f.url.rfind("http://", 0) != 0 && f.url.rfind("https://", 0) != 0)
             return invalid_argument(fmt::format("--url '{}': must start with http:// or https://", f.url));
@@ -167,7 +172,9 @@ void print_preamble(const BenchRunInfo& info, const BenchServingValues& v) {
             ? fmt::format(" (random weights, {} layer{})", info.num_layers, info.num_layers == 1 ? "" : "s")
             : "";
     const std::string where =
-        info.mode == "client" ? "client of " + info.url : info.layout + " on " + info.device;
+        info.mode == "client" ? "client of " + info.url
+                              : fmt::format("{} on {}, kv_cache_dtype {}, kv_cache_tokens {}", info.layout,
+                                            info.device, info.kv_cache_dtype, info.kv_cache_tokens);
     std::printf("# epinfer bench: %s%s, %s, input_len %lld, output_len %lld, seed %llu\n", info.model.c_str(),
                 weights.c_str(), where.c_str(), static_cast<long long>(v.input_len),
                 static_cast<long long>(v.output_len), static_cast<unsigned long long>(v.seed));
@@ -243,6 +250,8 @@ Status run_offline(const BenchServingFlags& flags, BenchServingValues v) {
     const ParallelLayout& l = setup.layout;
     info.layout = fmt::format("tp{} ep{} pp{} dp{}", l.stage_size(), l.moe_ep, l.pp, l.attn_dp);
     info.device = flags.setup.device;
+    info.kv_cache_dtype = kv_cache_dtype_name(setup.engine_options.kv_cache_dtype);
+    info.kv_cache_tokens = setup.kv_cache_tokens;
     info.input_len = v.input_len;
     info.output_len = v.output_len;
     info.seed = v.seed;
@@ -519,7 +528,7 @@ Status run_bench_serving(const BenchServingFlags& flags) {
 
 void add_bench_serving(CLI::App& bench) {
     auto flags = std::make_shared<BenchServingFlags>();
-    add_model_setup_flags(bench, flags->setup, /*allow_random_weights=*/true);
+    flags->setup_options = add_model_setup_flags(bench, flags->setup, /*allow_random_weights=*/true);
     bench.add_option("--concurrency", flags->concurrency,
                      "Requests in flight, one level per comma-separated value (default 1,8,32,64,256,1024)");
     bench.add_option("--input-len", flags->input_len, "Prompt tokens per request (default 128)");

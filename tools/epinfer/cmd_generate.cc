@@ -9,8 +9,12 @@
 // "prefill_tokens", "prefill_tokens_per_s", "decode_tokens", "decode_tokens_per_s"}. stderr: prefill and
 // decode throughput. Bad input: one line "epinfer: error: ..." naming the value, exit status 1.
 // Start-up (config, layout, mpirun relaunch, memory check, weights, summary line) is start_model
-// (tools/epinfer/model_setup.h). Rank 0 prints the output and the throughput; under a layout every rank
-// prints one stderr line with its weight bytes.
+// (tools/epinfer/model_setup.h). The KV pool per rank: --kv-cache-tokens when given (a request of more
+// tokens is one line naming both, before anything starts), else the request's tokens in whole blocks.
+// Rank 0 prints the output and the throughput; under a layout every rank prints one stderr line with its
+// weight bytes.
+#include <fmt/format.h>
+
 #include <charconv>
 #include <cmath>
 #include <cstdio>
@@ -107,7 +111,20 @@ Status run_generate(const GenerateOptions& o) {
         EPI_ASSIGN_OR_RETURN(const ModelConfig config, load_hf_config(o.setup.model_dir));
         EPI_RETURN_IF_ERROR(generate_request_check(config, request));
     }
-    EPI_ASSIGN_OR_RETURN(ModelSetup setup, start_model(o.setup));
+    // The KV pool: --kv-cache-tokens when given (the request must fit in it), else the request's tokens.
+    const auto prompt_len = static_cast<int64_t>(request.prompt_ids.size());
+    const int64_t request_tokens = prompt_len + request.max_new_tokens;
+    EPI_ASSIGN_OR_RETURN(const int64_t kv_pool_tokens, explicit_kv_pool_tokens(o.setup));
+    if (kv_pool_tokens > 0 && request_tokens > kv_pool_tokens) {
+        return invalid_argument(fmt::format(
+            "prompt of {} tokens + --max-new-tokens {} = {} tokens exceed the KV cache of {} tokens per rank "
+            "(--kv-cache-tokens {}, in blocks of --block-size {})",
+            prompt_len, request.max_new_tokens, request_tokens, kv_pool_tokens, o.setup.kv_cache_tokens,
+            o.setup.block_size));
+    }
+    ModelSetupFlags setup_flags = o.setup;
+    setup_flags.default_kv_cache_tokens = request_tokens;
+    EPI_ASSIGN_OR_RETURN(ModelSetup setup, start_model(setup_flags));
     const std::unique_ptr<Communicator>& world = setup.world;
     const std::unique_ptr<Model>& model = setup.model;
     if (setup.parallel != nullptr) {
@@ -117,8 +134,11 @@ Status run_generate(const GenerateOptions& o) {
                      world->rank(), world->size(), rc.pp_rank, rc.attn_tp_rank, rc.attn_dp_rank,
                      rc.moe_tp_rank, rc.moe_ep_rank, static_cast<long long>(model->weight_bytes()));
     }
-    EPI_ASSIGN_OR_RETURN(const GenerateOutput result,
-                         generate(*model, std::span(&request, 1), setup.engine_options.kv_cache_dtype));
+    GenerateKvCache kv_cache;
+    kv_cache.dtype = setup.engine_options.kv_cache_dtype;
+    kv_cache.num_kv_blocks = setup.engine_options.num_kv_blocks;
+    kv_cache.block_size = setup.engine_options.block_size;
+    EPI_ASSIGN_OR_RETURN(const GenerateOutput result, generate(*model, std::span(&request, 1), kv_cache));
     if (world != nullptr && world->rank() != 0) return Status::ok();
 
     const std::vector<int32_t>& output = result.output_ids.front();

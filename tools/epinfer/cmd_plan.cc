@@ -117,7 +117,7 @@ Status run_plan(const PlanArgs& args) {
         EPI_ASSIGN_OR_RETURN(request.memory.weights,
                              planner::parse_weight_dtype(args.weight_dtype, request.memory.weights));
     }
-    if (args.kv_cache_dtype == "bf16") {
+    if (args.kv_cache_dtype == "auto" || args.kv_cache_dtype == "bf16") {  // auto: the engine's on GPUs
         request.memory.kv_bytes_per_element = planner::kEngineKvBytesPerElement;
     } else if (args.kv_cache_dtype == "fp32") {
         request.memory.kv_bytes_per_element = 4;
@@ -125,7 +125,7 @@ Status run_plan(const PlanArgs& args) {
         request.memory.kv_bytes_per_element = 1;
     } else {
         return invalid_argument(
-            fmt::format("--kv-cache-dtype '{}': expected bf16, fp32 or fp8", args.kv_cache_dtype));
+            fmt::format("--kv-cache-dtype '{}': expected auto, bf16, fp32 or fp8", args.kv_cache_dtype));
     }
     if (!args.layouts.empty()) {
         std::stringstream specs(args.layouts);
@@ -171,8 +171,10 @@ void add_plan_command(CLI::App& app) {
     cmd->add_option("--weight-dtype", args->weight_dtype,
                     "bf16|fp8|int4|nvfp4|mxfp4 for every linear weight, or experts=D,dense=D "
                     "(default: the checkpoint's)");
-    cmd->add_option("--kv-cache-dtype", args->kv_cache_dtype,
-                    "bf16 (the engine's cache on GPUs)|fp32 (--kv-cache-dtype fp32)|fp8 (a what-if)")
+    cmd->add_option(
+           "--kv-cache-dtype", args->kv_cache_dtype,
+           "auto or bf16 (the engine's cache on GPUs: its auto is bf16 there)|fp32 (--kv-cache-dtype "
+           "fp32)|fp8 (a what-if)")
         ->capture_default_str();
     cmd->add_option("--layout", args->layouts,
                     "only these layouts, comma separated (e.g. tp8,dp8-ep8,pp2-tp4)");

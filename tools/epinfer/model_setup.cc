@@ -151,7 +151,13 @@ Result<DType> parse_kv_cache_dtype(const std::string& text, bool cuda) {
     if (text == "auto") return cuda ? DType::kBF16 : DType::kF32;
     if (text == "bf16") return DType::kBF16;
     if (text == "fp32") return DType::kF32;
-    return invalid_argument(fmt::format("--kv-cache-dtype '{}' is not one of auto, bf16, fp32", text));
+    return invalid_argument(fmt::format("--kv-cache-dtype '{}': expected auto, bf16 or fp32", text));
+}
+
+Result<int64_t> explicit_kv_pool_tokens(const ModelSetupFlags& flags) {
+    EPI_ASSIGN_OR_RETURN(const int64_t tokens, parse_kv_cache_tokens(flags.kv_cache_tokens));
+    EPI_ASSIGN_OR_RETURN(const int64_t block_size, parse_flag_int(flags.block_size, "--block-size", 1, 4096));
+    return tokens / block_size * block_size;
 }
 
 const char* kv_cache_dtype_name(DType dtype) {
@@ -292,36 +298,53 @@ Result<GpuRank> make_gpu_rank(Communicator& world) {
 #endif
 }
 
-void add_model_setup_flags(CLI::App& cmd, ModelSetupFlags& f, bool allow_random_weights) {
-    CLI::Option* model = cmd.add_option("--model", f.model_dir, "Checkpoint folder (config.json + safetensors)");
+std::vector<const CLI::Option*> add_model_setup_flags(CLI::App& cmd, ModelSetupFlags& f,
+                                                      bool allow_random_weights) {
+    std::vector<const CLI::Option*> options;
+    CLI::Option* model =
+        cmd.add_option("--model", f.model_dir, "Checkpoint folder (config.json + safetensors)");
+    options.push_back(model);
     if (allow_random_weights) {
-        cmd.add_option("--config", f.config_file, "config.json of the model (with --random-weights)");
-        cmd.add_flag("--random-weights", f.random_weights,
-                     "Random weights at the config's shapes instead of a checkpoint (benchmarks)");
-        cmd.add_option("--num-layers", f.num_layers, "Random weights: the first N decoder layers; 0 = all (default 0)");
-        cmd.add_option("--weights-seed", f.seed, "Random weights: seed (default 0)");
-        cmd.add_option("--random-dtype", f.random_dtype, "Random weights: bf16, f16 or f32 (default bf16)");
+        options.push_back(
+            cmd.add_option("--config", f.config_file, "config.json of the model (with --random-weights)"));
+        options.push_back(
+            cmd.add_flag("--random-weights", f.random_weights,
+                         "Random weights at the config's shapes instead of a checkpoint (benchmarks)"));
+        options.push_back(cmd.add_option("--num-layers", f.num_layers,
+                                         "Random weights: the first N decoder layers; 0 = all (default 0)"));
+        options.push_back(cmd.add_option("--weights-seed", f.seed, "Random weights: seed (default 0)"));
+        options.push_back(cmd.add_option("--random-dtype", f.random_dtype,
+                                         "Random weights: bf16, f16 or f32 (default bf16)"));
     } else {
         model->required();
     }
-    cmd.add_option("--device", f.device, "cpu or cuda (default cpu)");
-    cmd.add_option("--threads", f.threads, "CPU threads; 0 = up to 8 (default 0)");
-    cmd.add_option("--tp", f.tp, "Ranks per pipeline stage (attention TP × DP = MoE TP × EP), ≥ 1");
-    cmd.add_option("--ep", f.ep, "Expert-parallel ranks per stage (moe_ep), ≥ 1");
-    cmd.add_option("--dp", f.dp, "Data-parallel attention ranks per stage (attn_dp), ≥ 1");
-    cmd.add_option("--pp", f.pp, "Pipeline stages, ≥ 1");
-    cmd.add_option("--kv-cache-tokens", f.kv_cache_tokens,
-                   "KV cache tokens per rank; 0 = what the memory check leaves (default 0)");
-    cmd.add_option("--kv-cache-dtype", f.kv_cache_dtype,
-                   "KV cache element: auto (bf16 on cuda, fp32 on cpu), bf16 or fp32 (default auto)");
-    cmd.add_option("--block-size", f.block_size, "Tokens per KV block (default 16)");
-    cmd.add_option("--max-running", f.max_running, "Sequences in one step at most (default 256)");
-    cmd.add_flag("--no-decode-graphs", f.no_decode_graphs,
-                 "Issue every decode step's ops one by one instead of replaying CUDA graphs");
-    cmd.add_option("--max-step-tokens", f.max_step_tokens, "Tokens in one step at most (default 2048)");
-    cmd.add_option("--max-waiting", f.max_waiting, "Queued requests at most (default 4096)");
-    cmd.add_option("--memory-fraction", f.memory_fraction,
-                   "Share of the device's free memory epinfer may use, in (0, 1] (default 0.9)");
+    options.push_back(cmd.add_option("--device", f.device, "cpu or cuda (default cpu)"));
+    options.push_back(cmd.add_option("--threads", f.threads, "CPU threads; 0 = up to 8 (default 0)"));
+    options.push_back(
+        cmd.add_option("--tp", f.tp, "Ranks per pipeline stage (attention TP × DP = MoE TP × EP), ≥ 1"));
+    options.push_back(cmd.add_option("--ep", f.ep, "Expert-parallel ranks per stage (moe_ep), ≥ 1"));
+    options.push_back(cmd.add_option("--dp", f.dp, "Data-parallel attention ranks per stage (attn_dp), ≥ 1"));
+    options.push_back(cmd.add_option("--pp", f.pp, "Pipeline stages, ≥ 1"));
+    options.push_back(
+        cmd.add_option("--kv-cache-tokens", f.kv_cache_tokens,
+                       "KV cache tokens per rank; 0 = what the memory check leaves (default 0)"));
+    options.push_back(
+        cmd.add_option("--kv-cache-dtype", f.kv_cache_dtype,
+                       "KV cache element: auto (bf16 on cuda, fp32 on cpu), bf16 or fp32 (default auto)"));
+    options.push_back(cmd.add_option("--block-size", f.block_size, "Tokens per KV block (default 16)"));
+    options.push_back(
+        cmd.add_option("--max-running", f.max_running, "Sequences in one step at most (default 256)"));
+    options.push_back(
+        cmd.add_flag("--no-decode-graphs", f.no_decode_graphs,
+                     "Issue every decode step's ops one by one instead of replaying CUDA graphs"));
+    options.push_back(
+        cmd.add_option("--max-step-tokens", f.max_step_tokens, "Tokens in one step at most (default 2048)"));
+    options.push_back(
+        cmd.add_option("--max-waiting", f.max_waiting, "Queued requests at most (default 4096)"));
+    options.push_back(
+        cmd.add_option("--memory-fraction", f.memory_fraction,
+                       "Share of the device's free memory epinfer may use, in (0, 1] (default 0.9)"));
+    return options;
 }
 
 Result<ModelSetup> start_model(const ModelSetupFlags& flags) {
@@ -416,7 +439,10 @@ Result<ModelSetup> start_model(const ModelSetupFlags& flags) {
 
     // 5. KV pool.
     int64_t kv_tokens = v.kv_cache_tokens;
-    if (kv_tokens == 0) {
+    if (kv_tokens == 0 && flags.default_kv_cache_tokens > 0) {
+        const int64_t block = v.engine.block_size;
+        kv_tokens = (flags.default_kv_cache_tokens + block - 1) / block * block;
+    } else if (kv_tokens == 0) {
         // What fits, but never more than max_running full-context requests can use at once.
         kv_tokens = std::min(plan->kv_tokens_per_rank, v.engine.max_running * config.max_position_embeddings);
     }
@@ -430,16 +456,17 @@ Result<ModelSetup> start_model(const ModelSetupFlags& flags) {
     // 6. Summary.
     setup.ready_seconds = std::chrono::duration<double>(Clock::now() - start).count();
     if (driver) {
-        std::fprintf(stderr,
-                     "epinfer: ready in %.1f s: %s (%lld layers%s), layout %s on %s, per rank: weights %s, KV cache "
-                     "%lld tokens (%lld blocks of %lld, %s)\n",
-                     setup.ready_seconds, config.model_type.c_str(), static_cast<long long>(config.num_hidden_layers),
-                     flags.random_weights ? ", random weights" : "", layout_words(setup.layout).c_str(),
-                     flags.device.c_str(), planner::format_bytes(setup.model->weight_bytes()).c_str(),
-                     static_cast<long long>(setup.kv_cache_tokens),
-                     static_cast<long long>(setup.engine_options.num_kv_blocks),
-                     static_cast<long long>(v.engine.block_size),
-                     kv_cache_dtype_name(v.engine.kv_cache_dtype));
+        std::fprintf(
+            stderr,
+            "epinfer: ready in %.1f s: %s (%lld layers%s), layout %s on %s, per rank: weights %s, KV cache "
+            "%lld tokens (%lld block%s of %lld, %s)\n",
+            setup.ready_seconds, config.model_type.c_str(), static_cast<long long>(config.num_hidden_layers),
+            flags.random_weights ? ", random weights" : "", layout_words(setup.layout).c_str(),
+            flags.device.c_str(), planner::format_bytes(setup.model->weight_bytes()).c_str(),
+            static_cast<long long>(setup.kv_cache_tokens),
+            static_cast<long long>(setup.engine_options.num_kv_blocks),
+            setup.engine_options.num_kv_blocks == 1 ? "" : "s", static_cast<long long>(v.engine.block_size),
+            kv_cache_dtype_name(v.engine.kv_cache_dtype));
         std::fflush(stderr);
     }
     return setup;

@@ -16,7 +16,8 @@
 //      with the breakdown, before the weights are read;
 //   4. the weights (a progress bar on rank 0's stderr when it is a terminal), or random weights at the
 //      config's shapes (--random-weights, optionally --num-layers N, --weights-seed, --random-dtype);
-//   5. the KV pool: --kv-cache-tokens, or (0) what the memory check leaves (at most
+//   5. the KV pool: --kv-cache-tokens, or (0) the command's own size (ModelSetupFlags::
+//      default_kv_cache_tokens: generate's request), or else what the memory check leaves (at most
 //      --max-running × max_position_embeddings), in blocks of --block-size, of --kv-cache-dtype elements
 //      → EngineOptions;
 //   6. one summary line on rank 0's stderr, e.g.
@@ -28,6 +29,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "backend/backend.h"
 #include "comm/communicator.h"
@@ -67,6 +69,10 @@ struct ModelSetupFlags {
     // Not a flag, set by the command: what the supervisor of the mpirun that step 1 starts does with a
     // SIGTERM or SIGINT (mpi_launch.h; default: mpirun ends the ranks).
     MpirunStop mpirun_stop;
+    // Not a flag, set by the command: the KV pool per rank when --kv-cache-tokens is 0, in tokens (rounded
+    // up to whole blocks; generate: its request's prompt + new tokens); 0 = what the memory check leaves.
+    // The memory check still prices one request of max_position_embeddings.
+    int64_t default_kv_cache_tokens = 0;
 };
 
 // Ranks of this host (a split of the world by host name) and this rank's place among them: a rank's GPU is
@@ -98,16 +104,22 @@ Status require_device_built(const std::string& device);
 inline constexpr int64_t kMaxKvCacheTokens = int64_t{1} << 40;
 Result<int64_t> parse_kv_cache_tokens(const std::string& text);
 Result<double> parse_memory_fraction(const std::string& text);
+// The KV pool per rank that --kv-cache-tokens gives when it is not 0: whole blocks of --block-size, as
+// step 5 sizes it (0 for 0). Errors: those of the two flags, as start_model reports them.
+Result<int64_t> explicit_kv_pool_tokens(const ModelSetupFlags& flags);
 // --kv-cache-dtype of the engine commands: "bf16" → kBF16, "fp32" → kF32, "auto" → kBF16 on CUDA (`cuda`),
 // kF32 on the CPU backend (the exact fp32 reference). Errors: kInvalidArgument naming the text, e.g.
-// "--kv-cache-dtype 'fp16' is not one of auto, bf16, fp32".
+// "--kv-cache-dtype 'fp16': expected auto, bf16 or fp32".
 Result<DType> parse_kv_cache_dtype(const std::string& text, bool cuda);
 // "fp32" or "bf16", as the flag spells them.
 const char* kv_cache_dtype_name(DType dtype);
 
-// Registers the flags above on `cmd`. allow_random_weights: also --config, --random-weights, --num-layers,
-// --weights-seed and --random-dtype (then --model is optional); otherwise --model is required.
-void add_model_setup_flags(CLI::App& cmd, ModelSetupFlags& flags, bool allow_random_weights);
+// Registers the flags above on `cmd` and returns them, in that order (a command that can run without a
+// model refuses those given, by CLI::Option::count: bench --url). allow_random_weights: also --config,
+// --random-weights, --num-layers, --weights-seed and --random-dtype (then --model is optional); otherwise
+// --model is required.
+std::vector<const CLI::Option*> add_model_setup_flags(CLI::App& cmd, ModelSetupFlags& flags,
+                                                      bool allow_random_weights);
 
 // Everything a command needs to run requests. Members are destroyed in reverse order (model before
 // the layout's groups before the NCCL world before backend before world).

@@ -68,6 +68,10 @@ TEST(BenchCli, OfflineOnTheTinyFixtureWritesJson) {
                                     json_path.string());
     ASSERT_EQ(r.exit_code, 0) << r.err;
     expect_table(r.out, 2);
+    // The KV cache the engine got: auto resolved (fp32 on the CPU), tokens per rank.
+    EXPECT_NE(r.out.find(", tp1 ep1 pp1 dp1 on cpu, kv_cache_dtype fp32, kv_cache_tokens 1024, input_len 8,"),
+              std::string::npos)
+        << r.out;
     const json j = read_json(json_path);
     ASSERT_FALSE(j.is_discarded()) << read_text_file(json_path);
     EXPECT_EQ(j["bench"], "serving");
@@ -75,6 +79,8 @@ TEST(BenchCli, OfflineOnTheTinyFixtureWritesJson) {
     EXPECT_EQ(j["model"], kTinyModel);
     EXPECT_EQ(j["layout"], "tp1 ep1 pp1 dp1");
     EXPECT_EQ(j["device"], "cpu");
+    EXPECT_EQ(j["kv_cache_dtype"], "fp32");
+    EXPECT_EQ(j["kv_cache_tokens"], 1024);
     EXPECT_EQ(j["random_weights"], false);
     EXPECT_EQ(j["num_layers"], 3);
     EXPECT_EQ(j["seed"], 3);
@@ -90,10 +96,13 @@ TEST(BenchCli, NumPromptsPerLevel) {
     const CliResult r =
         run_epinfer("bench --model " + kTinyModel +
                     " --concurrency 1,2 --num-prompts 2,5 --input-len 4 --output-len 2 --threads 2"
-                    " --kv-cache-tokens 1024 --warmup 0 --json " +
+                    " --kv-cache-tokens 1000 --kv-cache-dtype bf16 --warmup 0 --json " +
                     json_path.string());
     ASSERT_EQ(r.exit_code, 0) << r.err;
+    EXPECT_NE(r.out.find(", kv_cache_dtype bf16, kv_cache_tokens 992,"), std::string::npos) << r.out;
     const json j = read_json(json_path);
+    EXPECT_EQ(j["kv_cache_dtype"], "bf16");
+    EXPECT_EQ(j["kv_cache_tokens"], 992);  // what the engine got: whole blocks of 16
     ASSERT_EQ(j["results"].size(), 2u) << j.dump();
     EXPECT_EQ(j["results"][0]["num_requests"], 2);
     EXPECT_EQ(j["results"][1]["num_requests"], 5);
@@ -141,6 +150,8 @@ TEST(BenchCli, ClientOfARunningServer) {
     EXPECT_EQ(j["mode"], "client");
     EXPECT_EQ(j["url"], url);
     EXPECT_EQ(j["model"], "epinfer");  // the served model's id
+    EXPECT_FALSE(j.contains("kv_cache_dtype")) << j.dump();  // the server's own, not known here
+    EXPECT_EQ(r.out.find("kv_cache"), std::string::npos) << r.out;
     expect_levels(j, {1, 3}, 4, 5, 3);
 
     // A --vocab-size other than the one /v1/models reports is refused, naming both (it was silently
@@ -182,7 +193,21 @@ TEST(BenchCli, BadFlagsAreOneErrorLine) {
     expect_one_line_error(run_epinfer("bench --url ftp://host:1"),
                           "--url 'ftp://host:1': must start with http://");
     expect_one_line_error(run_epinfer("bench --url http://127.0.0.1:9" + model),
-                          "--url drives a running server");
+                          "bench: --url drives a running server: --model does not apply");
+    // Every model and engine flag given with --url is refused in one line (they were ignored, a bad
+    // --kv-cache-dtype not even checked), before the server is asked.
+    for (const char* flag :
+         {"--config c.json", "--random-weights", "--num-layers 1", "--weights-seed 3", "--random-dtype f32",
+          "--device cpu", "--threads 2", "--tp 2", "--ep 2", "--dp 2", "--pp 2", "--kv-cache-tokens 64",
+          "--kv-cache-dtype fp16", "--block-size 32", "--max-running 4", "--no-decode-graphs",
+          "--max-step-tokens 64", "--max-waiting 8", "--memory-fraction 0.5"}) {
+        const std::string name = std::string(flag).substr(0, std::string(flag).find(' '));
+        expect_one_line_error(run_epinfer("bench --url http://127.0.0.1:9 " + std::string(flag)),
+                              "bench: --url drives a running server: " + name + " does not apply");
+    }
+    expect_one_line_error(
+        run_epinfer("bench --url http://127.0.0.1:9 --memory-fraction 0.5 --ep 2 --kv-cache-dtype bf16"),
+        "bench: --url drives a running server: --ep, --kv-cache-dtype, --memory-fraction do not apply");
     expect_one_line_error(run_epinfer("bench --url http://127.0.0.1:9 --timeout-s 5"),
                           "GET /v1/models failed");
 }
@@ -254,7 +279,7 @@ TEST(BenchCli, BenchAttentionRefusals) {
                           "bench attention: --cases mla: expected default, decode or prefill");
     expect_one_line_error(run_epinfer("bench attention --device cpu"), "bench attention: --device cpu: only cuda");
     expect_one_line_error(run_epinfer("bench attention --kv-dtype fp16"),
-                          "bench attention: --kv-dtype fp16: expected bf16 or fp32");
+                          "bench attention: --kv-dtype 'fp16': expected bf16 or fp32");
     expect_one_line_error(run_epinfer("bench attention --repeats x"), "--repeats");
 #if EPINFER_WITH_CUDA
     if (epinfer::cuda::cuda_require_device().is_ok()) GTEST_SKIP() << "a GPU is present: the benchmark would run";

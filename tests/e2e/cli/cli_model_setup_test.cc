@@ -92,14 +92,21 @@ TEST(CliModelSetup, CudaWithoutCudaBuildIsOneLine) {
 }
 
 TEST(CliModelSetup, SummaryLineAndKvPoolFromFlags) {
-    // --device cpu with --kv-cache-tokens 0: what fits, at most --max-running × max_position_embeddings
-    // (4 × 512 = 2048 tokens = 128 blocks of 16).
+    // generate with --kv-cache-tokens 0: the request's 3 + 2 tokens in whole blocks, what it allocates (the
+    // line said 2048 tokens, bench's size below, while generate sized its own pool).
     CliResult r = run_cli(generate(kModel, "--max-running 4"));
     ASSERT_EQ(r.exit_code, 0) << r.err;
     EXPECT_NE(r.err.find("epinfer: ready in "), std::string::npos) << r.err;
     EXPECT_NE(r.err.find(": deepseek_v3 (3 layers), layout tp1 ep1 pp1 dp1 on cpu, per rank: weights "),
               std::string::npos)
         << r.err;
+    EXPECT_NE(r.err.find(", KV cache 16 tokens (1 block of 16, fp32)\n"), std::string::npos) << r.err;
+    // bench (serve alike) on cpu with --kv-cache-tokens 0: what fits, at most --max-running ×
+    // max_position_embeddings (4 × 512 = 2048 tokens = 128 blocks of 16).
+    r = run_cli("bench --model '" + kModel +
+                "' --max-running 4 --concurrency 1 --num-prompts 1 --input-len 2 --output-len 1 --warmup 0 "
+                "--threads 2");
+    ASSERT_EQ(r.exit_code, 0) << r.err;
     EXPECT_NE(r.err.find(", KV cache 2048 tokens (128 blocks of 16, fp32)\n"), std::string::npos) << r.err;
     // An explicit size rounds down to whole blocks: 1000 tokens = 31 blocks of 32.
     r = run_cli(generate(kModel, "--kv-cache-tokens 1000 --block-size 32"));
@@ -150,7 +157,34 @@ TEST(CliModelSetup, KvCacheDtypeChoosesThePoolsElement) {
     expect_one_line_error(r, "KV of 100000000000 tokens (--kv-cache-tokens) 21.8 TiB");
 
     expect_one_line_error(run_cli(generate(kModel, "--kv-cache-dtype fp16")),
-                          "--kv-cache-dtype 'fp16' is not one of auto, bf16, fp32");
+                          "--kv-cache-dtype 'fp16': expected auto, bf16 or fp32");
+    expect_one_line_error(run_cli(generate(kModel, "--kv-cache-dtype ' bf16'")),
+                          "--kv-cache-dtype ' bf16': expected auto, bf16 or fp32");
+}
+
+// An explicit --kv-cache-tokens is generate's pool (it sized its own for the request and ignored the flag
+// that the summary line and the memory check reported): a request of more tokens is one line naming both,
+// before any weight is read (the weightless checkpoint would fail to load), in whole blocks of --block-size.
+TEST(CliModelSetup, GenerateHonoursKvCacheTokens) {
+    const auto run = [](const std::string& model, const std::string& flags) {
+        return run_cli("generate --model '" + model + "' --prompt-ids 12,7,99 --ignore-eos --threads 2 " +
+                       flags);
+    };
+    const WeightlessCheckpoint m;
+    expect_one_line_error(
+        run(m.path(), "--max-new-tokens 30 --kv-cache-tokens 32"),
+        "prompt of 3 tokens + --max-new-tokens 30 = 33 tokens exceed the KV cache of 32 tokens "
+        "per rank (--kv-cache-tokens 32, in blocks of --block-size 16)");
+    expect_one_line_error(
+        run(m.path(), "--max-new-tokens 30 --kv-cache-tokens 40"),
+        "= 33 tokens exceed the KV cache of 32 tokens per rank (--kv-cache-tokens 40, in blocks "
+        "of --block-size 16)");
+    expect_one_line_error(run(m.path(), "--max-new-tokens 30 --kv-cache-tokens 40 --block-size 8"),
+                          "missing");
+    const CliResult fits = run(kModel, "--max-new-tokens 29 --kv-cache-tokens 32");
+    ASSERT_EQ(fits.exit_code, 0) << fits.err;
+    EXPECT_EQ(split_ids(fits.out).size(), 29u) << fits.out;
+    EXPECT_NE(fits.err.find(", KV cache 32 tokens (2 blocks of 16, fp32)\n"), std::string::npos) << fits.err;
 }
 
 TEST(CliModelSetup, BadFlagsAreOneLineNamingTheFlag) {

@@ -450,10 +450,29 @@ TEST_F(EngineChecks, Bf16KvCacheRunsAndAnotherDtypeIsRefused) {
     GenerateRequest request;
     request.prompt_ids = {12, 7, 99};
     request.max_new_tokens = 2;
-    const auto generated = generate(*model_, std::span(&request, 1), DType::kF16);
+    const auto generated = generate(*model_, std::span(&request, 1), {.dtype = DType::kF16});
     ASSERT_FALSE(generated.is_ok());
     EXPECT_THAT(generated.status().message(), HasSubstr("dtype F16 is not supported (F32 or BF16)"));
-    EXPECT_TRUE(generate(*model_, std::span(&request, 1), DType::kBF16).is_ok());
+    EXPECT_TRUE(generate(*model_, std::span(&request, 1), {.dtype = DType::kBF16}).is_ok());
+}
+
+// generate() with a pool of its caller's size (epinfer generate --kv-cache-tokens): a request of more tokens
+// than the pool holds is refused naming both; one that fits runs in it.
+TEST_F(EngineChecks, GenerateTakesTheKvPoolItIsGiven) {
+    GenerateRequest request;
+    request.prompt_ids = {12, 7, 99};
+    request.max_new_tokens = 6;
+    request.ignore_eos = true;
+    const auto refused = generate(*model_, std::span(&request, 1), {.num_kv_blocks = 2, .block_size = 4});
+    ASSERT_FALSE(refused.is_ok());
+    EXPECT_EQ(refused.status().code(), StatusCode::kInvalidArgument);
+    EXPECT_THAT(
+        refused.status().message(),
+        HasSubstr("request 0: prompt of 3 tokens + max_new_tokens 6 = 9 tokens exceed the KV pool of 8 "
+                  "tokens (num_kv_blocks 2 × block_size 4)"));
+    const auto ran = generate(*model_, std::span(&request, 1), {.num_kv_blocks = 3, .block_size = 4});
+    ASSERT_TRUE(ran.is_ok()) << ran.status().to_string();
+    EXPECT_EQ(ran->output_ids.front().size(), 6u);
 }
 
 // A copy of deepseek_v3_tiny whose final norm weight is NaN.

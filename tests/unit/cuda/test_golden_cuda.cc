@@ -306,7 +306,9 @@ protected:
             r.ignore_eos = true;  // the goldens do not stop at EOS
             requests.push_back(r);
         }
-        return generate(model, requests, kv_dtype);
+        GenerateKvCache kv_cache;
+        kv_cache.dtype = kv_dtype;
+        return generate(model, requests, kv_cache);
     }
 
     std::string dir_;

@@ -156,6 +156,15 @@ TEST(PlanCli, ClosedLoopOnTheMeasuredProfile) {
     const CliResult bf16 = run_plan(qwen3);
     ASSERT_EQ(bf16.exit_code, 0) << bf16.err;
     EXPECT_EQ(nlohmann::json::parse(bf16.out)["options"]["kv_bytes_per_element"], 2);
+    // auto, the default of generate, serve and bench, is their cache on GPUs: bf16 (it was refused).
+    const CliResult automatic = run_plan(qwen3 + " --kv-cache-dtype auto");
+    ASSERT_EQ(automatic.exit_code, 0) << automatic.err;
+    EXPECT_EQ(automatic.out, bf16.out);
+    const CliResult help = run_plan("--help");
+    ASSERT_EQ(help.exit_code, 0) << help.err;
+    EXPECT_NE(help.out.find("auto or bf16 (the engine's cache on GPUs: its auto is bf16 there)"),
+              std::string::npos)
+        << help.out;
     EXPECT_EQ(doc["options"]["output_len"], 128);
     EXPECT_EQ(doc["options"]["max_step_tokens"], 2048);
     const auto& decode = doc["layouts"][0]["decode"];
@@ -171,7 +180,7 @@ TEST(PlanCli, ClosedLoopOnTheMeasuredProfile) {
                           "--output-len 1: must be 0 (no closed loop) or >= 2");
     expect_one_line_error(run_plan("--model '" + kConfigsDir +
                                    "/qwen3_30b_a3b.json' --hardware h200_sxm --gpus 1 --kv-cache-dtype fp16"),
-                          "--kv-cache-dtype 'fp16': expected bf16, fp32 or fp8");
+                          "--kv-cache-dtype 'fp16': expected auto, bf16, fp32 or fp8");
 }
 
 TEST(PlanCli, ClosedLoopContextFollowsTheRequests) {
