@@ -154,7 +154,7 @@ TEST_F(CudaBackendTest, EmbeddingBadTokenIdFailsAtSynchronize) {
 TEST_F(CudaBackendTest, RmsNorm) {
     for (DType dtype : kWeightDtypes) {
         for (int64_t R : {1, 7, 33}) {
-            for (int64_t W : {64, 72, 136}) {
+            for (int64_t W : {64, 72, 136, 256, 257, 2048}) {
                 for (bool in_place : {false, true}) {
                     const int64_t x_stride = W + 3, out_stride = in_place ? x_stride : W + 5;
                     const std::vector<float> x = random_floats(R * x_stride, 200 + R * W, -2.0f, 2.0f);
