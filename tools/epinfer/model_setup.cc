@@ -107,7 +107,6 @@ Result<SetupValues> parse_values(const ModelSetupFlags& f) {
     }
     if (f.device != "cpu" && f.device != "cuda")
         return invalid_argument(fmt::format("--device '{}' is not one of cpu, cuda", f.device));
-    EPI_RETURN_IF_ERROR(require_device_built(f.device));
     v.cuda = f.device == "cuda";
     EPI_ASSIGN_OR_RETURN(const int64_t threads, parse_flag_int(f.threads, "--threads", 0, kMaxThreads));
     v.threads = static_cast<int>(threads);
@@ -119,6 +118,7 @@ Result<SetupValues> parse_values(const ModelSetupFlags& f) {
     EPI_ASSIGN_OR_RETURN(v.engine.max_waiting, parse_flag_int(f.max_waiting, "--max-waiting", 1, int64_t{1} << 24));
     EPI_ASSIGN_OR_RETURN(v.memory_fraction, parse_memory_fraction(f.memory_fraction));
     EPI_ASSIGN_OR_RETURN(v.engine.kv_cache_dtype, parse_kv_cache_dtype(f.kv_cache_dtype, v.cuda));
+    EPI_RETURN_IF_ERROR(require_device_built(f.device));  // after the values, so a bad one is named first
     return v;
 }
 

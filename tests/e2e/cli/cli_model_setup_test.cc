@@ -160,6 +160,9 @@ TEST(CliModelSetup, KvCacheDtypeChoosesThePoolsElement) {
                           "--kv-cache-dtype 'fp16': expected auto, bf16 or fp32");
     expect_one_line_error(run_cli(generate(kModel, "--kv-cache-dtype ' bf16'")),
                           "--kv-cache-dtype ' bf16': expected auto, bf16 or fp32");
+    // A bad value is named before the device is checked (a CPU-only build used to answer "no CUDA").
+    expect_one_line_error(run_cli(generate(kModel, "--device cuda --kv-cache-dtype fp16")),
+                          "--kv-cache-dtype 'fp16': expected auto, bf16 or fp32");
 }
 
 // An explicit --kv-cache-tokens is generate's pool (it sized its own for the request and ignored the flag
