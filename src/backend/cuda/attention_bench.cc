@@ -81,13 +81,13 @@ Result<AttentionBenchRow> run_case(Backend& backend, int num_sms, const CudaBuff
     if (options.kv_dtype == DType::kBF16 && flash_attention_supports(args)) {
         const FlashAttentionPlan plan = plan_flash_attention(args, num_sms);
         row.kernel = "flash";
-        row.num_splits = plan.num_splits;
-        workspace_bytes = plan.workspace_bytes;
+        row.num_splits = plan.split.num_splits;
+        workspace_bytes = plan.split.workspace_bytes;
     } else {
         const AttentionPlan plan = plan_attention(args, num_sms);
         row.kernel = "cuda_cores";
-        row.num_splits = plan.num_splits;
-        workspace_bytes = plan.workspace_bytes;
+        row.num_splits = plan.split.num_splits;
+        workspace_bytes = plan.split.workspace_bytes;
     }
 
     const size_t f32 = sizeof(float), i32 = sizeof(int32_t), kv = dtype_size(options.kv_dtype);

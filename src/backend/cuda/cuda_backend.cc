@@ -244,13 +244,13 @@ public:
         }
         if (cuda::flash_attention_supports(args)) {
             const cuda::FlashAttentionPlan plan = cuda::plan_flash_attention(args, num_sms_);
-            EPI_ASSIGN_OR_RETURN(DeviceBuffer workspace, DeviceBuffer::alloc(*this, plan.workspace_bytes));
+            EPI_ASSIGN_OR_RETURN(DeviceBuffer workspace, DeviceBuffer::alloc(*this, plan.split.workspace_bytes));
             EPI_CUDA_CHECK(
                 cuda::launch_flash_attention(args, plan, workspace.data(), flags_ + kAttentionFlag, stream_));
             return Status::ok();
         }
         const cuda::AttentionPlan plan = cuda::plan_attention(args, num_sms_);
-        EPI_ASSIGN_OR_RETURN(DeviceBuffer workspace, DeviceBuffer::alloc(*this, plan.workspace_bytes));
+        EPI_ASSIGN_OR_RETURN(DeviceBuffer workspace, DeviceBuffer::alloc(*this, plan.split.workspace_bytes));
         EPI_CUDA_CHECK(cuda::launch_attention(args, plan, workspace.data(), flags_ + kAttentionFlag, stream_));
         return Status::ok();
     }

@@ -9,6 +9,7 @@
 #include <cstring>
 #include <memory>
 #include <random>
+#include <utility>
 #include <vector>
 
 #include "backend/backend.h"
@@ -37,6 +38,25 @@ protected:
         ASSERT_TRUE(gpu.is_ok()) << gpu.status().message();
         gpu_ = std::move(gpu).value();
         cpu_ = make_cpu_backend(2);
+    }
+
+    // A device buffer of the GPU backend holding `host` (uploaded through copy_to_device).
+    template <typename T>
+    DeviceBuffer to_gpu(const std::vector<T>& host) {
+        auto buffer = DeviceBuffer::alloc(*gpu_, host.size() * sizeof(T));
+        EXPECT_TRUE(buffer.is_ok()) << buffer.status().message();
+        if (!buffer.is_ok()) return DeviceBuffer();
+        EXPECT_TRUE(gpu_->copy_to_device(buffer->data(), host.data(), host.size() * sizeof(T)).is_ok());
+        return std::move(buffer).value();
+    }
+    // n elements of a GPU buffer, after synchronize() (which must succeed).
+    template <typename T = float>
+    std::vector<T> from_gpu(const DeviceBuffer& buffer, size_t n) {
+        const Status synced = gpu_->synchronize();
+        EXPECT_TRUE(synced.is_ok()) << synced.message();
+        std::vector<T> host(n);
+        EXPECT_TRUE(gpu_->copy_to_host(host.data(), buffer.data(), n * sizeof(T)).is_ok());
+        return host;
     }
 
     std::unique_ptr<Backend> gpu_;

@@ -38,23 +38,6 @@ struct Batch {
 
 class AttentionBf16KvTest : public CpuAndCudaTest {
 protected:
-    template <typename T>
-    DeviceBuffer to_gpu(const std::vector<T>& host) {
-        auto buffer = DeviceBuffer::alloc(*gpu_, host.size() * sizeof(T));
-        EXPECT_TRUE(buffer.is_ok()) << buffer.status().message();
-        if (!buffer.is_ok()) return DeviceBuffer();
-        EXPECT_TRUE(gpu_->copy_to_device(buffer->data(), host.data(), host.size() * sizeof(T)).is_ok());
-        return std::move(buffer).value();
-    }
-    template <typename T>
-    std::vector<T> from_gpu(const DeviceBuffer& buffer, size_t n) {
-        const Status synced = gpu_->synchronize();
-        EXPECT_TRUE(synced.is_ok()) << synced.message();
-        std::vector<T> host(n);
-        EXPECT_TRUE(gpu_->copy_to_host(host.data(), buffer.data(), n * sizeof(T)).is_ok());
-        return host;
-    }
-
     // Runs `batch` through the CPU and the GPU backend on one shuffled bf16 pool of block size bs (paged),
     // or contiguous rows when bs is 0 (one sequence). Expects the flash kernel to take the call exactly
     // when `flash` is true, and compares the outputs.
@@ -143,7 +126,7 @@ protected:
         const std::string what = fmt::format("heads {}/{} D {}/{} bs {} T {} seqs {}{}", shape.heads, shape.kv_heads,
                                              shape.dqk, shape.dv, bs, T, num_seqs,
                                              flash ? fmt::format(" ({}, {} splits)", plan.decode ? "decode" : "prefill",
-                                                                 plan.num_splits)
+                                                                 plan.split.num_splits)
                                                    : " (CUDA cores)");
         std::printf("measured attention_cuda %s %s: nmse %.3g max_rel %.3g\n", dtype_name(row), what.c_str(), d.nmse,
                     d.max_rel);

@@ -45,15 +45,6 @@ std::vector<uint8_t> random_weights(size_t n, uint32_t seed, float scale, DType 
 
 class CudaBackendTest : public CpuAndCudaTest {
 protected:
-    // A device buffer of the GPU backend holding `host` (uploaded through copy_to_device).
-    template <typename T>
-    DeviceBuffer to_gpu(const std::vector<T>& host) {
-        auto buffer = DeviceBuffer::alloc(*gpu_, host.size() * sizeof(T));
-        EXPECT_TRUE(buffer.is_ok()) << buffer.status().message();
-        if (!buffer.is_ok()) return DeviceBuffer();
-        EXPECT_TRUE(gpu_->copy_to_device(buffer->data(), host.data(), host.size() * sizeof(T)).is_ok());
-        return std::move(buffer).value();
-    }
     // A GPU buffer of n floats set to NaN, so unwritten outputs show.
     DeviceBuffer nan_gpu(size_t n) { return to_gpu(std::vector<float>(n, std::numeric_limits<float>::quiet_NaN())); }
     // One query of one head (D = 64) over K/V rows of 128 floats (K, then V), contiguous (no block table).
@@ -74,14 +65,6 @@ protected:
         args.k_head_stride = args.v_head_stride = 64;
         args.out_token_stride = args.out_head_stride = 64;
         return args;
-    }
-    // n floats of a GPU buffer, after synchronize() (which must succeed).
-    std::vector<float> from_gpu(const DeviceBuffer& buffer, size_t n) {
-        const Status synced = gpu_->synchronize();
-        EXPECT_TRUE(synced.is_ok()) << synced.message();
-        std::vector<float> host(n);
-        EXPECT_TRUE(gpu_->copy_to_host(host.data(), buffer.data(), n * sizeof(float)).is_ok());
-        return host;
     }
 
     // Compares and prints the measured error; `op` names the tolerances.h row "<op>_cuda".

@@ -79,18 +79,7 @@ std::vector<int32_t> make_ids(const ExpertsCase& c, uint32_t seed) {
     return ids;
 }
 
-class MoeExpertsCudaTest : public CpuAndCudaTest, public ::testing::WithParamInterface<ExpertsCase> {
-protected:
-    template <typename T>
-    DeviceBuffer to_gpu(const std::vector<T>& host) {
-        auto buffer = DeviceBuffer::alloc(*gpu_, host.size() * sizeof(T));
-        EXPECT_TRUE(buffer.is_ok()) << buffer.status().message();
-        if (!buffer.is_ok()) return DeviceBuffer();
-        EXPECT_TRUE(gpu_->copy_to_device(buffer->data(), host.data(), host.size() * sizeof(T)).is_ok());
-        return std::move(buffer).value();
-    }
-
-};
+class MoeExpertsCudaTest : public CpuAndCudaTest, public ::testing::WithParamInterface<ExpertsCase> {};
 
 TEST_P(MoeExpertsCudaTest, MatchesCpuReference) {
     const ExpertsCase& c = GetParam();

@@ -31,16 +31,6 @@ size_t smem_bytes(const AttentionArgs& a) {
            sizeof(float);
 }
 
-// How the keys of each query are split over blocks (flash-decoding): split s takes keys
-// [s · keys_per_split, (s + 1) · keys_per_split) and, with more than one split, writes its unnormalised
-// partial output and (max, sum) to partial_acc / partial_ml for attention_combine_kernel.
-struct KeySplit {
-    int num_splits = 1;
-    int64_t keys_per_split = 0;
-    float* partial_acc = nullptr;  // [T, Nh, num_splits, Dv]
-    float* partial_ml = nullptr;   // [T, Nh, num_splits, 2]
-};
-
 __device__ __forceinline__ float load_kv(const float* p) { return __ldg(p); }
 __device__ __forceinline__ float load_kv(const __nv_bfloat16* p) { return __bfloat162float(p[0]); }
 // Four consecutive elements (16-byte aligned fp32, 8-byte aligned bf16).
@@ -309,11 +299,8 @@ AttentionPlan plan_attention(const AttentionArgs& a, int num_sms) {
     plan.num_chunks = static_cast<int>((group + kMaxGroup - 1) / kMaxGroup);
     const int64_t blocks = a.num_tokens * a.num_kv_heads * plan.num_chunks;
     // Split the keys until the grid covers the GPU twice, unless it already covers it once.
-    const KeySplitPlan split =
+    plan.split =
         plan_key_splits(a, blocks, {num_sms, 2 * static_cast<int64_t>(num_sms), kMinKeysPerSplit, kTileKeys});
-    plan.num_splits = split.num_splits;
-    plan.keys_per_split = split.keys_per_split;
-    plan.workspace_bytes = split.workspace_bytes;
     return plan;
 }
 
@@ -335,13 +322,7 @@ KeySplitPlan plan_key_splits(const AttentionArgs& a, int64_t blocks, const KeySp
 cudaError_t launch_attention(const AttentionArgs& args, const AttentionPlan& plan, void* workspace,
                              int32_t* error_flag, cudaStream_t stream) {
     if (args.num_tokens == 0 || args.num_heads == 0) return cudaSuccess;
-    KeySplit split;
-    split.num_splits = plan.num_splits;
-    split.keys_per_split = plan.keys_per_split;
-    if (plan.num_splits > 1) {
-        split.partial_acc = static_cast<float*>(workspace);
-        split.partial_ml = split.partial_acc + args.num_tokens * args.num_heads * plan.num_splits * args.head_dim_v;
-    }
+    const KeySplit split = key_split_in(args, plan.split, workspace);
     const bool bf16_kv = args.kv_dtype == DType::kBF16;
     cudaError_t err;
     if (args.head_dim_v <= 128) {
@@ -354,16 +335,22 @@ cudaError_t launch_attention(const AttentionArgs& args, const AttentionPlan& pla
         err = bf16_kv ? launch<__nv_bfloat16, 16>(args, split, plan.num_chunks, error_flag, stream)
                       : launch<float, 16>(args, split, plan.num_chunks, error_flag, stream);
     }
-    if (err != cudaSuccess || plan.num_splits == 1) return err;
-    return launch_attention_combine(args, plan.num_splits, split.partial_acc, split.partial_ml, stream);
+    if (err != cudaSuccess || split.num_splits == 1) return err;
+    return launch_attention_combine(args, split, stream);
 }
 
-cudaError_t launch_attention_combine(const AttentionArgs& args, int num_splits, float* partial_acc,
-                                     float* partial_ml, cudaStream_t stream) {
+KeySplit key_split_in(const AttentionArgs& args, const KeySplitPlan& plan, void* workspace) {
     KeySplit split;
-    split.num_splits = num_splits;
-    split.partial_acc = partial_acc;
-    split.partial_ml = partial_ml;
+    split.num_splits = plan.num_splits;
+    split.keys_per_split = plan.keys_per_split;
+    if (plan.num_splits > 1) {
+        split.partial_acc = static_cast<float*>(workspace);
+        split.partial_ml = split.partial_acc + args.num_tokens * args.num_heads * plan.num_splits * args.head_dim_v;
+    }
+    return split;
+}
+
+cudaError_t launch_attention_combine(const AttentionArgs& args, const KeySplit& split, cudaStream_t stream) {
     attention_combine_kernel<<<static_cast<unsigned>(args.num_tokens * args.num_heads), 128, 0, stream>>>(args,
                                                                                                          split);
     return cudaGetLastError();

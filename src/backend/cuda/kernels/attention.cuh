@@ -21,23 +21,6 @@ namespace epinfer::cuda {
 // Largest head_dim_v the kernel takes (each lane keeps Dv / 32 accumulators per query head in registers).
 inline constexpr int64_t kAttentionMaxHeadDimV = 512;
 
-// The launch shape of one attention op on a GPU of num_sms SMs, and the workspace it needs.
-struct AttentionPlan {
-    int num_chunks = 1;          // blocks per (token, KV head): ⌈group / 8⌉
-    int num_splits = 1;          // key splits per (token, KV head, chunk)
-    int64_t keys_per_split = 0;  // a multiple of 32
-    size_t workspace_bytes = 0;  // T · Nh · num_splits · (Dv + 2) fp32 when num_splits > 1, else 0
-};
-AttentionPlan plan_attention(const AttentionArgs& args, int num_sms);
-
-// Queries whose position is outside [0, S) or whose token_sequence is outside [0, num_sequences) get
-// zeros and set *error_flag to 1 (never cleared here); a negative block id a query reaches also sets it
-// (that key is skipped).
-// @pre attention_check(args) is OK, head_dim_v ≤ kAttentionMaxHeadDimV; plan = plan_attention(args, ·);
-// workspace: plan.workspace_bytes, device (stream-ordered); error_flag: [1] int32, device.
-cudaError_t launch_attention(const AttentionArgs& args, const AttentionPlan& plan, void* workspace,
-                             int32_t* error_flag, cudaStream_t stream);
-
 // Flash-decoding key splits of one attention op whose grid has `blocks` blocks without splitting: the keys
 // [0, S) of every query cut into num_splits ranges of keys_per_split keys (a multiple of tile_keys), as
 // many as make blocks · num_splits reach target_blocks (none when blocks ≥ enough_blocks), each keeping at
@@ -55,11 +38,37 @@ struct KeySplitTarget {
 };
 KeySplitPlan plan_key_splits(const AttentionArgs& args, int64_t blocks, const KeySplitTarget& target);
 
-// The flash-decoding merge: out[t, h] from the num_splits partial outputs of each (t, h) — partial_acc
-// [T, Nh, num_splits, Dv] unnormalised sums, partial_ml [T, Nh, num_splits, 2] (max in natural-log units,
-// sum of exponentials; a split that saw no key has sum 0) — as Σ_s acc_s · e^(m_s − m) / Σ_s l_s · e^(m_s − m).
-cudaError_t launch_attention_combine(const AttentionArgs& args, int num_splits, float* partial_acc,
-                                     float* partial_ml, cudaStream_t stream);
+// What the kernels of a split launch read: split s takes keys [s · keys_per_split, (s + 1) ·
+// keys_per_split) and, with more than one split, writes its unnormalised partial output and its (max in
+// natural-log units, sum of exponentials) to the partials, carved from the launch's workspace.
+struct KeySplit {
+    int num_splits = 1;
+    int64_t keys_per_split = 0;
+    float* partial_acc = nullptr;  // [T, Nh, num_splits, Dv] fp32, device; nullptr unsplit
+    float* partial_ml = nullptr;   // [T, Nh, num_splits, 2] fp32, device; nullptr unsplit
+};
+// @pre workspace: plan.workspace_bytes, device.
+KeySplit key_split_in(const AttentionArgs& args, const KeySplitPlan& plan, void* workspace);
+
+// The flash-decoding merge: out[t, h] from the num_splits partial outputs of each (t, h) (a split that saw
+// no key has sum 0) as Σ_s acc_s · e^(m_s − m) / Σ_s l_s · e^(m_s − m).
+// @pre split.num_splits > 1 and its partials written.
+cudaError_t launch_attention_combine(const AttentionArgs& args, const KeySplit& split, cudaStream_t stream);
+
+// The launch shape of one attention op on a GPU of num_sms SMs, and the workspace it needs.
+struct AttentionPlan {
+    int num_chunks = 1;  // blocks per (token, KV head): ⌈group / 8⌉
+    KeySplitPlan split;  // keys_per_split a multiple of 32
+};
+AttentionPlan plan_attention(const AttentionArgs& args, int num_sms);
+
+// Queries whose position is outside [0, S) or whose token_sequence is outside [0, num_sequences) get
+// zeros and set *error_flag to 1 (never cleared here); a negative block id a query reaches also sets it
+// (that key is skipped).
+// @pre attention_check(args) is OK, head_dim_v ≤ kAttentionMaxHeadDimV; plan = plan_attention(args, ·);
+// workspace: plan.split.workspace_bytes, device (stream-ordered); error_flag: [1] int32, device.
+cudaError_t launch_attention(const AttentionArgs& args, const AttentionPlan& plan, void* workspace,
+                             int32_t* error_flag, cudaStream_t stream);
 
 // A slot outside [0, num_pool_rows) skips its row and sets *error_flag to 1 (never cleared here).
 // @pre kv_cache_store_check(args) is OK; error_flag: [1] int32, device.

@@ -30,13 +30,6 @@ struct Layout {
     int block_shift = -1;  // log2(kv_block_size) when it is a power of two: shifts instead of divisions
 };
 
-struct Split {
-    int num_splits = 1;
-    int64_t keys_per_split = 0;
-    float* partial_acc = nullptr;  // [T, Nh, num_splits, Dv]
-    float* partial_ml = nullptr;   // [T, Nh, num_splits, 2]
-};
-
 // Shared memory of D: the pipeline's K and V tiles, reused by the final merge.
 template <int D>
 constexpr size_t pipe_bytes() {
@@ -65,7 +58,7 @@ __device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
 // has its own 16 rows and takes every key.
 template <int D, bool kDecode>
 __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
-    flash_attention_kernel(AttentionArgs a, Layout lay, Split split, int32_t* error_flag) {
+    flash_attention_kernel(AttentionArgs a, Layout lay, KeySplit split, int32_t* error_flag) {
     extern __shared__ __align__(128) unsigned char smem_raw[];
     bf16* smem = reinterpret_cast<bf16*>(smem_raw);
     __shared__ int tok_pos[kMaxTokensPerBlock];  // −1: a bad query
@@ -349,7 +342,7 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
 }
 
 template <int D, bool kDecode>
-cudaError_t launch(const AttentionArgs& a, const Layout& lay, const Split& split, int64_t num_blocks,
+cudaError_t launch(const AttentionArgs& a, const Layout& lay, const KeySplit& split, int64_t num_blocks,
                    int32_t* error_flag, cudaStream_t stream) {
     constexpr size_t smem = pipe_bytes<D>();
     static_assert(size_t{kWarps} * kRows * (D + 4) * sizeof(float) <= smem, "the merge fits in the pipeline's memory");
@@ -388,10 +381,7 @@ FlashAttentionPlan plan_flash_attention(const AttentionArgs& a, int num_sms) {
     const int64_t blocks = tiles * a.num_kv_heads * plan.num_chunks;
     // Split the keys until the grid fills kWaves waves of the GPU.
     const int64_t slots = static_cast<int64_t>(kWaves) * kBlocksPerSm * num_sms;
-    const KeySplitPlan split = plan_key_splits(a, blocks, {slots, slots, kMinKeysPerSplit, kTileKeys});
-    plan.num_splits = split.num_splits;
-    plan.keys_per_split = split.keys_per_split;
-    plan.workspace_bytes = split.workspace_bytes;
+    plan.split = plan_key_splits(a, blocks, {slots, slots, kMinKeysPerSplit, kTileKeys});
     return plan;
 }
 
@@ -407,15 +397,9 @@ cudaError_t launch_flash_attention(const AttentionArgs& args, const FlashAttenti
         lay.block_shift = 0;
         while ((int64_t{1} << lay.block_shift) < bs) ++lay.block_shift;
     }
-    Split split;
-    split.num_splits = plan.num_splits;
-    split.keys_per_split = plan.keys_per_split;
-    if (plan.num_splits > 1) {
-        split.partial_acc = static_cast<float*>(workspace);
-        split.partial_ml = split.partial_acc + args.num_tokens * args.num_heads * plan.num_splits * args.head_dim_v;
-    }
+    const KeySplit split = key_split_in(args, plan.split, workspace);
     const int64_t tiles = (args.num_tokens + plan.tokens_per_block - 1) / plan.tokens_per_block;
-    const int64_t num_blocks = tiles * args.num_kv_heads * plan.num_chunks * plan.num_splits;
+    const int64_t num_blocks = tiles * args.num_kv_heads * plan.num_chunks * split.num_splits;
     cudaError_t err;
     if (args.head_dim_qk == 64) {
         err = plan.decode ? launch<64, true>(args, lay, split, num_blocks, error_flag, stream)
@@ -424,8 +408,8 @@ cudaError_t launch_flash_attention(const AttentionArgs& args, const FlashAttenti
         err = plan.decode ? launch<128, true>(args, lay, split, num_blocks, error_flag, stream)
                           : launch<128, false>(args, lay, split, num_blocks, error_flag, stream);
     }
-    if (err != cudaSuccess || plan.num_splits == 1) return err;
-    return launch_attention_combine(args, plan.num_splits, split.partial_acc, split.partial_ml, stream);
+    if (err != cudaSuccess || split.num_splits == 1) return err;
+    return launch_attention_combine(args, split, stream);
 }
 
 }  // namespace epinfer::cuda

@@ -21,6 +21,7 @@
 
 #include <cstdint>
 
+#include "backend/cuda/kernels/attention.cuh"
 #include "backend/op_args.h"
 
 namespace epinfer::cuda {
@@ -31,9 +32,7 @@ struct FlashAttentionPlan {
     int heads_per_chunk = 0;     // query heads of one group in a block's rows (≤ 16)
     int num_chunks = 0;          // ⌈group / heads_per_chunk⌉
     int tokens_per_block = 0;    // 1 (decode) or ⌊64 / heads_per_chunk⌋
-    int num_splits = 1;          // key splits per (token tile, KV head, chunk)
-    int64_t keys_per_split = 0;  // a multiple of 64
-    size_t workspace_bytes = 0;  // T · Nh · num_splits · (Dv + 2) fp32 when num_splits > 1, else 0
+    KeySplitPlan split;          // per (token tile, KV head, chunk); keys_per_split a multiple of 64
 };
 
 // True when flash attention takes `args`: bf16 K/V, head_dim_qk = head_dim_v ∈ {64, 128}, K/V pointers
@@ -49,7 +48,7 @@ FlashAttentionPlan plan_flash_attention(const AttentionArgs& args, int num_sms);
 // are zeros and set *error_flag to 1 (never cleared here); a negative block id a query reaches also sets it
 // (that key's row reads as zeros).
 // @pre flash_attention_supports(args); plan = plan_flash_attention(args, ·); workspace:
-// plan.workspace_bytes, device; error_flag: [1] int32, device.
+// plan.split.workspace_bytes, device; error_flag: [1] int32, device.
 cudaError_t launch_flash_attention(const AttentionArgs& args, const FlashAttentionPlan& plan, void* workspace,
                                    int32_t* error_flag, cudaStream_t stream);
 
