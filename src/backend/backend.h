@@ -75,10 +75,17 @@ public:
         return not_supported(std::string(name()) + ": no op graphs");
     }
 
+    // True when attention over MLA's latent cache (one KV head of kv_lora_rank + qk_rope_head_dim, V its
+    // first kv_lora_rank) has a kernel of its own that beats attention over the expanded heads at every
+    // chunk size, so layers/attention_mla.h absorbs every chunk (the CUDA backend over a bf16 cache:
+    // docs/benchmarks/attention_h200.md). False (the default): the layer picks by multiply-adds.
+    virtual bool has_latent_attention_kernel() const { return false; }
+
     // Ops (semantics and shapes: op_args.h, moe_router_args.h, moe_experts_args.h).
     virtual Status embedding(const EmbeddingArgs& args) = 0;
     virtual Status rms_norm(const RmsNormArgs& args) = 0;
     virtual Status matmul(const MatmulArgs& args) = 0;
+    virtual Status batched_matmul(const BatchedMatmulArgs& args) = 0;
     virtual Status rope(const RopeArgs& args) = 0;
     virtual Status attention(const AttentionArgs& args) = 0;
     virtual Status kv_cache_store(const KvCacheStoreArgs& args) = 0;

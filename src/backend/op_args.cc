@@ -93,6 +93,45 @@ Status matmul_check(const MatmulArgs& a) {
     return check_not_null(op, "y", a.y);
 }
 
+namespace {
+
+// Rows (t, b) of `width` elements at t·token_stride + b·batch_stride, t < T and b < B, do not overlap: one
+// stride is ≥ width and the other ≥ that one times its count.
+Status check_batched_rows(const char* op, const char* name, int64_t token_stride, int64_t batch_stride,
+                          int64_t num_rows, int64_t num_batches, int64_t width) {
+    const bool batch_inner = batch_stride >= width && token_stride >= batch_stride * num_batches;
+    const bool token_inner = token_stride >= width && batch_stride >= token_stride * num_rows;
+    if (batch_inner || token_inner || (num_rows <= 1 && batch_stride >= width) ||
+        (num_batches == 1 && token_stride >= width)) {
+        return Status::ok();
+    }
+    return bad(op, std::string(name) + " rows overlap: token stride " + std::to_string(token_stride) +
+                       ", batch stride " + std::to_string(batch_stride) + " for " + std::to_string(num_rows) +
+                       " x " + std::to_string(num_batches) + " rows of " + std::to_string(width));
+}
+
+}  // namespace
+
+Status batched_matmul_check(const BatchedMatmulArgs& a) {
+    const char* op = "batched_matmul";
+    EPI_RETURN_IF_ERROR(check_count(op, "num_rows", a.num_rows));
+    EPI_RETURN_IF_ERROR(check_positive(op, "num_batches", a.num_batches));
+    EPI_RETURN_IF_ERROR(check_positive(op, "out_features", a.out_features));
+    EPI_RETURN_IF_ERROR(check_positive(op, "in_features", a.in_features));
+    EPI_RETURN_IF_ERROR(check_weight_dtype(op, "w", a.w_dtype));
+    EPI_RETURN_IF_ERROR(check_stride(op, "w_batch_stride", a.w_batch_stride, a.out_features * a.in_features));
+    EPI_RETURN_IF_ERROR(check_count(op, "x_token_stride", a.x_token_stride));
+    EPI_RETURN_IF_ERROR(check_count(op, "x_batch_stride", a.x_batch_stride));
+    EPI_RETURN_IF_ERROR(check_count(op, "y_token_stride", a.y_token_stride));
+    EPI_RETURN_IF_ERROR(check_count(op, "y_batch_stride", a.y_batch_stride));
+    EPI_RETURN_IF_ERROR(check_batched_rows(op, "y", a.y_token_stride, a.y_batch_stride, a.num_rows,
+                                           a.num_batches, a.out_features));
+    if (a.num_rows == 0) return Status::ok();
+    EPI_RETURN_IF_ERROR(check_not_null(op, "x", a.x));
+    EPI_RETURN_IF_ERROR(check_not_null(op, "w", a.w));
+    return check_not_null(op, "y", a.y);
+}
+
 Status rope_check(const RopeArgs& a) {
     const char* op = "rope";
     EPI_RETURN_IF_ERROR(check_count(op, "num_tokens", a.num_tokens));

@@ -54,6 +54,33 @@ struct MatmulArgs {
     int64_t y_row_stride = 0;  // ≥ N
 };
 
+// Per-head matmuls (torch.bmm over the B heads of a [T, B, K] activation; einsum "tbk,bkn->tbn"), fp32
+// accumulation, for b < B and t < T:
+//   w_layout kNK (nn.Linear's layout, W_b [N, K]):  y[t, b, :] = x[t, b, :] · W_bᵀ
+//   w_layout kKN (W_b [K, N]):                      y[t, b, :] = x[t, b, :] · W_b
+// W_b is the packed row-major matrix at w + b · w_batch_stride elements. MLA's absorbed attention uses it
+// with the per-head blocks of kv_b_proj (DeepSeek-V2 paper §2.1.2, "W^UK can be absorbed into W^Q, and
+// W^UV into W^O"; vLLM's MLACommonImpl W_UK_T / W_UV).
+enum class BatchedWeightLayout { kNK, kKN };
+
+struct BatchedMatmulArgs {
+    const float* x = nullptr;  // [T, B, K] fp32, device: (t, b, k) at t·x_token_stride + b·x_batch_stride + k
+    const void* w = nullptr;   // [B, N, K] (kNK) or [B, K, N] (kKN) w_dtype, device, w_batch_stride apart
+    DType w_dtype = DType::kBF16;
+    BatchedWeightLayout w_layout = BatchedWeightLayout::kNK;
+    float* y = nullptr;          // [T, B, N] fp32, device: (t, b, n) at t·y_token_stride + b·y_batch_stride + n;
+                                 // must not overlap x
+    int64_t num_rows = 0;        // T (0 allowed)
+    int64_t num_batches = 0;     // B
+    int64_t out_features = 0;    // N
+    int64_t in_features = 0;     // K
+    int64_t x_token_stride = 0;
+    int64_t x_batch_stride = 0;
+    int64_t w_batch_stride = 0;  // ≥ N · K
+    int64_t y_token_stride = 0;
+    int64_t y_batch_stride = 0;
+};
+
 // Rotary position embedding, in place, on `rotary_dim` consecutive elements of each head starting at
 // `rot_offset`. Angles are fp32 as transformers computes them: f_i = float(position) · inv_freq[i];
 // cos/sin are scaled by attention_scaling (YaRN attention_factor, else 1).
@@ -180,6 +207,9 @@ struct CastArgs {
 Status embedding_check(const EmbeddingArgs& args);
 Status rms_norm_check(const RmsNormArgs& args);
 Status matmul_check(const MatmulArgs& args);
+// y's rows (t, b) of N elements must be distinct and not overlap: y_batch_stride ≥ N and y_token_stride ≥
+// B · y_batch_stride (or the same with the roles of the two strides exchanged). x's rows may overlap.
+Status batched_matmul_check(const BatchedMatmulArgs& args);
 Status rope_check(const RopeArgs& args);
 Status attention_check(const AttentionArgs& args);
 Status kv_cache_store_check(const KvCacheStoreArgs& args);

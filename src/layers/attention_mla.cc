@@ -1,5 +1,9 @@
 #include "layers/attention_mla.h"
 
+#include <cstdint>
+#include <limits>
+#include <span>
+
 namespace epinfer {
 
 namespace {
@@ -80,7 +84,88 @@ Status attend_sequence(Backend& backend, const MlaAttentionWeights& w, const Mla
     return backend.attention(args);
 }
 
+// Absorbed attention of rows [r0, r0 + n) (whole sequences of the batch) over the paged latent cache:
+// q_abs = [q_nope · W_UK_h | q_pe] per head, attention with one KV head of width R + Dr (V = its first R),
+// then · W_UV_hᵀ into out [n, Nh, Dv].
+Status attend_absorbed(Backend& backend, const MlaAttentionWeights& w, const MlaAttentionParams& p,
+                       const AttentionBatch& batch, const LayerKvCache& layer, const float* q, int64_t r0,
+                       int64_t n, float* out) {
+    const int64_t Nh = p.num_heads, R = p.kv_lora_rank;
+    const int64_t Dn = p.qk_nope_head_dim, Dr = p.qk_rope_head_dim, Dv = p.v_head_dim, Dqk = Dn + Dr;
+    const int64_t latent_width = R + Dr, head_rows = (Dn + Dv) * R;  // kv_b_proj elements per head
+    EPI_ASSIGN_OR_RETURN(DeviceBuffer q_abs, DeviceBuffer::alloc_f32(backend, n * Nh * latent_width));
+    EPI_ASSIGN_OR_RETURN(DeviceBuffer attn_latent, DeviceBuffer::alloc_f32(backend, n * Nh * R));  // [n, Nh, R]
+
+    BatchedMatmulArgs absorb;  // q_latent[t, h, :] = q_nope[t, h, :] · W_UK_h, W_UK_h: [Dn, R]
+    absorb.x = q;
+    absorb.x_token_stride = Nh * Dqk;
+    absorb.x_batch_stride = Dqk;
+    absorb.w = w.kv_b_proj.weight;
+    absorb.w_dtype = w.kv_b_proj.dtype;
+    absorb.w_layout = BatchedWeightLayout::kKN;
+    absorb.w_batch_stride = head_rows;
+    absorb.y = q_abs.f32();
+    absorb.y_token_stride = Nh * latent_width;
+    absorb.y_batch_stride = latent_width;
+    absorb.num_rows = n;
+    absorb.num_batches = Nh;
+    absorb.out_features = R;
+    absorb.in_features = Dn;
+    EPI_RETURN_IF_ERROR_CTX(backend.batched_matmul(absorb), "kv_b_proj W_UK absorption");
+    constexpr size_t kF = sizeof(float);
+    EPI_RETURN_IF_ERROR(backend.copy_rows_on_device(q_abs.f32() + R, latent_width * kF, q + Dn, Dqk * kF, Dr * kF,
+                                                    static_cast<size_t>(n * Nh)));
+
+    AttentionArgs args;
+    args.q = q_abs.f32();
+    args.k = layer.k_pool;  // [num_blocks·block_size, 1, R + Dr]: c_kv | k_pe
+    args.v = layer.k_pool;  // the first R of the same rows: c_kv
+    set_paged_attention(batch, layer, &args);
+    args.token_sequence += r0;
+    args.positions = batch.positions + r0;
+    args.out = attn_latent.f32();
+    args.num_tokens = n;
+    args.num_heads = Nh;
+    args.num_kv_heads = 1;
+    args.head_dim_qk = latent_width;
+    args.head_dim_v = R;
+    args.q_token_stride = Nh * latent_width;
+    args.q_head_stride = latent_width;
+    args.k_token_stride = args.k_head_stride = latent_width;
+    args.v_token_stride = args.v_head_stride = latent_width;
+    args.out_token_stride = Nh * R;
+    args.out_head_stride = R;
+    args.scale = p.softmax_scale;
+    EPI_RETURN_IF_ERROR(backend.attention(args));
+
+    BatchedMatmulArgs expand;  // out[t, h, :] = attn_latent[t, h, :] · W_UV_hᵀ, W_UV_h: [Dv, R]
+    expand.x = attn_latent.f32();
+    expand.x_token_stride = Nh * R;
+    expand.x_batch_stride = R;
+    expand.w = static_cast<const uint8_t*>(w.kv_b_proj.weight) +
+               static_cast<size_t>(Dn * R) * dtype_size(w.kv_b_proj.dtype);
+    expand.w_dtype = w.kv_b_proj.dtype;
+    expand.w_layout = BatchedWeightLayout::kNK;
+    expand.w_batch_stride = head_rows;
+    expand.y = out;
+    expand.y_token_stride = Nh * Dv;
+    expand.y_batch_stride = Dv;
+    expand.num_rows = n;
+    expand.num_batches = Nh;
+    expand.out_features = Dv;
+    expand.in_features = R;
+    EPI_RETURN_IF_ERROR_CTX(backend.batched_matmul(expand), "kv_b_proj W_UV");
+    return Status::ok();
+}
+
 }  // namespace
+
+int64_t mla_absorb_max_rows(const MlaAttentionParams& p) {
+    const int64_t R = p.kv_lora_rank, expanded_per_key = p.qk_nope_head_dim + p.v_head_dim;
+    const int64_t extra_per_row = 2 * R - expanded_per_key;  // absorbed − expanded, per (row, key)
+    if (extra_per_row <= 0) return std::numeric_limits<int64_t>::max();
+    return (R * expanded_per_key - 1) / extra_per_row;  // the largest n with n · extra < R · (Dn + Dv)
+}
 
 Status mla_attention_forward(Backend& backend, const MlaAttentionWeights& w, const MlaAttentionParams& p,
                              const AttentionBatch& batch, const float* x, int64_t num_rows, float* y) {
@@ -104,7 +189,27 @@ Status mla_attention_forward(Backend& backend, const MlaAttentionWeights& w, con
 
     EPI_ASSIGN_OR_RETURN(const LayerKvCache* layer, batch_layer_cache(batch));
     EPI_RETURN_IF_ERROR(kv_cache_store_rows(backend, batch, *layer, layer->k_pool, latent_width, latent.f32()));
+    const auto absorbed = [&](const AttentionSequence& seq) {
+        return w.kv_b_proj.bias == nullptr && seq.num_rows <= p.absorb_max_rows;
+    };
+    const std::span<const AttentionSequence> seqs = batch.sequences;
+    for (size_t i = 0; i < seqs.size();) {
+        if (!absorbed(seqs[i])) {
+            ++i;
+            continue;
+        }
+        size_t j = i + 1;  // one absorbed call per run of consecutive absorbed sequences
+        while (j < seqs.size() && absorbed(seqs[j])) ++j;
+        // A run ending with the batch takes its padding rows too (a decode graph's bucket; each repeats
+        // its sequence's last row), so a recorded step covers every row a later replay may fill.
+        const int64_t r0 = seqs[i].row_begin;
+        const int64_t n = (j == seqs.size() ? T : seqs[j - 1].row_begin + seqs[j - 1].num_rows) - r0;
+        EPI_RETURN_IF_ERROR(attend_absorbed(backend, w, p, batch, *layer, q.f32() + r0 * Nh * Dqk, r0, n,
+                                            attn.f32() + r0 * Nh * Dv));
+        i = j;
+    }
     for (const AttentionSequence& seq : batch.sequences) {
+        if (absorbed(seq)) continue;
         const LayerKvCache& kv = *seq.kv;
         const int64_t n = seq.num_rows, r0 = seq.row_begin, S = kv.num_tokens + n;
         // The naive expansion reads the whole prefix: gather it out of the blocks (fp32; bf16 widened).

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -53,7 +54,7 @@ GqaAttentionParams gqa_params(const ModelConfig& c, const ModelWeights& w) {
     return p;
 }
 
-MlaAttentionParams mla_params(const ModelConfig& c, const ModelWeights& w) {
+MlaAttentionParams mla_params(const ModelConfig& c, const ModelWeights& w, const Backend& backend) {
     MlaAttentionParams p;
     p.num_heads = w.attention_shard.num_heads;
     p.q_lora_rank = c.q_lora_rank;
@@ -65,6 +66,9 @@ MlaAttentionParams mla_params(const ModelConfig& c, const ModelWeights& w) {
     p.inv_freq = w.inv_freq;
     p.rope_attention_scaling = w.rope_attention_scaling;
     p.softmax_scale = mla_softmax_scale(c);
+    // Every chunk absorbed where the backend's latent kernel is the faster one, else by multiply-adds.
+    p.absorb_max_rows = backend.has_latent_attention_kernel() ? std::numeric_limits<int64_t>::max()
+                                                              : mla_absorb_max_rows(p);
     return p;
 }
 
@@ -323,6 +327,13 @@ Status Model::forward_micro_batch(const ForwardArgs& args, size_t seq_begin, siz
     return backend.copy_to_host(out.greedy_non_finite, static_cast<int32_t*>(greedy.data()) + num_out, out_bytes);
 }
 
+bool Model::mla_decode_absorbed() const {
+    if (config_.attention != AttentionKind::kMla) return false;
+    if (mla_params(config_, *weights_, *backend_).absorb_max_rows < 1) return false;
+    return std::none_of(weights_->layers.begin(), weights_->layers.end(),
+                        [](const DecoderLayerWeights& l) { return l.mla.kv_b_proj.bias != nullptr; });
+}
+
 Status Model::run_stage(const ForwardArgs& args, const StageInputs& in, const StageOutput& out) {
     Backend& backend = *backend_;
     const ModelConfig& c = config_;
@@ -357,7 +368,7 @@ Status Model::run_stage(const ForwardArgs& args, const StageInputs& in, const St
     }
 
     const GqaAttentionParams gqa = gqa_params(c, w);
-    const MlaAttentionParams mla = mla_params(c, w);
+    const MlaAttentionParams mla = mla_params(c, w, backend);
     const MoeRouterParams router = router_params(c);
     std::vector<AttentionSequence> attn_seqs(seqs.size());  // this layer's views of the sequences
     for (int64_t l = stage.layers.begin; l < stage.layers.end(); ++l) {

@@ -178,6 +178,9 @@ private:
     // a width bucket; each (rows, width) bucket runs once directly, is captured, and is replayed after.
     struct DecodeGraph;
     bool decode_graph_fits(const ForwardArgs& args, std::span<const SequenceInput> seqs, int64_t num_rows) const;
+    // MLA decode rows take the absorbed form (one paged op per layer, no per-sequence shapes: recordable):
+    // mla_absorb_max_rows ≥ 1 and no layer's kv_b_proj has a bias. False for GQA models.
+    bool mla_decode_absorbed() const;
     Status forward_decode_graph(std::span<const SequenceInput> seqs, const std::vector<int32_t>& ids,
                                 const std::vector<int32_t>& positions, const MicroBatchOutput& out);
 

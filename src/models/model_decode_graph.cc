@@ -42,7 +42,7 @@ int64_t Model::num_decode_graphs() const {
 bool Model::decode_graph_fits(const ForwardArgs& args, std::span<const SequenceInput> seqs,
                               int64_t num_rows) const {
     return decode_graphs_enabled_ && backend_->supports_op_graphs() && parallel_ == nullptr &&
-           config_.attention != AttentionKind::kMla && args.greedy_ids != nullptr && args.observer == nullptr &&
+           (config_.attention != AttentionKind::kMla || mla_decode_absorbed()) && args.greedy_ids != nullptr && args.observer == nullptr &&
            num_rows > 0 && num_rows <= kMaxGraphRows && static_cast<int64_t>(seqs.size()) == num_rows;
 }
 

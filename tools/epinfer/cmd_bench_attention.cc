@@ -6,7 +6,9 @@
 // Cases (issue 4), GQA shapes of tests/data/configs (num_attention_heads / num_key_value_heads × head_dim):
 // Qwen3-30B-A3B 32 / 4 × 128 and GLM-4.5 96 / 8 × 128, each at
 //   decode:  batch 64 × context 4096 and batch 8 × context 32768 (one query token per sequence);
-//   prefill: 4096 and 16384 tokens of one sequence (causal).
+//   prefill: 4096 and 16384 tokens of one sequence (causal);
+// and MLA's absorbed decode over the latent cache (cases "mla"; kv_lora_rank 512 + qk_rope_head_dim 64 per
+// token, V its first 512): Kimi K2 64 heads and DeepSeek-V3 128 heads, at the two decode sizes.
 // The KV cache is bf16 (--kv-dtype; the engine's on GPUs), in blocks of the engine's block size, shuffled.
 // Per case: the kernel, the median time, the KV bytes read (at the cache's dtype) and their bf16
 // equivalent, GB/s, SOL = bytes / 4.8 TB/s / time on either,
@@ -40,7 +42,7 @@ constexpr double kPrefillTargetSol = 0.35;  // on causal FLOPs
 
 struct BenchAttentionOptions {
     std::string device = "cuda";
-    std::vector<std::string> cases = {"default"};  // default (all), decode, prefill
+    std::vector<std::string> cases = {"default"};  // default (all), decode, prefill, mla
     int repeats = 20;
     std::string kv_dtype = "bf16";  // bf16 or fp32
     std::string json_path;
@@ -53,8 +55,9 @@ Status check_options(const BenchAttentionOptions& opts) {
             opts.device));
     }
     for (const std::string& c : opts.cases) {
-        if (c != "default" && c != "decode" && c != "prefill") {
-            return invalid_argument(fmt::format("bench attention: --cases {}: expected default, decode or prefill", c));
+        if (c != "default" && c != "decode" && c != "prefill" && c != "mla") {
+            return invalid_argument(
+                fmt::format("bench attention: --cases '{}': expected default, decode, prefill or mla", c));
         }
     }
     if (opts.kv_dtype != "bf16" && opts.kv_dtype != "fp32") {
@@ -78,6 +81,12 @@ struct GqaShape {
     int64_t num_heads, num_kv_heads, head_dim;
 };
 constexpr GqaShape kShapes[] = {{"qwen3_30b_a3b", 32, 4, 128}, {"glm_4_5", 96, 8, 128}};
+struct MlaShape {
+    const char* name;  // the stem of tests/data/configs/<name>.json
+    int64_t num_heads;
+};
+constexpr MlaShape kMlaShapes[] = {{"kimi_k2_instruct_0905", 64}, {"deepseek_v3", 128}};
+constexpr int64_t kMlaLatent = 512, kMlaRope = 64;  // kv_lora_rank, qk_rope_head_dim of both
 constexpr int64_t kDecodeSizes[][2] = {{64, 4096}, {8, 32768}};  // {batch, context}
 constexpr int64_t kPrefillTokens[] = {4096, 16384};
 
@@ -99,6 +108,14 @@ std::vector<AttentionBenchCase> cases_of(const BenchAttentionOptions& opts) {
     if (wanted(opts, "prefill")) {
         for (const GqaShape& s : kShapes)
             for (int64_t t : kPrefillTokens) add(s, AttentionBenchPhase::kPrefill, 1, t);
+    }
+    if (wanted(opts, "mla")) {
+        for (const MlaShape& s : kMlaShapes) {
+            for (const auto& size : kDecodeSizes) {
+                cases.push_back({s.name, AttentionBenchPhase::kDecode, s.num_heads, 1, kMlaLatent + kMlaRope,
+                                 kMlaLatent, size[0], size[1], /*v_in_k=*/true});
+            }
+        }
     }
     return cases;
 }
@@ -123,7 +140,7 @@ RowFigures figures(const AttentionBenchRow& r, double stream_gbps) {
 }
 
 void print_row(const AttentionBenchRow& r, const RowFigures& f) {
-    fmt::print("{:<14} {:<7} {:>3}/{:<2} {:>3} {:>5} {:>6} {:>11.1f} {:>8.3f} {:>8.3f} {:>7.0f} {:>6.2f} {:>6.2f} "
+    fmt::print("{:<22} {:<7} {:>3}/{:<2} {:>3} {:>5} {:>6} {:>11.1f} {:>8.3f} {:>8.3f} {:>7.0f} {:>6.2f} {:>6.2f} "
                "{:>6.2f} {:>9.1f} {:>7.1f} {:>6.3f}  {:.2f} {} {:.2f}  {}\n",
                r.c.shape, cuda::attention_bench_phase_name(r.c.phase), r.c.num_heads, r.c.num_kv_heads,
                r.c.head_dim_qk, r.c.batch, r.c.context, r.time_us, r.counts.kv_bytes / 1e9,
@@ -175,7 +192,7 @@ Status run_bench_attention(const BenchAttentionOptions& opts) {
     fmt::print("KV cache {} in blocks of {} tokens (shuffled); median of {} graph replays after a 512 MiB L2 "
                "flush; targets: decode SOL_bf16 >= {:.2f}, prefill SOL_flop >= {:.2f}\n",
                opts.kv_dtype, bench.kv_block_size, opts.repeats, kDecodeTargetSol, kPrefillTargetSol);
-    fmt::print("{:<14} {:<7} {:>6} {:>3} {:>5} {:>6} {:>11} {:>8} {:>8} {:>7} {:>6} {:>6} {:>6} {:>9} {:>7} "
+    fmt::print("{:<22} {:<7} {:>6} {:>3} {:>5} {:>6} {:>11} {:>8} {:>8} {:>7} {:>6} {:>6} {:>6} {:>9} {:>7} "
                "{:>6}  {}\n",
                "shape", "phase", "Nh/kv", "D", "B", "ctx", "time_us", "KV_GB", "bf16_GB", "GB/s", "SOL", "SOLbf",
                "stream", "GFLOP", "TFLOP/s", "SOLfl", "issue SOL vs target  kernel");
@@ -212,7 +229,7 @@ void add_bench_attention_command(CLI::App& bench) {
     CLI::App* attn =
         bench.add_subcommand("attention", "the CUDA attention op (decode, prefill) vs the H200's speed of light");
     attn->add_option("--device", opts->device, "cuda (the only one benchmarked)")->capture_default_str();
-    attn->add_option("--cases", opts->cases, "default (all), decode or prefill (comma-separated)")
+    attn->add_option("--cases", opts->cases, "default (all), decode, prefill or mla (comma-separated)")
         ->delimiter(',')
         ->capture_default_str();
     attn->add_option("--repeats", opts->repeats, "timed repeats per case (median reported)")->capture_default_str();

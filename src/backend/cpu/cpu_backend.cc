@@ -104,6 +104,11 @@ public:
         cpu_matmul(args, pool_);
         return Status::ok();
     }
+    Status batched_matmul(const BatchedMatmulArgs& args) override {
+        EPI_RETURN_IF_ERROR(batched_matmul_check(args));
+        cpu_batched_matmul(args, pool_);
+        return Status::ok();
+    }
     Status rope(const RopeArgs& args) override {
         EPI_RETURN_IF_ERROR(rope_check(args));
         cpu_rope(args, pool_);

@@ -92,6 +92,29 @@ void cpu_matmul(const MatmulArgs& a, ThreadPool& pool) {
     });
 }
 
+void cpu_batched_matmul(const BatchedMatmulArgs& a, ThreadPool& pool) {
+    const int64_t T = a.num_rows, B = a.num_batches, N = a.out_features, K = a.in_features;
+    if (T == 0) return;
+    pool.parallel_for(B, min_items(T * N * K), [&](int64_t b0, int64_t b1) {
+        std::vector<float> w(static_cast<size_t>(N * K)), w_nk(static_cast<size_t>(N * K));  // W_b as [N, K]
+        for (int64_t b = b0; b < b1; ++b) {
+            load_row_f32(a.w_dtype, byte_ptr(a.w) + static_cast<size_t>(b * a.w_batch_stride) * dtype_size(a.w_dtype),
+                         0, N * K, w.data());
+            const float* rows = w.data();
+            if (a.w_layout == BatchedWeightLayout::kKN) {
+                for (int64_t k = 0; k < K; ++k)
+                    for (int64_t n = 0; n < N; ++n) w_nk[n * K + k] = w[k * N + n];
+                rows = w_nk.data();
+            }
+            for (int64_t t = 0; t < T; ++t) {
+                const float* x = a.x + t * a.x_token_stride + b * a.x_batch_stride;  // [K]
+                float* y = a.y + t * a.y_token_stride + b * a.y_batch_stride;        // [N]
+                for (int64_t n = 0; n < N; ++n) y[n] = dot_f32(x, rows + n * K, K);
+            }
+        }
+    });
+}
+
 void cpu_rope(const RopeArgs& a, ThreadPool& pool) {
     const int64_t half = a.rotary_dim / 2;
     pool.parallel_for(a.num_tokens, min_items(a.num_heads * a.rotary_dim), [&](int64_t t0, int64_t t1) {

@@ -10,6 +10,8 @@ namespace epinfer {
 Status cpu_embedding(const EmbeddingArgs& args, ThreadPool& pool);
 void cpu_rms_norm(const RmsNormArgs& args, ThreadPool& pool);
 void cpu_matmul(const MatmulArgs& args, ThreadPool& pool);
+// Each y[t, b, n] is dot_f32 of x's row with W_b's n-th row (kNK) or column (kKN): the order of cpu_matmul.
+void cpu_batched_matmul(const BatchedMatmulArgs& args, ThreadPool& pool);
 void cpu_rope(const RopeArgs& args, ThreadPool& pool);
 // Returns kInvalidArgument when a position is negative or ≥ S.
 Status cpu_attention(const AttentionArgs& args, ThreadPool& pool);

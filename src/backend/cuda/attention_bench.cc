@@ -17,6 +17,7 @@
 #include "backend/cuda/kernels/attention.cuh"
 #include "backend/cuda/kernels/bench_kernels.cuh"
 #include "backend/cuda/kernels/flash_attention.cuh"
+#include "backend/cuda/kernels/mla_attention.cuh"
 
 namespace epinfer::cuda {
 namespace {
@@ -67,8 +68,8 @@ Result<AttentionBenchRow> run_case(Backend& backend, int num_sms, const CudaBuff
     args.q_head_stride = Dqk;
     args.k_token_stride = Nkv * Dqk;
     args.k_head_stride = Dqk;
-    args.v_token_stride = Nkv * Dv;
-    args.v_head_stride = Dv;
+    args.v_token_stride = c.v_in_k ? args.k_token_stride : Nkv * Dv;
+    args.v_head_stride = c.v_in_k ? Dqk : Dv;
     args.out_token_stride = Nh * Dv;
     args.out_head_stride = Dv;
     args.scale = 1.0f / std::sqrt(static_cast<float>(Dqk));
@@ -78,7 +79,12 @@ Result<AttentionBenchRow> run_case(Backend& backend, int num_sms, const CudaBuff
     args.kv_dtype = options.kv_dtype;
     args.k = args.v = nullptr;  // the pools below are 256-byte aligned, as flash_attention_supports asks
     size_t workspace_bytes = 0;
-    if (options.kv_dtype == DType::kBF16 && flash_attention_supports(args)) {
+    if (mla_attention_supports(args)) {
+        const MlaAttentionPlan plan = plan_mla_attention(args, num_sms);
+        row.kernel = "mla";
+        row.num_splits = plan.split.num_splits;
+        workspace_bytes = plan.split.workspace_bytes;
+    } else if (options.kv_dtype == DType::kBF16 && flash_attention_supports(args)) {
         const FlashAttentionPlan plan = plan_flash_attention(args, num_sms);
         row.kernel = "flash";
         row.num_splits = plan.split.num_splits;
@@ -94,7 +100,7 @@ Result<AttentionBenchRow> run_case(Backend& backend, int num_sms, const CudaBuff
     const size_t q_bytes = static_cast<size_t>(T * Nh * Dqk) * f32;
     const size_t out_bytes = static_cast<size_t>(T * Nh * Dv) * f32;
     const size_t k_bytes = static_cast<size_t>(pool_rows * Nkv * Dqk) * kv;
-    const size_t v_bytes = static_cast<size_t>(pool_rows * Nkv * Dv) * kv;
+    const size_t v_bytes = c.v_in_k ? 0 : static_cast<size_t>(pool_rows * Nkv * Dv) * kv;
     const size_t table_bytes = static_cast<size_t>(num_blocks) * i32;
     const size_t token_bytes = static_cast<size_t>(T) * i32;  // positions, token_sequence
     row.device_bytes = static_cast<double>(q_bytes + out_bytes + k_bytes + v_bytes + table_bytes +
@@ -128,13 +134,13 @@ Result<AttentionBenchRow> run_case(Backend& backend, int num_sms, const CudaBuff
     EPI_ASSIGN_OR_RETURN(DeviceBuffer token_sequence_d, DeviceBuffer::alloc(backend, token_bytes));
     EPI_RETURN_IF_ERROR(fill_random(q, DType::kF32, kSeed + 1, stream));
     EPI_RETURN_IF_ERROR(fill_random(k, options.kv_dtype, kSeed + 2, stream));
-    EPI_RETURN_IF_ERROR(fill_random(v, options.kv_dtype, kSeed + 3, stream));
+    if (!c.v_in_k) EPI_RETURN_IF_ERROR(fill_random(v, options.kv_dtype, kSeed + 3, stream));
     EPI_RETURN_IF_ERROR(backend.copy_to_device(tables_d.data(), tables.data(), table_bytes));
     EPI_RETURN_IF_ERROR(backend.copy_to_device(positions_d.data(), positions.data(), token_bytes));
     EPI_RETURN_IF_ERROR(backend.copy_to_device(token_sequence_d.data(), token_sequence.data(), token_bytes));
     args.q = q.f32();
     args.k = k.data();  // [num_blocks · bs, Nkv, Dqk], rows through the block tables
-    args.v = v.data();
+    args.v = c.v_in_k ? k.data() : v.data();
     args.out = out.f32();
     args.positions = static_cast<const int32_t*>(positions_d.data());
     args.kv_block_tables = static_cast<const int32_t*>(tables_d.data());
@@ -166,7 +172,8 @@ AttentionBenchCounts attention_bench_counts(const AttentionBenchCase& c, DType k
     const double context = static_cast<double>(c.context);
     const double rows = decode ? static_cast<double>(c.batch) * context : context;  // K/V rows attended
     const double keys = decode ? rows : 0.5 * context * (context + 1.0);           // (query, key) pairs
-    const double row_elems = static_cast<double>(c.num_kv_heads * (c.head_dim_qk + c.head_dim_v));
+    const double row_elems =
+        static_cast<double>(c.num_kv_heads * (c.v_in_k ? c.head_dim_qk : c.head_dim_qk + c.head_dim_v));
     AttentionBenchCounts n;
     n.num_tokens = decode ? c.batch : c.context;
     n.kv_bytes = rows * row_elems * static_cast<double>(dtype_size(kv_dtype));

@@ -11,9 +11,11 @@
 // blocks of all sequences are one random permutation of the pool, so a sequence's pages are not contiguous.
 //   decode:  B sequences of S cached tokens, one query token each at position S − 1;
 //   prefill: one sequence of T tokens at positions 0 … T − 1 over its own T cached rows (causal).
+// MLA's latent cache (v_in_k): one pool of [c_kv (Dv) | k_pe] rows, K = the whole row, V = its first Dv
+// (the absorbed decode of layers/attention_mla.h: Nh query heads over one KV head).
 // Counts (attention_bench_counts):
-//   kv_bytes      = the K and V rows the queries attend, each once: rows · Nkv · (Dqk + Dv) · element size,
-//                   rows = B · S (decode) or T (prefill);
+//   kv_bytes      = the K and V rows the queries attend, each once: rows · Nkv · (Dqk + Dv) · element size
+//                   (v_in_k: rows · Nkv · Dqk · element size), rows = B · S (decode) or T (prefill);
 //   kv_bytes_bf16 = the same at 2 bytes per element (issue 4's decode target is defined on a bf16 cache);
 //   flops         = 2 · (Dqk + Dv) · Nh · (keys summed over the queries): B · S (decode), T·(T + 1)/2
 //                   (prefill, causal).
@@ -41,6 +43,7 @@ struct AttentionBenchCase {
     int64_t head_dim_v = 0;    // Dv
     int64_t batch = 1;         // B sequences (prefill: 1)
     int64_t context = 0;       // decode: S cached tokens per sequence; prefill: T tokens
+    bool v_in_k = false;       // MLA latent cache: V is the first Dv of each K row (Dv ≤ Dqk, no V pool)
 };
 
 struct AttentionBenchCounts {
@@ -60,7 +63,8 @@ struct AttentionBenchOptions {
 struct AttentionBenchRow {
     AttentionBenchCase c;
     AttentionBenchCounts counts;
-    std::string kernel;        // "flash" (kernels/flash_attention.cuh) or "cuda_cores" (kernels/attention.cuh)
+    std::string kernel;  // "flash" (kernels/flash_attention.cuh), "mla" (kernels/mla_attention.cuh) or
+                         // "cuda_cores" (kernels/attention.cuh)
     int num_splits = 1;        // the kernel plan's key splits (flash-decoding) of the case
     double device_bytes = 0;   // q, out, K/V pools, block tables, positions and workspace
     double time_us = 0;        // median

@@ -17,6 +17,7 @@
 #include "backend/cuda/kernels/dense_ops.cuh"
 #include "backend/cuda/kernels/flash_attention.cuh"
 #include "backend/cuda/kernels/matmul_small_t.cuh"
+#include "backend/cuda/kernels/mla_attention.cuh"
 #include "backend/cuda/kernels/moe_router.cuh"
 
 namespace epinfer {
@@ -228,7 +229,9 @@ public:
         EPI_CUDA_CHECK(cuda::launch_rms_norm(args, stream_));
         return Status::ok();
     }
+    bool has_latent_attention_kernel() const override { return true; }
     Status matmul(const MatmulArgs& args) override;
+    Status batched_matmul(const BatchedMatmulArgs& args) override;
     Status rope(const RopeArgs& args) override {
         use_device();
         EPI_RETURN_IF_ERROR(rope_check(args));
@@ -241,6 +244,13 @@ public:
         if (args.head_dim_v > cuda::kAttentionMaxHeadDimV) {
             return not_supported("attention: head_dim_v " + std::to_string(args.head_dim_v) +
                                  " exceeds the CUDA kernel's limit " + std::to_string(cuda::kAttentionMaxHeadDimV));
+        }
+        if (cuda::mla_attention_supports(args)) {
+            const cuda::MlaAttentionPlan plan = cuda::plan_mla_attention(args, num_sms_);
+            EPI_ASSIGN_OR_RETURN(DeviceBuffer workspace, DeviceBuffer::alloc(*this, plan.split.workspace_bytes));
+            EPI_CUDA_CHECK(
+                cuda::launch_mla_attention(args, plan, workspace.data(), flags_ + kAttentionFlag, stream_));
+            return Status::ok();
         }
         if (cuda::flash_attention_supports(args)) {
             const cuda::FlashAttentionPlan plan = cuda::plan_flash_attention(args, num_sms_);
@@ -380,6 +390,62 @@ Status CudaBackend::matmul(const MatmulArgs& args) {
     if (args.bias != nullptr) {
         EPI_CUDA_CHECK(cuda::launch_add_bias(args.y, args.y_row_stride, args.bias, args.bias_dtype, T, N, stream_));
     }
+    return Status::ok();
+}
+
+Status CudaBackend::batched_matmul(const BatchedMatmulArgs& a) {
+    use_device();
+    EPI_RETURN_IF_ERROR(batched_matmul_check(a));
+    const int64_t T = a.num_rows, B = a.num_batches, N = a.out_features, K = a.in_features;
+    if (T == 0) return Status::ok();
+    // cuBLAS wants leading dimensions ≥ the rows of a column; with one token the token stride is unused.
+    const int64_t ld_y = T == 1 ? std::max(a.y_token_stride, N) : a.y_token_stride;
+    const int64_t ld_x = T == 1 ? std::max(a.x_token_stride, K) : a.x_token_stride;
+    if (ld_y < N) {
+        return not_supported("batched_matmul: y_token_stride " + std::to_string(a.y_token_stride) +
+                             " is below out_features " + std::to_string(N) + " (cuBLAS needs token-major rows)");
+    }
+    for (const int64_t v : {T, B, N, K, ld_x, ld_y, B * K}) {
+        if (v > INT_MAX) {
+            return not_supported("batched_matmul: size " + std::to_string(v) + " exceeds cuBLAS's int range");
+        }
+    }
+    // Row-major y_b[T, N] = x_b[T, K] · op(W_b) is column-major y_bᵀ[N, T] = op'(W_b) · x_bᵀ[K, T], where W_b
+    // read column-major is [K, N] with ld K (kNK: transpose it) or [N, K] with ld N (kKN: as is).
+    const bool kn = a.w_layout == BatchedWeightLayout::kKN;
+    const cublasOperation_t op_w = kn ? CUBLAS_OP_N : CUBLAS_OP_T;
+    const int n = static_cast<int>(N), t = static_cast<int>(T), k = static_cast<int>(K), b = static_cast<int>(B);
+    const int ld_w = kn ? n : k;
+    const float alpha = 1.0f, beta = 0.0f;
+    if (a.w_dtype == DType::kBF16 && !fp32_activations_) {
+        // x rounded to bf16 once into [T, B, K] (packed, from the pool); x_b = rows b, b + B, ...: ld B·K.
+        EPI_ASSIGN_OR_RETURN(DeviceBuffer x_bf16, DeviceBuffer::alloc(*this, static_cast<size_t>(T * B * K) * 2));
+        EPI_CUDA_CHECK(cuda::launch_f32_batched_rows_to_bf16(a.x, a.x_token_stride, a.x_batch_stride, T, B, K,
+                                                             x_bf16.data(), stream_));
+        EPI_CUBLAS_CHECK(cublasSetMathMode(cublas_, CUBLAS_DEFAULT_MATH));
+        EPI_CUBLAS_CHECK(cublasGemmStridedBatchedEx(
+            cublas_, op_w, CUBLAS_OP_N, n, t, k, &alpha, a.w, CUDA_R_16BF, ld_w, a.w_batch_stride, x_bf16.data(),
+            CUDA_R_16BF, static_cast<int>(B * K), K, &beta, a.y, CUDA_R_32F, static_cast<int>(ld_y),
+            a.y_batch_stride, b, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+        return Status::ok();
+    }
+    if (ld_x < K) {
+        return not_supported("batched_matmul: x_token_stride " + std::to_string(a.x_token_stride) +
+                             " is below in_features " + std::to_string(K) + " (cuBLAS needs token-major rows)");
+    }
+    // fp32 SGEMM without TF32; F16/BF16 weights are first upcast to an fp32 scratch from the pool.
+    const float* w = static_cast<const float*>(a.w);
+    DeviceBuffer w_f32;
+    if (a.w_dtype != DType::kF32) {
+        const int64_t count = (B - 1) * a.w_batch_stride + N * K;
+        EPI_ASSIGN_OR_RETURN(w_f32, DeviceBuffer::alloc_f32(*this, count));
+        EPI_CUDA_CHECK(cuda::launch_to_f32(a.w, a.w_dtype, w_f32.f32(), count, stream_));
+        w = w_f32.f32();
+    }
+    EPI_CUBLAS_CHECK(cublasSetMathMode(cublas_, CUBLAS_PEDANTIC_MATH));
+    EPI_CUBLAS_CHECK(cublasSgemmStridedBatched(cublas_, op_w, CUBLAS_OP_N, n, t, k, &alpha, w, ld_w,
+                                               a.w_batch_stride, a.x, static_cast<int>(ld_x), a.x_batch_stride,
+                                               &beta, a.y, static_cast<int>(ld_y), a.y_batch_stride, b));
     return Status::ok();
 }
 

@@ -275,8 +275,8 @@ TEST(BenchCli, BenchAttentionRefusals) {
                           "bench attention: --repeats 0: must be in [1, 10000]");
     expect_one_line_error(run_epinfer("bench attention --repeats 10001"),
                           "bench attention: --repeats 10001: must be in [1, 10000]");
-    expect_one_line_error(run_epinfer("bench attention --cases decode,mla"),
-                          "bench attention: --cases mla: expected default, decode or prefill");
+    expect_one_line_error(run_epinfer("bench attention --cases decode,gqa"),
+                          "bench attention: --cases 'gqa': expected default, decode, prefill or mla");
     expect_one_line_error(run_epinfer("bench attention --device cpu"), "bench attention: --device cpu: only cuda");
     expect_one_line_error(run_epinfer("bench attention --kv-dtype fp16"),
                           "bench attention: --kv-dtype 'fp16': expected bf16 or fp32");

@@ -1,4 +1,5 @@
-// CPU reference ops without position or sequence structure: embedding, RMSNorm, matmul, SwiGLU, adds.
+// CPU reference ops without position or sequence structure: embedding, RMSNorm, matmul, batched matmul,
+// SwiGLU, adds.
 // Each against hand-computed values and against a double-precision formula on seeded random inputs with
 // odd sizes, for bf16/f16/f32 weights.
 #include <gtest/gtest.h>
@@ -237,6 +238,76 @@ TEST(DenseOps, CastRoundsToNearestEvenAndWidensExactly) {
     EXPECT_EQ(st.code(), StatusCode::kNotSupported);
     EXPECT_NE(st.message().find("F16 → F32"), std::string::npos) << st.message();
     EXPECT_EQ(backend->cast({x.data(), DType::kF32, nullptr, DType::kBF16, n}).code(), StatusCode::kInvalidArgument);
+}
+
+// Per-head matmuls in both weight layouts, on MLA's layouts: x heads inside tokens with padding (x_token_stride
+// > B · x_batch_stride), y written token-major with a gap after each head's N and after each token.
+TEST_P(DenseOpsTest, BatchedMatmulMatchesFormulaInBothLayouts) {
+    const int64_t T = 3, B = 5, N = 7, K = 9;
+    const int64_t x_batch_stride = 11, x_token_stride = B * x_batch_stride + 4;
+    const int64_t y_batch_stride = N + 2, y_token_stride = B * y_batch_stride + 1, w_batch_stride = N * K + 6;
+    const std::vector<float> x = random_floats(T * x_token_stride, 21);
+    const StoredTensor w = store_as(GetParam(), random_floats(B * w_batch_stride, 22));
+    for (const BatchedWeightLayout layout : {BatchedWeightLayout::kNK, BatchedWeightLayout::kKN}) {
+        std::vector<float> y(T * y_token_stride, -7.0f), got, want;
+        BatchedMatmulArgs a;
+        a.x = x.data();
+        a.w = w.data();
+        a.w_dtype = GetParam();
+        a.w_layout = layout;
+        a.y = y.data();
+        a.num_rows = T;
+        a.num_batches = B;
+        a.out_features = N;
+        a.in_features = K;
+        a.x_token_stride = x_token_stride;
+        a.x_batch_stride = x_batch_stride;
+        a.w_batch_stride = w_batch_stride;
+        a.y_token_stride = y_token_stride;
+        a.y_batch_stride = y_batch_stride;
+        ASSERT_TRUE(backend_->batched_matmul(a).is_ok());
+        for (int64_t t = 0; t < T; ++t) {
+            for (int64_t b = 0; b < B; ++b) {
+                for (int64_t n = 0; n < N; ++n) {
+                    double acc = 0.0;
+                    for (int64_t k = 0; k < K; ++k) {
+                        const int64_t wi = b * w_batch_stride + (layout == BatchedWeightLayout::kNK ? n * K + k : k * N + n);
+                        acc += double(x[t * x_token_stride + b * x_batch_stride + k]) * w.values[wi];
+                    }
+                    want.push_back(static_cast<float>(acc));
+                    got.push_back(y[t * y_token_stride + b * y_batch_stride + n]);
+                }
+                EXPECT_EQ(y[t * y_token_stride + b * y_batch_stride + N], -7.0f) << "wrote past a row";
+            }
+        }
+        EXPECT_TRUE(test::within(test::compare<float>(got, want), test::tolerance("matmul", GetParam())))
+            << (layout == BatchedWeightLayout::kNK ? "kNK" : "kKN");
+    }
+}
+
+TEST(DenseOps, BatchedMatmulRefusesOverlappingOutputRows) {
+    auto backend = make_cpu_backend(1);
+    std::vector<float> buf(256);
+    BatchedMatmulArgs a;
+    a.x = a.y = buf.data();
+    a.w = buf.data();
+    a.w_dtype = DType::kF32;
+    a.num_rows = 2;
+    a.num_batches = 3;
+    a.out_features = 4;
+    a.in_features = 4;
+    a.x_token_stride = 12;
+    a.x_batch_stride = 4;
+    a.w_batch_stride = 16;
+    a.y_token_stride = 8;  // < 3 heads × 4: token 1's rows land on token 0's third head
+    a.y_batch_stride = 4;
+    Status st = backend->batched_matmul(a);
+    EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(st.message().find("y rows overlap"), std::string::npos) << st.message();
+    a.y_token_stride = 12;
+    a.w_batch_stride = 15;  // < N · K
+    st = backend->batched_matmul(a);
+    EXPECT_NE(st.message().find("w_batch_stride 15 is below 16"), std::string::npos) << st.message();
 }
 
 TEST(DenseOps, ChecksRejectBadArgumentsNamingTheField) {

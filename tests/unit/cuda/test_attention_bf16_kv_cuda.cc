@@ -2,7 +2,8 @@
 // the flash-attention kernel (backend/cuda/kernels/flash_attention.cuh: decode and prefill layouts, key
 // splits, GQA groups of 1, 8, 12, 20 and 32 query heads, head dims 64 and 128, block sizes 5 and 16,
 // sequences whose query tokens straddle a block's token tile) and the CUDA-core kernel it falls back to
-// (head dims 72 and MLA's 192/128), the bf16 kv_cache_store (bit-exact), and the data-dependent errors.
+// (head dims 72 and MLA's 192/128), the MLA latent kernel (kernels/mla_attention.cuh), the bf16
+// kv_cache_store (bit-exact), and the data-dependent errors.
 // Pools hold NaN in every row no table names, so a stray read shows. Bounds: tolerances.h "attention_cuda".
 #include <gtest/gtest.h>
 
@@ -19,6 +20,7 @@
 #include <vector>
 
 #include "backend/cuda/kernels/flash_attention.cuh"
+#include "backend/cuda/kernels/mla_attention.cuh"
 #include "common/compare.h"
 #include "cuda_test_util.h"
 
@@ -29,6 +31,7 @@ constexpr uint16_t kBf16Nan = 0x7fc0;
 
 struct Shape {
     int64_t heads, kv_heads, dqk, dv;
+    bool latent = false;  // MLA's latent cache: one pool of dqk-wide rows, V its first dv (v == k)
 };
 
 // One batch: per sequence the tokens already cached and the query rows of this step.
@@ -40,11 +43,13 @@ class AttentionBf16KvTest : public CpuAndCudaTest {
 protected:
     // Runs `batch` through the CPU and the GPU backend on one shuffled bf16 pool of block size bs (paged),
     // or contiguous rows when bs is 0 (one sequence). Expects the flash kernel to take the call exactly
-    // when `flash` is true, and compares the outputs.
+    // when `flash` is true (the MLA kernel exactly when shape.latent), and compares the outputs.
     void check(const Shape& shape, const Batch& batch, int64_t bs, bool flash, uint32_t seed) {
         const bool paged = bs > 0;
         const int64_t num_seqs = static_cast<int64_t>(batch.cached.size());
-        const int64_t kv_tok = shape.kv_heads * (shape.dqk + shape.dv), out_tok = shape.heads * shape.dv;
+        const int64_t kv_tok = shape.kv_heads * (shape.latent ? shape.dqk : shape.dqk + shape.dv);
+        const int64_t out_tok = shape.heads * shape.dv;
+        const int64_t v_offset = shape.latent ? 0 : shape.kv_heads * shape.dqk;  // V inside each pool row
         const int64_t block = paged ? bs : batch.cached[0] + batch.new_rows[0];
         int64_t stride = 0, num_blocks = 3;  // 3 blocks no table names
         for (int64_t s = 0; s < num_seqs; ++s) {
@@ -76,7 +81,7 @@ protected:
         AttentionArgs args;
         args.q = q.data();
         args.k = pool.data();
-        args.v = pool.data() + shape.kv_heads * shape.dqk;
+        args.v = pool.data() + v_offset;
         args.kv_dtype = DType::kBF16;
         if (paged) {
             args.kv_block_tables = tables.data();
@@ -97,7 +102,7 @@ protected:
         args.q_head_stride = shape.dqk;
         args.k_token_stride = args.v_token_stride = kv_tok;
         args.k_head_stride = shape.dqk;
-        args.v_head_stride = shape.dv;
+        args.v_head_stride = shape.latent ? shape.dqk : shape.dv;
         args.out_token_stride = out_tok;
         args.out_head_stride = shape.dv;
         args.scale = 1.0f / std::sqrt(static_cast<float>(shape.dqk));
@@ -108,7 +113,7 @@ protected:
         DeviceBuffer d_out = to_gpu(std::vector<float>(T * out_tok, std::numeric_limits<float>::quiet_NaN()));
         args.q = d_q.f32();
         args.k = d_pool.data();
-        args.v = static_cast<const uint16_t*>(d_pool.data()) + shape.kv_heads * shape.dqk;
+        args.v = static_cast<const uint16_t*>(d_pool.data()) + v_offset;
         if (paged) {
             args.kv_block_tables = static_cast<const int32_t*>(d_tables.data());
             args.token_sequence = static_cast<const int32_t*>(d_seq.data());
@@ -116,18 +121,19 @@ protected:
         args.positions = static_cast<const int32_t*>(d_pos.data());
         args.out = d_out.f32();
         EXPECT_EQ(cuda::flash_attention_supports(args), flash);
+        EXPECT_EQ(cuda::mla_attention_supports(args), shape.latent);
         const cuda::FlashAttentionPlan plan = flash ? cuda::plan_flash_attention(args, 132) : cuda::FlashAttentionPlan{};
         ASSERT_TRUE(gpu_->attention(args).is_ok());
         const std::vector<float> got = from_gpu<float>(d_out, T * out_tok);
         const Diff d = compare<float>(got, want);
-        // The flash kernel rounds q and the probabilities to bf16 for the MMA; the CUDA-core kernel reads
-        // the same bf16 K/V as the CPU and computes in fp32.
-        const DType row = flash ? DType::kBF16 : DType::kF32;
+        // The flash and MLA kernels round q and the probabilities to bf16 for the MMA; the CUDA-core kernel
+        // reads the same bf16 K/V as the CPU and computes in fp32.
+        const DType row = flash || shape.latent ? DType::kBF16 : DType::kF32;
         const std::string what = fmt::format("heads {}/{} D {}/{} bs {} T {} seqs {}{}", shape.heads, shape.kv_heads,
                                              shape.dqk, shape.dv, bs, T, num_seqs,
                                              flash ? fmt::format(" ({}, {} splits)", plan.decode ? "decode" : "prefill",
                                                                  plan.split.num_splits)
-                                                   : " (CUDA cores)");
+                                                   : shape.latent ? " (MLA kernel)" : " (CUDA cores)");
         std::printf("measured attention_cuda %s %s: nmse %.3g max_rel %.3g\n", dtype_name(row), what.c_str(), d.nmse,
                     d.max_rel);
         EXPECT_TRUE(within(d, tolerance("attention_cuda", row))) << what;
@@ -166,6 +172,24 @@ TEST_F(AttentionBf16KvTest, CudaCoreKernelReadsBf16) {
     check({6, 3, 72, 72}, mixed, 16, false, 300);
     check({5, 5, 192, 128}, mixed, 16, false, 301);   // MLA's expanded heads
     check({4, 1, 576, 512}, mixed, 16, false, 302);   // MLA's latent widths
+}
+
+// MLA's absorbed attention over the latent cache (kernels/mla_attention.cuh): 64 heads per block, so 16,
+// 20 (a partial block), 64 and 128 heads; decode rows with key splits, prompt chunks, both block sizes,
+// contiguous rows.
+TEST_F(AttentionBf16KvTest, MlaLatentKernel) {
+    const Batch decode{{0, 37, 5, 1200, 16, 3000, 63, 64}, {1, 1, 1, 1, 1, 1, 1, 1}};
+    const Batch mixed{{0, 37, 5, 200}, {9, 1, 1, 30}};
+    uint32_t seed = 400;
+    for (const int64_t heads : {16, 20, 64, 128}) {
+        const Shape shape{heads, 1, 576, 512, true};
+        for (const int64_t bs : {int64_t{16}, int64_t{5}}) {
+            check(shape, decode, bs, false, seed++);
+            check(shape, mixed, bs, false, seed++);
+        }
+    }
+    check({64, 1, 576, 512, true}, Batch{{999}, {1}}, 0, false, seed++);  // contiguous rows, one query
+    check({128, 1, 576, 512, true}, Batch{{4000}, {1}}, 16, false, seed++);  // one sequence: every split
 }
 
 TEST_F(AttentionBf16KvTest, KvCacheStoreRoundsToNearestEvenLikeTheCpu) {

@@ -201,6 +201,59 @@ TEST_F(CudaBackendTest, Matmul) {
     }
 }
 
+// Per-head matmuls (cuBLAS strided batched): BF16 weights with x rounded to bf16 (tolerance
+// "matmul_bf16_activations"), F16/F32 weights in fp32 SGEMM; both weight layouts; odd sizes and MLA's
+// shapes (W_UK absorption kKN, W_UV kNK) with x heads inside tokens, padded strides, T = 1 with no token
+// stride.
+TEST_F(CudaBackendTest, BatchedMatmul) {
+    struct Shape {
+        int64_t b, n, k;
+        BatchedWeightLayout layout;
+    };
+    const Shape shapes[] = {{5, 7, 9, BatchedWeightLayout::kNK}, {5, 7, 9, BatchedWeightLayout::kKN},
+                            {16, 512, 128, BatchedWeightLayout::kKN}, {16, 128, 512, BatchedWeightLayout::kNK}};
+    for (DType dtype : kWeightDtypes) {
+        for (int64_t T : {1, 3, 17, 64}) {
+            for (const Shape& s : shapes) {
+                const int64_t x_batch_stride = s.k + 3, x_token_stride = s.b * x_batch_stride + 2;
+                const int64_t y_batch_stride = s.n + 1, y_token_stride = s.b * y_batch_stride + 5;
+                const int64_t w_batch_stride = s.n * s.k + 8;
+                const std::vector<float> x = random_floats(T * x_token_stride, 700 + T + s.n);
+                const std::vector<uint8_t> w = random_weights(s.b * w_batch_stride, 800 + s.k, 0.1f, dtype);
+                std::vector<float> want(T * y_token_stride, 0.0f);
+                BatchedMatmulArgs args;
+                args.x = x.data();
+                args.w = w.data();
+                args.w_dtype = dtype;
+                args.w_layout = s.layout;
+                args.y = want.data();
+                args.num_rows = T;
+                args.num_batches = s.b;
+                args.out_features = s.n;
+                args.in_features = s.k;
+                args.x_token_stride = x_token_stride;
+                args.x_batch_stride = x_batch_stride;
+                args.w_batch_stride = w_batch_stride;
+                args.y_token_stride = T == 1 ? 0 : y_token_stride;
+                args.y_batch_stride = y_batch_stride;
+                ASSERT_TRUE(cpu_->batched_matmul(args).is_ok());
+                DeviceBuffer d_x = to_gpu(x), d_w = to_gpu(w), d_y = to_gpu(std::vector<float>(T * y_token_stride, 0.0f));
+                args.x = d_x.f32();
+                args.w = d_w.data();
+                args.y = d_y.f32();
+                const Status st = gpu_->batched_matmul(args);
+                ASSERT_TRUE(st.is_ok()) << st.message();
+                char what[96];
+                std::snprintf(what, sizeof(what), "batched T%lld B%lld N%lld K%lld %s", static_cast<long long>(T),
+                              static_cast<long long>(s.b), static_cast<long long>(s.n), static_cast<long long>(s.k),
+                              s.layout == BatchedWeightLayout::kKN ? "kKN" : "kNK");
+                expect_close(dtype == DType::kBF16 ? "matmul_bf16_activations" : "matmul", dtype, what,
+                             from_gpu(d_y, T * y_token_stride), want);
+            }
+        }
+    }
+}
+
 // The stream-ordered pool: a buffer freed while an op that reads it may still run is not handed out
 // (and overwritten) before that op has run, and memory comes back 64-byte aligned.
 TEST_F(CudaBackendTest, FreedBuffersAreReusedInStreamOrder) {

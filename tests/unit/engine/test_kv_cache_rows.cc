@@ -47,6 +47,7 @@ public:
     Status embedding(const EmbeddingArgs& a) override { return cpu_->embedding(a); }
     Status rms_norm(const RmsNormArgs& a) override { return cpu_->rms_norm(a); }
     Status matmul(const MatmulArgs& a) override { return cpu_->matmul(a); }
+    Status batched_matmul(const BatchedMatmulArgs& a) override { return cpu_->batched_matmul(a); }
     Status rope(const RopeArgs& a) override { return cpu_->rope(a); }
     Status attention(const AttentionArgs& a) override { return cpu_->attention(a); }
     Status kv_cache_store(const KvCacheStoreArgs& a) override {

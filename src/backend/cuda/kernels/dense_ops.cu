@@ -130,6 +130,15 @@ __global__ void f32_rows_to_bf16_kernel(const float* x, int64_t stride, int64_t 
     }
 }
 
+__global__ void f32_batched_rows_to_bf16_kernel(const float* x, int64_t token_stride, int64_t batch_stride,
+                                                int64_t rows, int64_t batches, int64_t cols, __nv_bfloat16* dst) {
+    const int64_t n = rows * batches * cols;
+    for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x) {
+        const int64_t r = i / cols, c = i % cols, t = r / batches, b = r % batches;
+        dst[i] = __float2bfloat16_rn(x[t * token_stride + b * batch_stride + c]);
+    }
+}
+
 __global__ void add_bias_kernel(float* y, int64_t stride, const void* bias, DType dtype, int64_t rows, int64_t cols) {
     const int64_t n = rows * cols;
     for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x) {
@@ -192,6 +201,15 @@ cudaError_t launch_f32_rows_to_bf16(const float* x, int64_t x_row_stride, int64_
     if (num_rows == 0 || num_cols == 0) return cudaSuccess;
     f32_rows_to_bf16_kernel<<<grid_for(num_rows * num_cols), kThreads, 0, stream>>>(
         x, x_row_stride, num_rows, num_cols, static_cast<__nv_bfloat16*>(dst));
+    return cudaGetLastError();
+}
+
+cudaError_t launch_f32_batched_rows_to_bf16(const float* x, int64_t x_token_stride, int64_t x_batch_stride,
+                                            int64_t num_rows, int64_t num_batches, int64_t num_cols, void* dst,
+                                            cudaStream_t stream) {
+    if (num_rows == 0 || num_batches == 0 || num_cols == 0) return cudaSuccess;
+    f32_batched_rows_to_bf16_kernel<<<grid_for(num_rows * num_batches * num_cols), kThreads, 0, stream>>>(
+        x, x_token_stride, x_batch_stride, num_rows, num_batches, num_cols, static_cast<__nv_bfloat16*>(dst));
     return cudaGetLastError();
 }
 

@@ -36,6 +36,12 @@ cudaError_t launch_to_f32(const void* src, DType src_dtype, float* dst, int64_t 
 cudaError_t launch_f32_rows_to_bf16(const float* x, int64_t x_row_stride, int64_t num_rows, int64_t num_cols,
                                     void* dst, cudaStream_t stream);
 
+// dst[t, b, k] = bf16(x[t·x_token_stride + b·x_batch_stride + k]) (round to nearest even) for T × B rows of K:
+// the activations of a batched bf16 GEMM (BatchedMatmulArgs). dst: [T, B, K] bf16, device, packed.
+cudaError_t launch_f32_batched_rows_to_bf16(const float* x, int64_t x_token_stride, int64_t x_batch_stride,
+                                            int64_t num_rows, int64_t num_batches, int64_t num_cols, void* dst,
+                                            cudaStream_t stream);
+
 // y[t, n] += float(bias[n]) for T rows of N columns (row stride y_row_stride).
 cudaError_t launch_add_bias(float* y, int64_t y_row_stride, const void* bias, DType bias_dtype, int64_t num_rows,
                             int64_t num_cols, cudaStream_t stream);  // y: [T, N] fp32, bias: [N], device

@@ -4,6 +4,7 @@
 
 #include "backend/cuda/kernels/attention.cuh"
 #include "backend/cuda/kernels/flash_attention.cuh"
+#include "backend/cuda/kernels/flash_softmax.cuh"
 #include "backend/cuda/kernels/moe_common.cuh"
 
 namespace epinfer::cuda {
@@ -40,18 +41,6 @@ constexpr size_t pipe_bytes() {
 template <int D>
 __device__ __forceinline__ int swizzle(int key, int chunk) {
     return key * D + ((chunk ^ (key & 7)) << 3);
-}
-
-__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], const void* smem_row) {
-    const uint32_t addr = static_cast<uint32_t>(__cvta_generic_to_shared(smem_row));
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-                 : "r"(addr));
-}
-
-__device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
-    const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
-    return *reinterpret_cast<const uint32_t*>(&v);
 }
 
 // kDecode: the block's ≤ 16 rows are shared by all warps, each taking 16 keys of a tile; else each warp
@@ -222,51 +211,11 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
                     mma_bf16_16816(s[2 * np + 1], qf[kk], r[2], r[3]);
                 }
             }
-            // Online softmax (base 2), rows g (hr 0) and g + 8 (hr 1).
-            const int key0 = key_begin + tile * kTileKeys + key_slice;
+            // Online softmax, rows g (hr 0) and g + 8 (hr 1): keys up to the row's position and the split's end.
+            const int key_limit[2] = {min(pos[0] + 1, key_end), min(pos[1] + 1, key_end)};
             float corr[2];
-#pragma unroll
-            for (int hr = 0; hr < 2; ++hr) {
-                float mx = -INFINITY;
-#pragma unroll
-                for (int n = 0; n < kSliceKeys / 8; ++n) {
-#pragma unroll
-                    for (int e = 0; e < 2; ++e) {
-                        const int j = key0 + n * 8 + 2 * q4 + e;
-                        const bool valid = active[hr] && j <= pos[hr] && j < key_end;
-                        const float x = valid ? s[n][2 * hr + e] * scale_log2 : -INFINITY;
-                        s[n][2 * hr + e] = x;
-                        mx = fmaxf(mx, x);
-                    }
-                }
-                mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-                mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-                const float m_new = fmaxf(m[hr], mx);
-                corr[hr] = m_new == -INFINITY ? 1.0f : exp2f(m[hr] - m_new);
-                float sum = 0.0f;
-#pragma unroll
-                for (int n = 0; n < kSliceKeys / 8; ++n) {
-#pragma unroll
-                    for (int e = 0; e < 2; ++e) {
-                        const float p = m_new == -INFINITY ? 0.0f : exp2f(s[n][2 * hr + e] - m_new);
-                        s[n][2 * hr + e] = p;
-                        sum += p;
-                    }
-                }
-                l[hr] = l[hr] * corr[hr] + sum;
-                m[hr] = m_new;
-            }
-            // Rescale o only when some row's max moved (after the first tiles it rarely does): a warp-uniform
-            // branch skips D / 2 multiplications per row pair.
-            if (!__all_sync(0xffffffffu, corr[0] == 1.0f && corr[1] == 1.0f)) {
-#pragma unroll
-                for (int n = 0; n < D / 8; ++n) {
-                    o[n][0] *= corr[0];
-                    o[n][1] *= corr[0];
-                    o[n][2] *= corr[1];
-                    o[n][3] *= corr[1];
-                }
-            }
+            online_softmax_tile(s, key_begin + tile * kTileKeys + key_slice, key_limit, scale_log2, m, l, corr);
+            rescale_rows(o, corr);
             // o += p · v: the score accumulators are the A fragments (FlashAttention-2's register reuse).
 #pragma unroll
             for (int kk = 0; kk < kSliceKeys / 16; ++kk) {

@@ -1,4 +1,4 @@
-// Device helpers shared by the MoE kernels: 16-byte async copies, ldmatrix, bf16 mma.sync (sm_80+), and
+// Device helpers shared by the MoE and attention kernels: 16-byte async copies, ldmatrix, bf16 mma.sync (sm_80+), and
 // fp32 arithmetic pinned to round-to-nearest so that results match the CPU reference bit for bit.
 // Device code only (include from .cu files).
 #pragma once
@@ -47,6 +47,20 @@ __device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], const void* smem_r
     asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
                  : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
                  : "r"(addr));
+}
+
+// The same, each matrix transposed (the B operand of p · V from a [keys, D] row-major tile).
+__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], const void* smem_row) {
+    const uint32_t addr = static_cast<uint32_t>(__cvta_generic_to_shared(smem_row));
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(addr));
+}
+
+// Two fp32 values as one bf16 pair (round to nearest even), lo in the low half: an mma.sync A/B register.
+__device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
+    const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+    return *reinterpret_cast<const uint32_t*>(&v);
 }
 
 // d += a · b for one m16n8k16 tile: a [16, 16] bf16 row-major, b [16, 8] bf16 col-major, d [16, 8] fp32.

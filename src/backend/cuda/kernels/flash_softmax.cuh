@@ -1,0 +1,68 @@
+// The online softmax of FlashAttention-2 (Dao 2023, arXiv:2307.08691) on mma.sync m16n8 score fragments,
+// shared by the flash and MLA attention kernels. A thread holds two rows of a warp's 16: s[n][0..1] are row
+// g = lane / 4 and s[n][2..3] row g + 8, at keys key0 + n · 8 + 2 · (lane % 4) + {0, 1}; the four lanes of a
+// row hold its other keys. Base 2: scores are scaled by scale · log2(e) and exponentiated with exp2f.
+// Device code only (include from .cu files).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cmath>
+
+namespace epinfer::cuda {
+
+// Turns one tile's scores into probabilities in place: keys at or past key_limit[hr] of row hr are masked
+// out, m (the running max) and l (this lane's running sum) move to the tile, corr[hr] = exp2(m_old − m_new)
+// is the factor the row's output accumulator must take (1 when the max did not move).
+template <int kN>
+__device__ __forceinline__ void online_softmax_tile(float (&s)[kN][4], int key0, const int (&key_limit)[2],
+                                                    float scale_log2, float (&m)[2], float (&l)[2],
+                                                    float (&corr)[2]) {
+    const int q4 = threadIdx.x % 4;
+#pragma unroll
+    for (int hr = 0; hr < 2; ++hr) {
+        float mx = -INFINITY;
+#pragma unroll
+        for (int n = 0; n < kN; ++n) {
+#pragma unroll
+            for (int e = 0; e < 2; ++e) {
+                const int j = key0 + n * 8 + 2 * q4 + e;
+                const float x = j < key_limit[hr] ? s[n][2 * hr + e] * scale_log2 : -INFINITY;
+                s[n][2 * hr + e] = x;
+                mx = fmaxf(mx, x);
+            }
+        }
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+        const float m_new = fmaxf(m[hr], mx);
+        corr[hr] = m_new == -INFINITY ? 1.0f : exp2f(m[hr] - m_new);
+        float sum = 0.0f;
+#pragma unroll
+        for (int n = 0; n < kN; ++n) {
+#pragma unroll
+            for (int e = 0; e < 2; ++e) {
+                const float p = m_new == -INFINITY ? 0.0f : exp2f(s[n][2 * hr + e] - m_new);
+                s[n][2 * hr + e] = p;
+                sum += p;
+            }
+        }
+        l[hr] = l[hr] * corr[hr] + sum;
+        m[hr] = m_new;
+    }
+}
+
+// o[n][0..1] *= corr[0], o[n][2..3] *= corr[1], skipped by the whole warp when no row's max moved (after the
+// first tiles it rarely does).
+template <int kN>
+__device__ __forceinline__ void rescale_rows(float (&o)[kN][4], const float (&corr)[2]) {
+    if (__all_sync(0xffffffffu, corr[0] == 1.0f && corr[1] == 1.0f)) return;
+#pragma unroll
+    for (int n = 0; n < kN; ++n) {
+        o[n][0] *= corr[0];
+        o[n][1] *= corr[0];
+        o[n][2] *= corr[1];
+        o[n][3] *= corr[1];
+    }
+}
+
+}  // namespace epinfer::cuda
