@@ -1,10 +1,16 @@
 #!/usr/bin/env python3
 """Writes the engine-calibrated multi-GPU H200 profiles of this folder:
   h200x2_nvlink_epinfer_2026-11-29.json, h200x2_no_p2p_epinfer_2026-11-29.json (2 H200s),
-  h200x4_nvlink_epinfer_2026-11-29.json, h200x4_no_p2p_epinfer_2026-11-29.json (4 H200s).
+  h200x4_nvlink_epinfer_2026-11-29.json, h200x4_no_p2p_epinfer_2026-11-29.json (4 H200s), over the one-GPU
+  calibration of the engine of 2026-11-29 (h200_epinfer_2026-11-29.json: fp32 KV cache, commit 6c868cd);
+  h200x2_nvlink_epinfer_2026-11-30.json, h200x2_no_p2p_epinfer_2026-11-30.json (2 H200s), over the one-GPU
+  calibration of the engine of 2026-11-30 (h200_epinfer_2026-11-30.json: bf16 KV cache, flash attention, the
+  gemv MoE tile; commit dc6daa7 + working tree). Both use the same 2026-11-29 NCCL runs (no collective was
+  measured again); no 4-GPU profile is made over the 2026-11-30 base, since the 4-GPU host_round_trip_us
+  was fitted against predictions with the 2026-11-29 base.
 
-Each is what `epinfer bench comm --device cuda --ranks N ... --profile-out OUT --base-profile
-profiles/measured/h200_epinfer_2026-11-29.json` writes (planner/calibration.h calibrated_profile_json):
+Each is what `epinfer bench comm --device cuda --ranks N ... --profile-out OUT --base-profile BASE` writes
+(planner/calibration.h calibrated_profile_json), BASE the one-GPU profile of its date:
 the one-GPU engine calibration (gpu.*) with intra_node.{all_reduce, all_gather, all_to_all} replaced by
 the N x H200 measurements (the bench's --profile-out of that run, copied verbatim: the same points give the
 same least-squares fit):
@@ -14,9 +20,12 @@ same least-squares fit):
     and the 4-rank table, plus the 2-rank table of the 2-GPU run (the same H200 SXM NV18 machine type, the
     same link setting), which the planner uses for the 2-rank groups of a 4-GPU layout (tp2-pp2);
 plus what the bench does not measure:
-  - gpu.eager_kernel_us: fitted to the one-GPU --no-decode-graphs runs (below);
-  - gpu.host_round_trip_us (4-GPU profiles only): FITTED to the dp4-ep4 layout runs these profiles are
-    compared with (below; the 2-GPU profiles carry none, so dp2-ep2 is priced without it);
+  - gpu.eager_kernel_us: fitted to the one-GPU --no-decode-graphs runs of the base's engine (below; the
+    base's own figure);
+  - gpu.host_round_trip_us: in the 4-GPU profiles FITTED to the dp4-ep4 layout runs these profiles are
+    compared with (below); the 2-GPU profiles of 2026-11-29 carry none (dp2-ep2 priced without it), those
+    of 2026-11-30 carry the same 4-GPU figure (the same host type; fitted to the 4-GPU runs, not to the
+    2-GPU points they are compared with);
   - intra_node.send_recv: estimated from the measured 2-rank all_gather (a 2-rank all_gather of 2s bytes is
     one send/recv of s bytes per rank), in both the 2- and 4-GPU profiles;
   - intra_node.kind and note of the no-P2P run (NCCL_P2P_DISABLE=1: traffic through host memory);
@@ -33,16 +42,22 @@ import json
 import os
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-BASE = "profiles/measured/h200_epinfer_2026-11-29.json"
 SCRIPT = "profiles/measured/make_h200xn_epinfer_profiles.py"
+GRAPH_KERNEL_US = 0.5  # gpu.graph_kernel_us of both bases
 
-# One H200, Qwen3-30B-A3B shape, closed loop 128/128, TPOT p50 ms with decode graphs and with
-# --no-decode-graphs (same session, docs/benchmarks/planner.md) at C = 1, 8, 64, 256, and the engine's
-# kernels per decode step there (planner/engine_facts.h: 48 x 23 + 4 below 17 rows, 48 x 28 + 5 above).
-GRAPH_MS = [8.24, 16.44, 26.02, 39.85]
-EAGER_MS = [9.83, 18.00, 28.04, 42.03]
-KERNELS = [1108, 1108, 1349, 1349]
-GRAPH_KERNEL_US = 0.5  # gpu.graph_kernel_us of the base
+# Per base date: one H200, Qwen3-30B-A3B shape, closed loop 128/128, TPOT p50 ms with decode graphs and
+# with --no-decode-graphs (same session, docs/benchmarks/planner.md) at C = 1, 8, 64, 256, and that
+# engine's kernels per decode step there (planner/engine_facts.h of the time).
+ENGINES = {
+    # engine 6c868cd: 48 x 23 + 4 below 17 rows, 48 x 28 + 5 above
+    "2026-11-29": {"graph_ms": [8.24, 16.44, 26.02, 39.85], "eager_ms": [9.83, 18.00, 28.04, 42.03],
+                   "kernels": [1108, 1108, 1349, 1349], "when": ""},
+    # engine dc6daa7 + working tree: 48 x 22 + 4 up to 16 rows, 48 x 27 + 5 at 64, 48 x 30 + 5 at 256 (the
+    # MoE permute's one-tile CUB sort, 4 kernels, above 1024 picks)
+    "2026-11-30": {"graph_ms": [5.60, 13.94, 22.04, 28.96], "eager_ms": [7.00, 15.49, 23.74, 30.59],
+                   "kernels": [1060, 1060, 1301, 1445],
+                   "when": ", 2026-11-30 05:43-05:46 UTC, commit dc6daa7 + working tree"},
+}
 
 # gpu.host_round_trip_us of the 4-GPU profiles. Under DP attention the engine makes 9 host round trips per
 # MoE layer (planner/engine_facts.h kEngineDpMoeHostRoundTrips: 2 copies of the routing to the host, 2 MPI
@@ -64,10 +79,21 @@ HOST_GAPS_MS = [m - p for measured, predicted in DP4EP4_TPOT_MS.values() for m, 
 HOST_ROUND_TRIP_US = round(1e3 * sum(HOST_GAPS_MS) / (len(HOST_GAPS_MS) * ROUND_TRIPS_PER_STEP), 1)
 PER_POINT_US = [1e3 * g / ROUND_TRIPS_PER_STEP for g in HOST_GAPS_MS]
 
-# Least squares through the origin of (eager - graph) = extra x kernels.
-EXTRA_US = (1e3 * sum((e - g) * k for e, g, k in zip(EAGER_MS, GRAPH_MS, KERNELS)) /
-            sum(k * k for k in KERNELS))
-EAGER_KERNEL_US = round(GRAPH_KERNEL_US + EXTRA_US, 2)
+
+def eager_fit(date):
+    """gpu.eager_kernel_us and its source: graph_kernel_us + the least squares through the origin of
+    (eager - graph) = extra x kernels over the four pairs of the base's engine."""
+    e = ENGINES[date]
+    extra = (1e3 * sum((x - g) * k for x, g, k in zip(e["eager_ms"], e["graph_ms"], e["kernels"])) /
+             sum(k * k for k in e["kernels"]))
+    gaps = " / ".join(f"{x - g:.2f}" for x, g in zip(e["eager_ms"], e["graph_ms"]))
+    kernels = " / ".join(str(k) for k in e["kernels"])
+    source = (f"one H200, Qwen3-30B-A3B shape, closed loop 128/128{e['when']} (docs/benchmarks/planner.md): "
+              f"TPOT with --no-decode-graphs minus with decode graphs, {gaps} ms at C = 1 / 8 / 64 / 256 over "
+              f"{kernels} kernels per step: least squares through the origin {extra:.3f} us per kernel more "
+              f"than graph_kernel_us 0.5 ({SCRIPT})")
+    return round(GRAPH_KERNEL_US + extra, 2), source
+
 
 NVLINK_NOTE = ("NV18 NVLink between the {n} H200s of the lent host; NCCL 2.28, NVLS off. all_reduce, "
                "all_gather, all_to_all measured by epinfer bench comm --device cuda (sources in each figure).")
@@ -81,7 +107,8 @@ NUMBER = {2: "Two", 4: "Four"}
 NCCL_FILES = {2: "h200x2_{link}_nccl_queued_2026-11-29.json", 4: "h200x4_{link}_nccl_2026-11-29.json"}
 RUNS = {2: "2026-11-29 20:39 UTC on 2 H200 SXM, NV18 NVLink (lent kind nvidia-h200-x2)",
         4: "2026-11-29 20:12 UTC on 4 H200 SXM, NV18 NVLink between every pair (lent kind nvidia-h200-x4)"}
-SETUPS = [(2, "nvlink"), (2, "no_p2p"), (4, "nvlink"), (4, "no_p2p")]
+SETUPS = [(2, "nvlink", "2026-11-29"), (2, "no_p2p", "2026-11-29"), (4, "nvlink", "2026-11-29"),
+          (4, "no_p2p", "2026-11-29"), (2, "nvlink", "2026-11-30"), (2, "no_p2p", "2026-11-30")]
 
 
 def figure(value, provenance, source):
@@ -114,21 +141,28 @@ def load(name):
         return json.load(f)
 
 
-def make(gpus, link):
+def make(gpus, link, date):
     nccl_file = NCCL_FILES[gpus].format(link=link)
     two_file = NCCL_FILES[2].format(link=link)
-    out_file = f"h200x{gpus}_{link}_epinfer_2026-11-29.json"
-    doc = load("h200_epinfer_2026-11-29.json")
+    out_file = f"h200x{gpus}_{link}_epinfer_{date}.json"
+    base = f"profiles/measured/h200_epinfer_{date}.json"
+    doc = load(os.path.basename(base))
     base_note = doc["note_calibration"]
     nccl = load(nccl_file)
     two = load(two_file)
     gpu = doc["gpu"]
-    gpu["eager_kernel_us"] = figure(
-        EAGER_KERNEL_US, "measured",
-        "one H200, Qwen3-30B-A3B shape, closed loop 128/128 (docs/benchmarks/planner.md): TPOT with "
-        "--no-decode-graphs minus with decode graphs, 1.59 / 1.56 / 2.02 / 2.18 ms at C = 1 / 8 / 64 / 256 "
-        "over 1108 / 1108 / 1349 / 1349 kernels per step: least squares through the origin "
-        f"{EXTRA_US:.3f} us per kernel more than graph_kernel_us 0.5 ({SCRIPT})")
+    eager_kernel_us, eager_source = eager_fit(date)
+    gpu["eager_kernel_us"] = figure(eager_kernel_us, "measured", eager_source)
+    if gpus == 2 and date != "2026-11-29":
+        gpu["host_round_trip_us"] = figure(
+            HOST_ROUND_TRIP_US, "estimate",
+            f"the 4-GPU profiles' figure (h200x4_*_epinfer_2026-11-29.json), fitted there to the Qwen3-235B-A22B "
+            f"dp4-ep4 runs on 4 H200 of the same host type (build 01c461a, docs/benchmarks/multi_gpu.md): least "
+            f"squares through the origin of TPOT p50 measured minus predicted with the figure at 0 over "
+            f"{ROUND_TRIPS_PER_STEP} host round trips per step, {HOST_ROUND_TRIP_US} us. Not fitted to the 2-GPU "
+            "runs this profile prices (dp2-ep2 of docs/benchmarks/multi_gpu.md, 2026-11-30); the 4-GPU points "
+            f"alone imply {min(PER_POINT_US):.0f}-{max(PER_POINT_US):.0f} us, growing with the step's rows "
+            f"({SCRIPT})")
     if gpus == 4:
         gpu["host_round_trip_us"] = figure(
             HOST_ROUND_TRIP_US, "estimate",
@@ -159,7 +193,7 @@ def make(gpus, link):
         intra["kind"] = "nvlink"
         intra["note"] = NVLINK_NOTE.format(n=gpus)
         description = (f"{NUMBER[gpus]} NVIDIA H200 SXM as epinfer uses them: the one-GPU engine calibration "
-                       f"(h200_epinfer_2026-11-29) with the collectives measured on {gpus} H200s linked by NV18 "
+                       f"(h200_epinfer_{date}) with the collectives measured on {gpus} H200s linked by NV18 "
                        "NVLink (NCCL 2.28, NVLS off), 2026-11-29")
     else:
         intra["kind"] = "pcie_no_p2p"
@@ -167,23 +201,23 @@ def make(gpus, link):
         intra["note"] = NO_P2P_NOTE.format(n=gpus, busbw=f"{busbw:.0f}")
         description = (f"{NUMBER[gpus]} NVIDIA H200 SXM as epinfer uses them with NCCL_P2P_DISABLE=1 (traffic "
                        "through host memory: a stand-in for PCIe boxes without P2P): the one-GPU engine "
-                       "calibration (h200_epinfer_2026-11-29) with the collectives measured that way, 2026-11-29")
+                       f"calibration (h200_epinfer_{date}) with the collectives measured that way, 2026-11-29")
     if gpus != 2:
         description += ("; 2-rank tables (for 2-rank groups) from 2 H200 SXM of a 2-GPU host of the same NV18 "
                         "type, the same link setting")
     doc["name"] = os.path.splitext(out_file)[0]
     doc["description"] = description
-    host_note = ("" if gpus == 2 else
+    host_note = ("" if gpus == 2 and date == "2026-11-29" else
                  ", gpu.host_round_trip_us fitted to the dp4-ep4 runs of docs/benchmarks/multi_gpu.md as its "
                  "source says")
     two_note = ("" if gpus == 2 else
                 f" and the 2-rank tables of profiles/measured/{two_file} ({RUNS[2]}: the same machine type) "
                 "before each 4-rank one")
     doc["note_calibration"] = (
-        f"{BASE} (gpu.* of the one-GPU engine calibration, its own note below) with "
+        f"{base} (gpu.* of the one-GPU engine calibration, its own note below) with "
         f"intra_node.all_reduce, intra_node.all_gather, intra_node.all_to_all of profiles/measured/{nccl_file} "
         f"(what `epinfer bench comm --device cuda --ranks {gpus} --min-bytes 1K --max-bytes 256M --iters 20 "
-        f"--profile-out OUT --base-profile {BASE}` writes from those measurements, {RUNS[gpus]}: queued_us, per "
+        f"--profile-out OUT --base-profile {base}` writes from those measurements, {RUNS[gpus]}: queued_us, per "
         "op of 20 ops issued back to back and waited for once, of the engine whose NCCL calls return once "
         f"queued){two_note}, intra_node.send_recv estimated from the 2-rank all_gather, gpu.eager_kernel_us "
         f"fitted as its source says{host_note}; written by {SCRIPT}")

@@ -1,6 +1,7 @@
 #include "planner/calibration.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <cmath>
 #include <nlohmann/json.hpp>
@@ -126,6 +127,28 @@ Result<MoeLayerFit> fit_moe_layers(const std::vector<MeasuredMoeLayer>& layers,
     return invalid_argument(fmt::format("MoE layer fit: no layer of T {} tokens", compute_bound_tokens));
 }
 
+Result<MoeEngineFit> fit_moe_engine(const std::vector<MeasuredMoeLayer>& layers, double graph_kernel_us) {
+    EPI_ASSIGN_OR_RETURN(MoeLayerFit fit,
+                         fit_moe_layers(layers, kMoeFitMaxMemoryBoundTokens, kMoeFitComputeBoundTokens));
+    const MeasuredMoeLayer* first = nullptr;  // fit_moe_layers found ≥ 2 layers of T ≤ 256
+    for (const MeasuredMoeLayer& l : layers) {
+        if (l.tokens > kMoeFitMaxMemoryBoundTokens) continue;
+        if (first == nullptr || l.tokens < first->tokens) first = &l;
+    }
+    if (first->kernels < 1) {
+        return invalid_argument(fmt::format("MoE engine fit: the layer of T {} has no kernel count (got {})",
+                                            first->tokens, first->kernels));
+    }
+    const double per_node_us = fit.latency_us / static_cast<double>(first->kernels);
+    if (per_node_us < graph_kernel_us) {
+        return invalid_argument(
+            fmt::format("MoE engine fit: latency {:.2f} us over {} graph nodes = {:.2f} us per node, below "
+                        "gpu.graph_kernel_us {}",
+                        fit.latency_us, first->kernels, per_node_us, graph_kernel_us));
+    }
+    return MoeEngineFit{fit, first->tokens, first->kernels, per_node_us - graph_kernel_us};
+}
+
 Result<double> engine_kernel_latency_us(const std::vector<double>& durations_us, double bytes,
                                         double bandwidth_gbps) {
     if (durations_us.empty() || !(bandwidth_gbps > 0)) {
@@ -174,6 +197,64 @@ Result<std::string> calibrated_profile_json(const std::string& base_json, const 
             matmul, fmt::format("cuBLAS bf16 GEMM {:.1f} TFLOP/s over gpu.bf16_tflops {:.1f}; {}",
                                 c.gemm_tflops, base.gpu.bf16_tflops.value, calibration.source));
     }
+    if (calibration.moe_engine.size() > 1) {
+        return invalid_argument("calibration: at most one set of MoE layers");
+    }
+    for (const MeasuredMoeEngine& m : calibration.moe_engine) {
+        const GpuSpec& gpu = base.gpu;
+        EPI_ASSIGN_OR_RETURN(MoeEngineFit fit, fit_moe_engine(m.layers, gpu.graph_kernel_us.value));
+        EPI_ASSIGN_OR_RETURN(double memory, efficiency(fit.layers.bandwidth_gbps, gpu.memory_bandwidth_gbps,
+                                                       "MoE layer GB/s", "memory_bandwidth_gbps"));
+        EPI_ASSIGN_OR_RETURN(double experts, efficiency(fit.layers.expert_tflops, gpu.bf16_tflops,
+                                                        "MoE grouped GEMM TFLOP/s", "bf16_tflops"));
+        std::vector<int64_t> tokens, nodes_tokens, nodes;
+        std::vector<double> times_us, gbytes;
+        const MeasuredMoeLayer* compute = nullptr;
+        for (const MeasuredMoeLayer& l : m.layers) {
+            nodes_tokens.push_back(l.tokens);
+            nodes.push_back(l.kernels);
+            if (l.tokens == kMoeFitComputeBoundTokens) compute = &l;
+            if (l.tokens > kMoeFitMaxMemoryBoundTokens) continue;
+            tokens.push_back(l.tokens);
+            times_us.push_back(l.time_us);
+            gbytes.push_back(l.weight_bytes / 1e9);
+        }
+        std::string node_counts;
+        for (size_t i = 0; i < nodes.size(); ++i) {
+            node_counts += fmt::format("{}T {}: {}", i ? ", " : "", nodes_tokens[i], nodes[i]);
+        }
+        std::string stream;
+        for (const MeasuredGpuCeilings& c : calibration.gpu_ceilings) {
+            stream = fmt::format("; the read-only stream of the same run reached {:.1f} GB/s ({:.3f})",
+                                 c.stream_read_gbps, c.stream_read_gbps / gpu.memory_bandwidth_gbps.value);
+        }
+        const std::string layer = fmt::format("the {} MoE layer, uniform routing", m.shape);
+        doc["gpu"]["memory_efficiency"] = measured_figure(
+            memory,
+            fmt::format("least-squares fit of time = latency + bytes / bandwidth (planner/calibration.h "
+                        "fit_moe_engine) over {}, T = {}: {:.1f} us for {:.4f} GB of touched experts: {:.1f} "
+                        "GB/s (latency {:.2f} us) over gpu.memory_bandwidth_gbps {:.1f}{}; {}",
+                        layer, fmt::join(tokens, ", "), fmt::join(times_us, ", "), fmt::join(gbytes, ", "),
+                        fit.layers.bandwidth_gbps, fit.layers.latency_us, gpu.memory_bandwidth_gbps.value,
+                        stream, calibration.source));
+        doc["gpu"]["expert_matmul_efficiency"] = measured_figure(
+            experts,
+            fmt::format("{} at T = {}: {:.1f} us for {:.0f} FLOP; minus the fitted latency {:.2f} us "
+                        "(gpu.memory_efficiency) = {:.1f} us: {:.1f} TFLOP/s over gpu.bf16_tflops {:.1f}; {}",
+                        layer, kMoeFitComputeBoundTokens, compute->time_us, compute->flops,
+                        fit.layers.latency_us, compute->time_us - fit.layers.latency_us,
+                        fit.layers.expert_tflops, gpu.bf16_tflops.value, calibration.source));
+        doc["gpu"]["kernel_latency_us"] = measured_figure(
+            fit.kernel_latency_us,
+            fmt::format(
+                "the fitted latency {:.2f} us of {} (gpu.memory_efficiency) over the {} nodes "
+                "(kernels, memsets) of its CUDA graph at T = {}, the fitted layer with the fewest "
+                "tokens: {:.2f} us per node, minus the base's gpu.graph_kernel_us {:.2f}; graph nodes "
+                "by size: {}; {}",
+                fit.layers.latency_us, layer, fit.kernels, fit.tokens,
+                fit.layers.latency_us / static_cast<double>(fit.kernels), gpu.graph_kernel_us.value,
+                node_counts, calibration.source));
+    }
     // A base that is itself calibrated keeps its name and its note (chained benches, or a measured base).
     const std::string suffix = "_measured";
     const bool measured_base =
@@ -190,9 +271,12 @@ Result<std::string> calibrated_profile_json(const std::string& base_json, const 
         replaced +=
             fmt::format("{}intra_node.{}", replaced.empty() ? "" : ", ", collective_name(m.collective));
     }
-    if (!calibration.gpu_ceilings.empty()) {
-        replaced +=
-            fmt::format("{}gpu.memory_efficiency, gpu.matmul_efficiency", replaced.empty() ? "" : ", ");
+    if (!calibration.gpu_ceilings.empty() || !calibration.moe_engine.empty()) {
+        replaced += fmt::format("{}gpu.memory_efficiency", replaced.empty() ? "" : ", ");
+    }
+    if (!calibration.gpu_ceilings.empty()) replaced += ", gpu.matmul_efficiency";
+    if (!calibration.moe_engine.empty()) {
+        replaced += ", gpu.expert_matmul_efficiency, gpu.kernel_latency_us (the engine's MoE layer)";
     }
     doc["note_calibration"] =
         fmt::format("{} with {} measured by: {}", base_source, replaced, calibration.source);

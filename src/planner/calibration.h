@@ -33,6 +33,7 @@ struct MeasuredMoeLayer {
     double weight_bytes = 0.0;  // distinct experts touched × bytes of one expert (the bench's "weight GB")
     double flops = 0.0;         // 2 · expert params · T · K (the bench's "GFLOP")
     double time_us = 0.0;
+    int64_t kernels = 0;  // nodes (kernels, memsets) of the layer's CUDA graph; 0: not counted
 };
 
 // What the engine's own kernels reach, from MoE layer times (gpu.memory_efficiency,
@@ -51,6 +52,30 @@ struct MoeLayerFit {
 // time is not above the latency.
 Result<MoeLayerFit> fit_moe_layers(const std::vector<MeasuredMoeLayer>& layers,
                                    int64_t max_memory_bound_tokens, int64_t compute_bound_tokens);
+
+// The sizes the engine fit of `epinfer bench moe --profile-out` takes: memory-bound up to 256 tokens, the
+// grouped GEMMs' rate at 1024 (docs/benchmarks/moe_h200.md: Qwen3-30B-A3B is compute-bound there).
+inline constexpr int64_t kMoeFitMaxMemoryBoundTokens = 256;
+inline constexpr int64_t kMoeFitComputeBoundTokens = 1024;
+
+// The GPU figures of the engine's own kernels from one shape's MoE layers.
+struct MoeEngineFit {
+    MoeLayerFit layers;   // fit_moe_layers(·, kMoeFitMaxMemoryBoundTokens, kMoeFitComputeBoundTokens)
+    int64_t tokens = 0;   // the fitted layer with the fewest tokens ...
+    int64_t kernels = 0;  // ... and its graph nodes
+    double kernel_latency_us = 0.0;  // layers.latency_us / kernels − graph_kernel_us
+};
+
+// fit_moe_layers over T ≤ 256 and T = 1024, then a kernel's latency: the fitted latency is the fixed time of
+// the layer's chain of graph nodes, each costing graph_kernel_us + kernel_latency_us in the cost model, so
+// kernel_latency_us = latency / kernels − graph_kernel_us. The chain is that of the fitted layer with the
+// fewest tokens (the intercept is the time at few bytes: the decode chain); the layer's node count can grow
+// with T (Qwen3-30B-A3B, CUDA 13: 5 nodes up to 128 tokens, 8 at 256 where the permute sorts with CUB, 13
+// at 1024), which the sources written by calibrated_profile_json list.
+// Example (2026-11-29, a 7-node chain): 59.96 µs / 7 − 0.5 µs = 8.07 µs.
+// Errors: those of fit_moe_layers; kInvalidArgument when that layer has no kernel count or the latency per
+// node is below graph_kernel_us.
+Result<MoeEngineFit> fit_moe_engine(const std::vector<MeasuredMoeLayer>& layers, double graph_kernel_us);
 
 // A kernel's fixed time beyond its bytes: (Σ durations_us − bytes / bandwidth) / number of kernels, from
 // the measured durations of a step's kernels (Nsight Compute) that together read `bytes`.
@@ -71,11 +96,18 @@ struct MeasuredGpuCeilings {
     double gemm_tflops = 0.0;       // cuBLAS bf16 GEMM, TFLOP/s
 };
 
+// The MoE layers of one model shape under uniform routing measured by `epinfer bench moe`.
+struct MeasuredMoeEngine {
+    std::string shape;                     // the model config's name, e.g. "qwen3_30b_a3b"
+    std::vector<MeasuredMoeLayer> layers;  // tokens ascending
+};
+
 // What the measurements are and where they came from; `source` is written into every replaced figure
 // (e.g. "epinfer bench comm --ranks 2 ... on host1, 2026-11-29T10:00:00Z, backend mpi").
 struct Calibration {
     std::vector<MeasuredCollective> collectives;    // replace intra_node.<collective>
-    std::vector<MeasuredGpuCeilings> gpu_ceilings;  // at most one: replace gpu.*_efficiency
+    std::vector<MeasuredGpuCeilings> gpu_ceilings;  // at most one: replace gpu.{memory,matmul}_efficiency
+    std::vector<MeasuredMoeEngine> moe_engine;      // at most one: the engine fit (calibrated_profile_json)
     std::string source;
 };
 
@@ -87,11 +119,16 @@ struct Calibration {
 //  - for measured GPU ceilings, gpu.memory_efficiency = stream GB/s / gpu.memory_bandwidth_gbps and
 //    gpu.matmul_efficiency = GEMM TFLOP/s / gpu.bf16_tflops (the base's peaks stay, so fp8/fp4 rates
 //    scale alike), "provenance": "measured";
+//  - for measured MoE layers, fit_moe_engine with the base's gpu.graph_kernel_us: gpu.memory_efficiency =
+//    fitted GB/s / gpu.memory_bandwidth_gbps (in place of the stream's, which its source then quotes),
+//    gpu.expert_matmul_efficiency = fitted TFLOP/s / gpu.bf16_tflops and gpu.kernel_latency_us, each
+//    source naming the shape, the sizes, times, bytes or FLOPs, node counts and fitted numbers;
 //  - name "<base name>_measured" (the base's name when it already ends so) and a note_calibration naming
 //    the source; the base's own note_calibration is kept as note_calibration_base (…base2, … when taken).
 // The result is checked with parse_hardware_profile. Errors: kInvalidArgument for a base that does not
-// parse (naming `base_source`), a collective with ranks < 2 or no points, or a ceiling above the base's
-// peak (efficiency > 1: a base profile of another GPU).
+// parse (naming `base_source`), a collective with ranks < 2 or no points, more than one set of ceilings or
+// of MoE layers, those of fit_moe_engine, or a ceiling or fitted rate above the base's peak (efficiency > 1:
+// a base profile of another GPU).
 Result<std::string> calibrated_profile_json(const std::string& base_json, const std::string& base_source,
                                             const Calibration& calibration);
 

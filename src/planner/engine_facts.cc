@@ -8,24 +8,32 @@ EngineKernels engine_kernels(const ModelCosts& m, int64_t rows) {
     const int64_t big = rows > kEngineSmallMatmulMaxRows ? 1 : 0;
     EngineKernels k;
     if (m.mla) {
-        k.attention = m.q_lora_rank > 0 ? 12 + 4 * big : 10 + 3 * big;
+        k.attention = m.q_lora_rank > 0 ? 17 + 4 * big : 15 + 3 * big;
     } else {
         k.attention = 11 + (m.qk_norm ? 2 : 0) + 4 * big;
     }
-    k.moe = 10 + big;
+    k.moe = 8 + big + engine_moe_permute_kernels(rows * m.top_k, m.n_experts);
     if (m.shared_width > 0) k.moe += 5 + 3 * big + (m.shared_expert_gate ? 1 + big : 0);
     k.dense_mlp = 6 + 3 * big;
     k.head = 4 + big;
     return k;
 }
 
+int64_t engine_moe_permute_kernels(int64_t picks, int64_t num_experts) {
+    if (picks <= kEnginePermuteOneBlockPicks) return 1;
+    if (picks <= kEngineSortOneTilePicks) return 4;
+    int64_t bits = 1;  // keys 0..E (E = a pick of another rank)
+    while ((int64_t{1} << bits) <= num_experts) ++bits;
+    return 7 + 2 * ((bits + 7) / 8);
+}
+
 int64_t engine_dp_moe_kernels(int moe_ep) {
     return 2 * static_cast<int64_t>(moe_ep);
 }
 
-bool engine_uses_decode_graph(const ModelCosts& m, int world_size, int64_t decode_rows,
+bool engine_uses_decode_graph(const ModelCosts&, int world_size, int64_t decode_rows,
                               int64_t prefill_rows) {
-    return world_size == 1 && !m.mla && prefill_rows == 0 && decode_rows >= 1 &&
+    return world_size == 1 && prefill_rows == 0 && decode_rows >= 1 &&
            decode_rows <= kEngineMaxGraphRows;
 }
 

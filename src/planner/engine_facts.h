@@ -14,29 +14,45 @@
 //   small matmuls     up to 16 rows: one fp32-activation kernel that reads W once
 //                     (backend/cuda/kernels/matmul_small_t.cuh kMatmulSmallTMaxRows); above, an f32→bf16
 //                     conversion of x and a cuBLAS GEMM: one more kernel per projection
-// Kernels per layer (one rank), `qkn` = 1 with per-head/full q/k norms, `big` = 1 when rows > 16:
+// Kernels per layer (one rank), `qkn` = 1 with per-head/full q/k norms, `big` = 1 when rows > 16 (counted
+// as the CUDA engine launches them, graph memset nodes included; backend/cuda/cuda_backend.cc):
 //   GQA attention  11 + 2·qkn + 4·big   input norm, q, k, v, [q_norm, k_norm], rope q, rope k, kv store k,
-//                                       kv store v, attention, o_proj, residual add
-//   MLA attention  12 + 4·big (10 + 3·big without q_lora)   input norm, q_a, q_a norm, q_b, rope q, kv_a,
-//                                       kv_a norm, rope latent, kv store, attention, o_proj, add; the per-
-//                                       sequence latent expansion (attention_mla.cc) is not counted
-//   MoE            10 + big             post norm, router, top-k, f32→bf16, permute, the split-K
-//                                       counters' memset, grouped gate_up, grouped down (each reducing
-//                                       its own split-K partials), combine, residual add (at ≤ 4 rows
-//                                       the kGemv tile: no split-K, no memset, one kernel fewer)
+//                                       kv store v, attention (the flash-attention kernel on a bf16 KV
+//                                       cache, kernels/flash_attention.cu), o_proj, residual add
+//   MLA attention  17 + 4·big (15 + 3·big without q_lora)   input norm, q_a, q_a norm, q_b, rope q, kv_a,
+//                                       kv_a norm, rope latent, kv store, the absorbed form of decode rows
+//                                       (layers/attention_mla.h: bf16 pack and batched GEMM of q_nope · W_UK,
+//                                       the q_pe copy, attention, bf16 pack and batched GEMM · W_UVᵀ),
+//                                       o_proj, add; a prompt chunk's expanded form is not counted
+//   MoE            8 + big + permute    post norm, router, top-k, f32→bf16, permute, grouped gate_up,
+//                                       grouped down, combine, residual add (cuda_moe_experts.cc
+//                                       run_grouped; split-K partials are reduced inside the GEMM
+//                                       kernels); the permute of p = rows·K picks (kernels/moe_permute.cu,
+//                                       engine_moe_permute_kernels): 1 kernel up to 1024 picks, 4 up to
+//                                       4864, 7 + 2·passes beyond
 //                  + 5 + 3·big per layer with shared experts (gate, up, silu·mul, down, add; + 1 + big
 //                                       with a sigmoid shared-expert gate)
 //   dense MLP      6 + 3·big            post norm, gate, up, silu·mul, down, add
 //   head           4 + big              embedding, final norm, LM head, argmax
-// Qwen3-30B-A3B at batch 1: 13 + 10 = 23 kernels per layer (Nsight Compute listed 23 with a separate
-// split-K reduction kernel in the counters' memset's place).
+// Not counted (they need the GPU's SM count, which profiles do not give, or the context):
+//   - attention's combine kernel, launched when the keys are split over blocks: fewer blocks than the
+//     kernel aims at (flash: 4 waves, query tiles · KV heads · ⌈group/16⌉ < 8 · SMs, a decode row being
+//     one tile) and block tables spanning
+//     more than 256 keys (64 for the CUDA-core kernel). Qwen3-30B-A3B decode on an H200: one more kernel
+//     per layer at every row count up to 256 once the longest context passes 256 tokens, none at 1024 rows;
+//   - the split-K tile counters' memset, one node when the narrow MoE tile splits K (a grid under 4 waves:
+//     Qwen3-30B-A3B at 5–10 rows on 132 SMs; never with the ≤ 4-row kGemv tile or the wide tile).
+// Qwen3-30B-A3B (contexts ≤ 256): 13 + 9 = 22 kernels per layer at 1 and 8 rows, 17 + 10 = 27 at 64,
+// 17 + 13 = 30 at 256, 17 + 18 = 35 at 1024. Nsight Compute listed 23 at batch 1 on 2026-11-29 (engine
+// 6c868cd: a separate split-K reduction kernel after gate_up; the kGemv tile came on 2026-11-30).
 //
 // How a step is launched and synchronised (cost_model.h prices each of these):
 //   decode graphs     a micro-batch replays a captured CUDA graph only when the model runs on one rank
-//                     (no ParallelContext), has GQA attention, samples greedily and every sequence brings
-//                     one new token, at most kEngineMaxGraphRows of them (models/model_decode_graph.cc
-//                     Model::decode_graph_fits); every other forward (prompt chunks, > 256 rows, MLA, any
-//                     layout of more than one rank) launches its kernels one by one from the host
+//                     (no ParallelContext), samples greedily and every sequence brings one new token, at
+//                     most kEngineMaxGraphRows of them (models/model_decode_graph.cc
+//                     Model::decode_graph_fits; MLA's decode rows take the absorbed form, recordable too);
+//                     every other forward (prompt chunks, > 256 rows, any layout of more than one rank)
+//                     launches its kernels one by one from the host
 //   collectives       every NCCL call of the engine (all-reduce, all-to-all, pipeline send/recv) returns
 //                     once queued on the communicator's stream (comm/nccl_communicator.h; a watchdog thread
 //                     bounds it), so the GPU runs it between the kernels around it; the host waits once
@@ -80,6 +96,12 @@ inline constexpr int64_t kEngineMaxStepTokens = 2048;       // default --max-ste
 inline constexpr int64_t kEngineMaxGraphRows = 256;         // models/model.h Model::kMaxGraphRows
 inline constexpr int kEngineOutputBroadcasts = 2;           // pp > 1: sampled ids and non-finite flags
 inline constexpr int kEngineDpMoeHostRoundTrips = 9;        // per MoE layer under DP attention (above)
+// MoE permute (kernels/moe_permute.cu): up to this many picks, one block plans everything (kSmallPicks);
+inline constexpr int64_t kEnginePermuteOneBlockPicks = 1024;
+// up to this many, CUB's radix sort is one single-tile kernel (256 threads × 19 keys on sm_90, CUDA 13's
+// CUB); beyond, its onesweep path: 2 memsets, histogram, exclusive sum, then a memset and a kernel per
+// 8-bit pass over the keys 0..E.
+inline constexpr int64_t kEngineSortOneTilePicks = 4864;
 
 // Whether one forward of a micro-batch with `decode_rows` one-token sequences and `prefill_rows` prompt
 // rows replays a decode CUDA graph on a layout of `world_size` ranks (greedy sampling assumed, as bench).
@@ -94,6 +116,13 @@ struct EngineKernels {
     int64_t head = 0;       // embedding, final norm, LM head, sampling
 };
 EngineKernels engine_kernels(const ModelCosts& model, int64_t rows);
+
+// Kernels and memsets the MoE permute launches for `picks` = rows · K picks over `num_experts` experts
+// (the model's E; a rank's block under EP may need fewer key bits): 1 (≤ kEnginePermuteOneBlockPicks),
+// 4 (keys, the one-tile sort, slots, finalize; ≤ kEngineSortOneTilePicks), else 7 + 2·⌈bits/8⌉ with bits
+// the width of E (keys, 2 memsets, histogram, exclusive sum, a memset and a onesweep kernel per pass,
+// slots, finalize). Qwen3-30B-A3B (K 8, E 128): 1 up to 128 rows, 4 at 256, 9 at 1024.
+int64_t engine_moe_permute_kernels(int64_t picks, int64_t num_experts);
 
 // Kernels DP attention's MoE adds per MoE layer on a rank with tokens (above): the dispatch's gather of the
 // rows to send, and the combine's moe_ep gathers and moe_ep − 1 adds. 2·moe_ep.

@@ -3,11 +3,14 @@
 //   epinfer bench moe                                   # the four shapes of tests/data/configs, every size
 //   epinfer bench moe --model-config tests/data/configs/qwen3_30b_a3b.json --tokens 1,64 --routing zipf
 //   epinfer bench moe --json moe.json                   # for bench/moe_peers.py --epinfer-json moe.json
-//   epinfer bench moe --tokens 1 --profile-out mine.json --base-profile h200_sxm
 // Prints the ceilings measured in the same run (read-only stream over 4 GiB, cuBLAS bf16 GEMM), then one
 // row per (shape, routing, tokens). Without a GPU (or without -DEPINFER_CUDA=ON) it exits with one line.
-// --profile-out writes the base profile with gpu.memory_efficiency = stream GB/s / memory_bandwidth_gbps and
-// gpu.matmul_efficiency = GEMM TFLOP/s / bf16_tflops, measured (profile_out.h, docs/planner.md).
+// --profile-out writes the base profile with gpu.matmul_efficiency = GEMM TFLOP/s / bf16_tflops and, from
+// the layers of one --model-config under uniform routing at ≥ 2 sizes ≤ 256 tokens and at 1024, the
+// engine fit (planner/calibration.h fit_moe_engine): gpu.memory_efficiency, gpu.expert_matmul_efficiency
+// and gpu.kernel_latency_us; without those rows gpu.memory_efficiency = stream GB/s /
+// memory_bandwidth_gbps and one line says what was not fitted and why (profile_out.h, docs/planner.md).
+// e.g. --model-config tests/data/configs/qwen3_30b_a3b.json --routing uniform --tokens 1,8,64,256,1024.
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
@@ -23,6 +26,8 @@
 
 #include "checkpoint/hf_config.h"
 #include "commands.h"
+#include "planner/calibration.h"
+#include "planner/hardware_profile.h"
 #include "profile_out.h"
 #if EPINFER_WITH_CUDA
 #include "backend/cuda/moe_bench.h"
@@ -113,6 +118,7 @@ nlohmann::json row_json(const MoeBenchRow& r, const cuda::CudaMoeLayerConfig& c)
             {"weight_bytes", r.weight_bytes},
             {"flops", r.flops},
             {"time_us", r.time_us},
+            {"graph_nodes", r.graph_nodes},
             {"sol", sol(r.weight_bytes, r.flops, r.time_us)},
             {"routed_weight_bytes", r.routed_weight_bytes},
             {"routed_flops", r.routed_flops},
@@ -121,6 +127,56 @@ nlohmann::json row_json(const MoeBenchRow& r, const cuda::CudaMoeLayerConfig& c)
             {"routing_exact", r.routing_exact},
             {"routing_note", r.routing_note},
             {"tiling", r.tiling}};
+}
+
+// The layers the engine fit takes: those of the one shape under uniform routing, tokens ascending.
+// Errors: kInvalidArgument naming what the run lacks (several shapes, no uniform routing).
+Result<planner::MeasuredMoeEngine> engine_layers(const std::vector<cuda::MoeBenchShape>& shapes,
+                                                 const std::vector<MoeBenchRow>& rows) {
+    if (shapes.size() != 1) {
+        return invalid_argument(fmt::format("{} --model-config shapes, the fit takes one", shapes.size()));
+    }
+    planner::MeasuredMoeEngine engine{shapes[0].name, {}};
+    for (const MoeBenchRow& r : rows) {
+        if (r.routing != cuda::MoeBenchRouting::kUniform) continue;
+        engine.layers.push_back({r.tokens, r.weight_bytes, r.flops, r.time_us, r.graph_nodes});
+    }
+    if (engine.layers.empty()) return invalid_argument("no uniform routing (--routing uniform)");
+    std::sort(engine.layers.begin(), engine.layers.end(),
+              [](const auto& a, const auto& b) { return a.tokens < b.tokens; });
+    return engine;
+}
+
+// Writes --profile-out: the ceilings, and the engine fit when the run has what it needs (else one line
+// saying which figures were not fitted and why).
+Status write_profile(const BenchMoeOptions& opts, const BaseProfile& base, const cuda::MoeBenchCeilings& ceil,
+                     const std::vector<cuda::MoeBenchShape>& shapes, const std::vector<MoeBenchRow>& rows) {
+    planner::Calibration cal;
+    cal.source =
+        fmt::format("{}, GPU {}, driver {}", calibration_source(), ceil.gpu_name, ceil.driver_version);
+    cal.gpu_ceilings.push_back({ceil.stream_read_gbps, ceil.gemm_tflops});
+    EPI_ASSIGN_OR_RETURN(planner::HardwareProfile profile,
+                         planner::parse_hardware_profile(base.text, base.path));
+    Result<planner::MeasuredMoeEngine> engine = engine_layers(shapes, rows);
+    Result<planner::MoeEngineFit> fit = engine.status();
+    if (engine.is_ok()) fit = planner::fit_moe_engine(engine->layers, profile.gpu.graph_kernel_us.value);
+    if (fit.is_ok()) {
+        cal.moe_engine.push_back(*engine);
+        fmt::print(
+            "--profile-out {}: engine fit over {}: {:.1f} GB/s, latency {:.2f} us over {} graph nodes at "
+            "T {} ({:.2f} us per kernel beyond gpu.graph_kernel_us), {:.1f} TFLOP/s at T {}\n",
+            opts.profile_out, engine->shape, fit->layers.bandwidth_gbps, fit->layers.latency_us, fit->kernels,
+            fit->tokens, fit->kernel_latency_us, fit->layers.expert_tflops,
+            planner::kMoeFitComputeBoundTokens);
+    } else {
+        fmt::print(
+            "--profile-out {}: gpu.expert_matmul_efficiency and gpu.kernel_latency_us not fitted (kept from "
+            "the base), gpu.memory_efficiency from the read-only stream: {} (the engine fit needs one "
+            "--model-config, uniform routing, >= 2 sizes <= {} tokens and {})\n",
+            opts.profile_out, fit.status().message(), planner::kMoeFitMaxMemoryBoundTokens,
+            planner::kMoeFitComputeBoundTokens);
+    }
+    return write_calibrated_profile(opts.profile_out, base, cal);
 }
 
 Status run_bench_moe(const BenchMoeOptions& opts) {
@@ -152,26 +208,23 @@ Status run_bench_moe(const BenchMoeOptions& opts) {
     }
     EPI_ASSIGN_OR_RETURN(cuda::MoeBenchCeilings ceil, cuda::cuda_bench_ceilings());
     print_bench_ceilings(ceil);
-    if (!opts.profile_out.empty()) {
-        planner::Calibration cal;
-        cal.source = fmt::format("{}, GPU {}, driver {}", calibration_source(), ceil.gpu_name, ceil.driver_version);
-        cal.gpu_ceilings.push_back({ceil.stream_read_gbps, ceil.gemm_tflops});
-        EPI_RETURN_IF_ERROR(write_calibrated_profile(opts.profile_out, base, cal));
-    }
     fmt::print("{:<24} {:<7} {:>6} {:>5} {:>9} {:>10} {:>10} {:>7} {:>7} {:>5} {:>10} {:>5}  {}\n", "shape", "routing",
                "T", "exp", "GB", "GFLOP", "time_us", "GB/s", "TFLOP/s", "SOL", "routed_us", "rSOL", "tiling");
     nlohmann::json doc = bench_ceilings_json(ceil);
     doc["repeats"] = opts.repeats;
     doc["seed"] = opts.seed;
     doc["rows"] = nlohmann::json::array();
+    std::vector<MoeBenchRow> rows;
     for (const cuda::MoeBenchShape& shape : shapes) {
         auto result = cuda::cuda_bench_moe(shape, bench);
         if (!result.is_ok()) return result.status().with_context(fmt::format("bench moe {}", shape.name));
         for (const MoeBenchRow& row : result.value()) {
             print_row(row);
             doc["rows"].push_back(row_json(row, shape.layer));
+            rows.push_back(row);
         }
     }
+    if (!opts.profile_out.empty()) EPI_RETURN_IF_ERROR(write_profile(opts, base, ceil, shapes, rows));
     if (!opts.json_path.empty()) {
         std::ofstream out(opts.json_path);
         out << doc.dump(2) << "\n";
@@ -207,9 +260,12 @@ void add_bench_moe_command(CLI::App& bench) {
     moe->add_option("--narrow-max-rows", opts->narrow_max_rows,
                     "tuning: decode-size tiles up to this many rows per expert (T·K/E); default: the layer's");
     moe->add_option("--json", opts->json_path, "also write the results to this JSON file");
-    moe->add_option("--profile-out", opts->profile_out,
-                    "also write a hardware profile (for plan --hardware) with the measured memory and matmul "
-                    "efficiencies");
+    moe->add_option(
+        "--profile-out", opts->profile_out,
+        "also write a hardware profile (for plan --hardware): cuBLAS's matmul efficiency and, for "
+        "one --model-config with uniform routing at >= 2 sizes <= 256 tokens and at 1024, the "
+        "engine's memory and expert-GEMM efficiencies and kernel latency (else the stream's memory "
+        "efficiency)");
     moe->add_option("--base-profile", opts->base_profile,
                     "profile (name or FILE.json) whose other figures --profile-out keeps; required with it");
     moe->callback([opts] { exit_on_error(run_bench_moe(*opts)); });

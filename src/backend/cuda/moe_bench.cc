@@ -304,6 +304,9 @@ Result<std::vector<MoeBenchRow>> cuda_bench_moe(const MoeBenchShape& shape, cons
                                         full, full_graph));
             EPI_RETURN_IF_ERROR(capture(*layer, weights, logits.as<float>(), x.data(), t, out.as<float>(), s.stream,
                                         routed, routed_graph));
+            size_t nodes = 0;
+            EPI_CUDA_CHECK(cudaGraphGetNodes(full_graph.graph, nullptr, &nodes));
+            row.graph_nodes = static_cast<int64_t>(nodes);
             auto run_full = [&] { return cudaGraphLaunch(full_graph.exec, s.stream); };
             auto run_routed = [&] { return cudaGraphLaunch(routed_graph.exec, s.stream); };
             for (int w = 0; w < kWarmups; ++w) {

@@ -56,6 +56,7 @@ struct MoeBenchRow {
     double weight_bytes = 0;      // touched routed experts + shared expert
     double flops = 0;
     double time_us = 0;           // the whole layer, median
+    int64_t graph_nodes = 0;      // nodes (kernels, memsets) of the whole layer's CUDA graph
     double routed_weight_bytes = 0;
     double routed_flops = 0;
     double routed_time_us = 0;    // routed experts only (the peers' work), median

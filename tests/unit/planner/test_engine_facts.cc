@@ -31,19 +31,42 @@ ModelCosts qwen3_30b() {
 }
 
 TEST(EngineFacts, KernelsPerLayerQwen3) {
-    // Batch 1: input norm, q, k, v, q_norm, k_norm, 2 rope, 2 kv store, attention, o_proj, add = 13; post
-    // norm, router, top-k, f32→bf16, permute, gate_up, reduce, down, combine, add = 10: the 23 Nsight lists.
+    // Batch 1: input norm, q, k, v, q_norm, k_norm, 2 rope, 2 kv store, flash attention, o_proj, add = 13;
+    // post norm, router, top-k, f32→bf16, permute (one block), gate_up, down (kGemv: no split-K), combine,
+    // add = 9.
     ModelCosts m = qwen3_30b();
     EngineKernels one = engine_kernels(m, 1);
     EXPECT_EQ(one.attention, 13);
-    EXPECT_EQ(one.moe, 10);
+    EXPECT_EQ(one.moe, 9);
     EXPECT_EQ(one.head, 4);
+    // 8 rows: the narrow tile (its split-K memset at 5–10 rows is not counted).
+    EXPECT_EQ(engine_kernels(m, 8).attention, 13);
+    EXPECT_EQ(engine_kernels(m, 8).moe, 9);
     // Past 16 rows each projection (q, k, v, o, router, LM head) adds its f32→bf16 conversion.
     EXPECT_EQ(engine_kernels(m, 16).attention, 13);
     EngineKernels big = engine_kernels(m, 17);
     EXPECT_EQ(big.attention, 17);
-    EXPECT_EQ(big.moe, 11);
+    EXPECT_EQ(big.moe, 10);
     EXPECT_EQ(big.head, 5);
+    EXPECT_EQ(engine_kernels(m, 64).moe, 10);
+    EXPECT_EQ(engine_kernels(m, 128).moe, 10);  // 1024 picks: still the one-block permute
+    // 256 rows, 2048 picks: keys, CUB's one-tile sort, slots, finalize.
+    EXPECT_EQ(engine_kernels(m, 256).attention, 17);
+    EXPECT_EQ(engine_kernels(m, 256).moe, 8 + 1 + 4);
+    // 1024 rows, 8192 picks: keys, 2 memsets, histogram, exclusive sum, memset + onesweep (keys 0..128 in
+    // 8 bits: one pass), slots, finalize.
+    EXPECT_EQ(engine_kernels(m, 1024).attention, 17);
+    EXPECT_EQ(engine_kernels(m, 1024).moe, 8 + 1 + 9);
+}
+
+TEST(EngineFacts, MoePermuteKernels) {
+    EXPECT_EQ(engine_moe_permute_kernels(1, 128), 1);
+    EXPECT_EQ(engine_moe_permute_kernels(1024, 128), 1);
+    EXPECT_EQ(engine_moe_permute_kernels(1025, 128), 4);
+    EXPECT_EQ(engine_moe_permute_kernels(4864, 128), 4);
+    EXPECT_EQ(engine_moe_permute_kernels(4865, 128), 9);
+    EXPECT_EQ(engine_moe_permute_kernels(8192, 255), 9);   // keys 0..255: 8 bits, one pass
+    EXPECT_EQ(engine_moe_permute_kernels(8192, 256), 11);  // keys 0..256: 9 bits, two passes
 }
 
 TEST(EngineFacts, KvCacheIsBf16OnGpus) {
@@ -65,15 +88,16 @@ TEST(EngineFacts, DpAttentionMoeOnTheHost) {
 }
 
 TEST(EngineFacts, KernelsPerLayerKimiK2) {
-    // MLA with q_lora: 12; MoE 10 + one shared expert's gate, up, silu·mul, down, add; dense MLP 6.
+    // MLA with q_lora: 12 + the absorbed form's 5 more (two packs, two batched GEMMs, the q_pe copy; the
+    // attention op counted in the 12); MoE 9 + one shared expert's gate, up, silu·mul, down, add; dense MLP 6.
     ModelCosts m = model_costs(testing::kimi_k2_config());
     EngineKernels one = engine_kernels(m, 1);
-    EXPECT_EQ(one.attention, 12);
-    EXPECT_EQ(one.moe, 15);
+    EXPECT_EQ(one.attention, 17);
+    EXPECT_EQ(one.moe, 14);
     EXPECT_EQ(one.dense_mlp, 6);
     EngineKernels big = engine_kernels(m, 64);
-    EXPECT_EQ(big.attention, 16);
-    EXPECT_EQ(big.moe, 19);
+    EXPECT_EQ(big.attention, 21);
+    EXPECT_EQ(big.moe, 18);
     EXPECT_EQ(big.dense_mlp, 9);
 }
 
@@ -118,13 +142,13 @@ protected:
 };
 
 TEST_F(Qwen3OnMeasuredH200, KernelsAtTheMeasuredLatency) {
-    // 48 layers · 23 + head 4 = 1108 kernels, each graph_kernel_us 0.5 + kernel_latency_us 7.42.
+    // 48 layers · 22 + head 4 = 1060 kernels, each graph_kernel_us 0.5 + kernel_latency_us 7.42.
     DecodeResult one = decode_step(in_, 1, 1 << 30);
-    EXPECT_EQ(one.step.kernels, 1108);
-    EXPECT_NEAR(one.step.launch_us, 1108 * 7.92, 1e-6);
-    // 1024 rows: 48 · 28 + 5 = 1349 kernels.
+    EXPECT_EQ(one.step.kernels, 1060);
+    EXPECT_NEAR(one.step.launch_us, 1060 * 7.92, 1e-6);
+    // 1024 rows: 48 · (17 + 18) + 5 = 1685 kernels.
     DecodeResult big = decode_step(in_, 1024, 1 << 30);
-    EXPECT_EQ(big.step.kernels, 1349);
+    EXPECT_EQ(big.step.kernels, 1685);
 }
 
 TEST_F(Qwen3OnMeasuredH200, ExpertsAtTheGroupedGemmRate) {

@@ -270,8 +270,10 @@ TEST(PlanCli, DpAttentionPaysTheHostRoundTrips) {
     EXPECT_NE(text.out.find("dp4-ep4 (10 tok/s) loses at C=1: 846 host round trips"), std::string::npos)
         << text.out;
 
-    // The fit's inputs (profiles/measured/make_h200xn_epinfer_profiles.py): this planner's TPOT with the
-    // figure at 0, and the figure adds 0.846 ms of TPOT per µs.
+    // This planner's TPOT with the figure at 0, and the figure adds 0.846 ms of TPOT per µs. (The fit of
+    // profiles/measured/make_h200xn_epinfer_profiles.py took 62.858, 68.203, 85.164, 96.403 ms from the
+    // planner of its day, which counted the split-K counters' memset in every MoE layer; engine_facts.h
+    // no longer does: the kGemv tile (≤ 4 rows) and most narrow grids launch none.)
     fs::path zero = scratch_dir() / "h200x4_nvlink_no_host_round_trip.json";
     nlohmann::json without = nlohmann::json::parse(read_all(profile));
     without["gpu"].erase("host_round_trip_us");
@@ -279,7 +281,7 @@ TEST(PlanCli, DpAttentionPaysTheHostRoundTrips) {
     CliResult at0 = run_plan(args + " --hardware '" + zero.string() + "' --json");
     ASSERT_EQ(at0.exit_code, 0) << at0.err;
     nlohmann::json doc0 = nlohmann::json::parse(at0.out);
-    const double predicted_at_0[] = {62.858, 68.203, 85.164, 96.403};
+    const double predicted_at_0[] = {61.973, 67.3175, 84.278, 95.594};
     for (size_t i = 0; i < 4; ++i) {
         const double tpot0 = doc0["layouts"][1]["decode"][i]["tpot_ms"].get<double>();
         EXPECT_NEAR(tpot0, predicted_at_0[i], 5e-4) << i;
