@@ -319,6 +319,10 @@ public:
             return not_supported("moe_router_topk: num_experts " + std::to_string(args.num_experts) +
                                  " exceeds the CUDA kernel's limit " + std::to_string(cuda::kRouterMaxExperts));
         }
+        if (args.top_k > cuda::kRouterMaxTopK) {
+            return not_supported("moe_router_topk: top_k " + std::to_string(args.top_k) +
+                                 " exceeds the CUDA kernel's limit " + std::to_string(cuda::kRouterMaxTopK));
+        }
         EPI_CUDA_CHECK(cuda::launch_moe_router_topk(args, stream_));
         return Status::ok();
     }

@@ -27,6 +27,9 @@ Status check_config(const CudaMoeLayerConfig& c) {
         return not_supported(
             fmt::format("cuda moe: num_experts {} outside [1, {}]", c.num_experts, kRouterMaxExperts));
     }
+    if (c.top_k > kRouterMaxTopK) {
+        return not_supported(fmt::format("cuda moe: top_k {} exceeds the router kernel's {}", c.top_k, kRouterMaxTopK));
+    }
     if (c.shared_intermediate != 0 && c.shared_intermediate != c.intermediate) {
         return not_supported(fmt::format("cuda moe: shared expert width {} ≠ expert width {} is not supported yet",
                                          c.shared_intermediate, c.intermediate));

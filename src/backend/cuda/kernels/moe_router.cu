@@ -1,8 +1,9 @@
 // Router top-k kernel (semantics: backend/moe_router_args.h; CPU reference: backend/cpu/moe_router.cc).
 //
 // One warp per token row. The row's scores p [E] and choice scores c [E] live in shared memory; lanes own
-// experts e ≡ lane (mod 32). The softmax sum and the renormalisation are sequential on lane 0, in the CPU
-// reference's order, so the only difference from the CPU is exp itself (moe_common.cuh exp_nearest).
+// experts e ≡ lane (mod 32). The softmax sum is sequential on lane 0 and the renormalisation's sum runs over
+// the K choices (lane k holds choice k) in k order, both as the CPU reference adds, so the only difference
+// from the CPU is exp itself (moe_common.cuh exp_nearest).
 #include <cmath>
 
 #include "backend/cuda/kernels/moe_common.cuh"
@@ -138,8 +139,10 @@ __global__ void moe_router_topk_kernel(MoeRouterTopkArgs args, int warps_per_blo
         __syncwarp();
     }
 
-    // Top-K by c, in output order (descending c, ties to the lower id).
-    int num_chosen = 0;
+    // Top-K by c, in output order (descending c, ties to the lower id): lane k keeps the k-th choice's id
+    // and weight in registers (top_k ≤ 32), so the renormalisation reads no memory back.
+    int my_id = -1;
+    float my_weight = 0.0f;
     for (int k = 0; k < top_k; ++k) {
         float best = NAN;
         int best_idx = INT_MAX;
@@ -150,34 +153,30 @@ __global__ void moe_router_topk_kernel(MoeRouterTopkArgs args, int warps_per_blo
             }
         }
         warp_best(best, best_idx);
-        if (isnan(best)) break;  // fewer than K choosable experts
-        if (lane == 0) {
-            ids[k] = best_idx;
-            weights[k] = p[best_idx];
-            c[best_idx] = NAN;
+        if (isnan(best)) break;  // fewer than K choosable experts: the rest stay −1 with weight 0
+        if (lane == k) {
+            my_id = best_idx;
+            my_weight = p[best_idx];
         }
-        ++num_chosen;
+        if (lane == 0) c[best_idx] = NAN;
         __syncwarp();
     }
-    if (lane != 0) return;
-    for (int k = num_chosen; k < top_k; ++k) {
-        ids[k] = -1;
-        weights[k] = 0.0f;
-    }
     if (args.norm_topk_prob) {
-        float sum = 0.0f;
-        for (int k = 0; k < top_k; ++k) sum = __fadd_rn(sum, weights[k]);
-        const float denominator = __fadd_rn(sum, 1e-20f);
-        for (int k = 0; k < top_k; ++k) weights[k] = __fdiv_rn(weights[k], denominator);
+        float sum = 0.0f;  // in k order, as the CPU reference
+        for (int k = 0; k < top_k; ++k) sum = __fadd_rn(sum, __shfl_sync(0xffffffffu, my_weight, k));
+        my_weight = __fdiv_rn(my_weight, __fadd_rn(sum, 1e-20f));
     }
-    for (int k = 0; k < top_k; ++k) weights[k] = __fmul_rn(weights[k], args.routed_scaling_factor);
+    if (lane < top_k) {
+        ids[lane] = my_id;
+        weights[lane] = __fmul_rn(my_weight, args.routed_scaling_factor);
+    }
 }
 
 }  // namespace
 
 cudaError_t launch_moe_router_topk(const MoeRouterTopkArgs& args, cudaStream_t stream) {
     if (args.num_tokens == 0) return cudaSuccess;
-    if (args.num_experts > kRouterMaxExperts) return cudaErrorInvalidValue;
+    if (args.num_experts > kRouterMaxExperts || args.top_k > kRouterMaxTopK) return cudaErrorInvalidValue;
     const size_t warp_bytes = router_warp_smem_bytes(args.num_experts, args.n_group);
     int warps_per_block = static_cast<int>(kMaxRouterSmemBytes / warp_bytes);
     warps_per_block = warps_per_block < 1 ? 1 : (warps_per_block > 4 ? 4 : warps_per_block);

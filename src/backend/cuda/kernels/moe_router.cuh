@@ -16,9 +16,11 @@ namespace epinfer::cuda {
 
 // Largest E the kernel takes (its per-warp scores live in shared memory).
 inline constexpr int64_t kRouterMaxExperts = 4096;
+// Largest K (one lane of the token's warp holds each choice).
+inline constexpr int64_t kRouterMaxTopK = 32;
 
 // Runs the router on args (device pointers; T = 0 launches nothing). No workspace.
-// @pre moe_router_topk_check(args) is OK and args.num_experts ≤ kRouterMaxExperts.
+// @pre moe_router_topk_check(args) is OK, args.num_experts ≤ kRouterMaxExperts, args.top_k ≤ kRouterMaxTopK.
 cudaError_t launch_moe_router_topk(const MoeRouterTopkArgs& args, cudaStream_t stream);
 
 }  // namespace epinfer::cuda
