@@ -51,6 +51,21 @@ struct BenchMoeOptions {
     std::string base_profile;  // ... starting from this one (name or file), required with profile_out
 };
 
+// The flags every build checks before any GPU work: routings, token counts, repeats, and the base profile
+// of --profile-out (read here). Errors: kInvalidArgument naming the flag; load_base_profile's.
+Result<BaseProfile> check_options(const BenchMoeOptions& opts) {
+    for (const std::string& r : opts.routings) {
+        if (r != "uniform" && r != "zipf") return invalid_argument(fmt::format("--routing {}: expected uniform or zipf", r));
+    }
+    for (int64_t t : opts.tokens) {
+        if (t < 1) return invalid_argument(fmt::format("--tokens {}: must be at least 1", t));
+    }
+    if (opts.repeats < 1) return invalid_argument(fmt::format("--repeats {}: must be at least 1", opts.repeats));
+    if (!opts.profile_out.empty()) return load_base_profile(opts.profile_out, opts.base_profile);
+    if (!opts.base_profile.empty()) return invalid_argument("--base-profile is used only with --profile-out FILE.json");
+    return BaseProfile{};
+}
+
 #if EPINFER_WITH_CUDA
 using cuda::MoeBenchRow;
 
@@ -180,25 +195,14 @@ Status write_profile(const BenchMoeOptions& opts, const BaseProfile& base, const
 }
 
 Status run_bench_moe(const BenchMoeOptions& opts) {
+    EPI_ASSIGN_OR_RETURN(const BaseProfile base, check_options(opts));
     cuda::MoeBenchOptions bench;
     bench.tokens = opts.tokens;
     bench.repeats = opts.repeats;
     bench.seed = opts.seed;
     bench.routings.clear();
     for (const std::string& r : opts.routings) {
-        if (r == "uniform") bench.routings.push_back(cuda::MoeBenchRouting::kUniform);
-        else if (r == "zipf") bench.routings.push_back(cuda::MoeBenchRouting::kZipf);
-        else return invalid_argument(fmt::format("--routing {}: expected uniform or zipf", r));
-    }
-    for (int64_t t : opts.tokens) {
-        if (t < 1) return invalid_argument(fmt::format("--tokens {}: must be at least 1", t));
-    }
-    if (opts.repeats < 1) return invalid_argument(fmt::format("--repeats {}: must be at least 1", opts.repeats));
-    BaseProfile base;
-    if (!opts.profile_out.empty()) {
-        EPI_ASSIGN_OR_RETURN(base, load_base_profile(opts.profile_out, opts.base_profile));
-    } else if (!opts.base_profile.empty()) {
-        return invalid_argument("--base-profile is used only with --profile-out FILE.json");
+        bench.routings.push_back(r == "uniform" ? cuda::MoeBenchRouting::kUniform : cuda::MoeBenchRouting::kZipf);
     }
     std::vector<cuda::MoeBenchShape> shapes;
     for (const std::string& path : opts.model_configs) {
@@ -233,7 +237,8 @@ Status run_bench_moe(const BenchMoeOptions& opts) {
     return Status::ok();
 }
 #else
-Status run_bench_moe(const BenchMoeOptions&) {
+Status run_bench_moe(const BenchMoeOptions& opts) {
+    EPI_RETURN_IF_ERROR(check_options(opts).status());
     return not_supported("bench moe: this epinfer was built without the CUDA backend (configure with -DEPINFER_CUDA=ON)");
 }
 #endif

@@ -256,6 +256,12 @@ TEST(BenchCli, BenchCommSizesAreDecimalByteCounts) {
     expect_one_line_error(run_epinfer("bench comm --ranks 1 --min-bytes 010 --max-bytes 8"),
                           "--min-bytes 10 and --max-bytes 8");
     expect_one_line_error(run_epinfer("bench moe --seed -1"), "--seed: '-1' is negative");
+    // bench moe's flags are checked in every build, before the GPU is looked for.
+    expect_one_line_error(run_epinfer("bench moe --routing flat"), "--routing flat: expected uniform or zipf");
+    expect_one_line_error(run_epinfer("bench moe --tokens 0"), "--tokens 0: must be at least 1");
+    expect_one_line_error(run_epinfer("bench moe --profile-out x.json"), "--profile-out x.json needs --base-profile");
+    expect_one_line_error(run_epinfer("bench moe --base-profile h200_sxm"),
+                          "--base-profile is used only with --profile-out");
     const auto dir = cli_scratch_dir("epinfer_bench_comm_sizes");
     const auto json_path = dir / "comm.json";
     const CliResult r = run_epinfer("bench comm --ranks 1 --min-bytes 0004 --max-bytes 1k --iters 1 --json " +
