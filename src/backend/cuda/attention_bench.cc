@@ -79,7 +79,7 @@ Result<AttentionBenchRow> run_case(Backend& backend, int num_sms, const CudaBuff
     args.kv_dtype = options.kv_dtype;
     args.k = args.v = nullptr;  // the pools below are 256-byte aligned, as flash_attention_supports asks
     size_t workspace_bytes = 0;
-    if (mla_attention_supports(args)) {
+    if (backend.has_latent_attention_kernel() && mla_attention_supports(args)) {  // as CudaBackend::attention
         const MlaAttentionPlan plan = plan_mla_attention(args, num_sms);
         row.kernel = "mla";
         row.num_splits = plan.split.num_splits;

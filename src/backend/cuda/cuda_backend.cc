@@ -102,6 +102,11 @@ public:
         int num_sms = 0;
         EPI_CUDA_CHECK(cudaDeviceGetAttribute(&num_sms, cudaDevAttrMultiProcessorCount, device));
         num_sms_ = num_sms;
+        int smem_optin = 0;
+        EPI_CUDA_CHECK(cudaDeviceGetAttribute(&smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+        // The latent kernel's 160 KiB fit sm_80 and sm_90 but not e.g. sm_120's 99 KiB: there MLA's absorbed
+        // attention runs on the CUDA-core kernel and the layer keeps the expanded form for long chunks.
+        latent_kernel_ = static_cast<size_t>(smem_optin) >= cuda::kMlaAttentionSmemBytes;
         moe_experts_ = std::make_unique<cuda::CudaMoeExperts>(num_sms, cuda::moe_default_narrow_max_rows(device));
         return Status::ok();
     }
@@ -229,7 +234,7 @@ public:
         EPI_CUDA_CHECK(cuda::launch_rms_norm(args, stream_));
         return Status::ok();
     }
-    bool has_latent_attention_kernel() const override { return true; }
+    bool has_latent_attention_kernel() const override { return latent_kernel_; }
     Status matmul(const MatmulArgs& args) override;
     Status batched_matmul(const BatchedMatmulArgs& args) override;
     Status rope(const RopeArgs& args) override {
@@ -245,7 +250,7 @@ public:
             return not_supported("attention: head_dim_v " + std::to_string(args.head_dim_v) +
                                  " exceeds the CUDA kernel's limit " + std::to_string(cuda::kAttentionMaxHeadDimV));
         }
-        if (cuda::mla_attention_supports(args)) {
+        if (latent_kernel_ && cuda::mla_attention_supports(args)) {
             const cuda::MlaAttentionPlan plan = cuda::plan_mla_attention(args, num_sms_);
             EPI_ASSIGN_OR_RETURN(DeviceBuffer workspace, DeviceBuffer::alloc(*this, plan.split.workspace_bytes));
             EPI_CUDA_CHECK(
@@ -349,6 +354,7 @@ private:
     int32_t* flags_ = nullptr;  // [kNumFlags] int32, device
     void* cublas_workspace_ = nullptr;  // [kCublasWorkspaceBytes]
     int num_sms_ = 1;
+    bool latent_kernel_ = false;  // the device fits kernels/mla_attention.cuh's shared memory
     cudaMemPool_t pool_ = nullptr;
     std::unique_ptr<cuda::CudaMoeExperts> moe_experts_;
 };

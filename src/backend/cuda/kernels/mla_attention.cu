@@ -28,6 +28,7 @@ constexpr size_t kQBytes = size_t{kHeads} * kDqk * sizeof(bf16);
 constexpr size_t kTileBytes = size_t{kTileKeys} * kDqk * sizeof(bf16);
 constexpr size_t kExchangeBytes = size_t{kWarps} * 16 * kTileKeys * sizeof(float);
 constexpr size_t kSmemBytes = kQBytes + kStages * kTileBytes + kExchangeBytes;  // 160 KiB
+static_assert(kSmemBytes == kMlaAttentionSmemBytes, "mla_attention.cuh states the kernel's shared memory");
 
 // Offset (elements) of 16-byte chunk `chunk` of row `row` in a [rows, 576] bf16 tile: 72 chunks per row,
 // XORed within groups of 8 so that the 8 rows an ldmatrix reads hit different banks.

@@ -14,6 +14,7 @@
 
 #include <cuda_runtime.h>
 
+#include <cstddef>
 #include <cstdint>
 
 #include "backend/cuda/kernels/attention.cuh"
@@ -23,6 +24,11 @@ namespace epinfer::cuda {
 
 inline constexpr int64_t kMlaLatentDim = 512;  // kv_lora_rank of DeepSeek-V2/V3 and Kimi K2: Dv
 inline constexpr int64_t kMlaRopeDim = 64;     // qk_rope_head_dim: Dqk = 576
+
+// Dynamic shared memory of the kernel (Q, a two-stage ring of 32-key tiles, the score exchange): 160 KiB,
+// within sm_80's and sm_90's opt-in limit (163 and 227 KiB), above sm_86/89/120's 99 KiB.
+inline constexpr size_t kMlaAttentionSmemBytes = size_t{64 + 2 * 32} * (kMlaLatentDim + kMlaRopeDim) * 2 +
+                                                 size_t{8 * 16 * 32} * 4;
 
 struct MlaAttentionPlan {
     int num_chunks = 0;  // ⌈num_heads / 64⌉ blocks per token and split
