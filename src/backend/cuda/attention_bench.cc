@@ -11,13 +11,11 @@
 #include <utility>
 
 #include "backend/backend.h"
+#include "backend/cuda/attention_dispatch.h"
 #include "backend/cuda/bench_timing.h"
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cuda_util.h"
-#include "backend/cuda/kernels/attention.cuh"
 #include "backend/cuda/kernels/bench_kernels.cuh"
-#include "backend/cuda/kernels/flash_attention.cuh"
-#include "backend/cuda/kernels/mla_attention.cuh"
 
 namespace epinfer::cuda {
 namespace {
@@ -78,23 +76,11 @@ Result<AttentionBenchRow> run_case(Backend& backend, int num_sms, const CudaBuff
     args.kv_block_size = bs;
     args.kv_dtype = options.kv_dtype;
     args.k = args.v = nullptr;  // the pools below are 256-byte aligned, as flash_attention_supports asks
-    size_t workspace_bytes = 0;
-    if (backend.has_latent_attention_kernel() && mla_attention_supports(args)) {  // as CudaBackend::attention
-        const MlaAttentionPlan plan = plan_mla_attention(args, num_sms);
-        row.kernel = "mla";
-        row.num_splits = plan.split.num_splits;
-        workspace_bytes = plan.split.workspace_bytes;
-    } else if (options.kv_dtype == DType::kBF16 && flash_attention_supports(args)) {
-        const FlashAttentionPlan plan = plan_flash_attention(args, num_sms);
-        row.kernel = "flash";
-        row.num_splits = plan.split.num_splits;
-        workspace_bytes = plan.split.workspace_bytes;
-    } else {
-        const AttentionPlan plan = plan_attention(args, num_sms);
-        row.kernel = "cuda_cores";
-        row.num_splits = plan.split.num_splits;
-        workspace_bytes = plan.split.workspace_bytes;
-    }
+    // The kernel CudaBackend::attention picks for these sizes.
+    const AttentionDispatch dispatch = plan_attention_dispatch(args, num_sms, backend.has_latent_attention_kernel());
+    row.kernel = attention_kernel_name(dispatch.kernel);
+    row.num_splits = dispatch.split().num_splits;
+    const size_t workspace_bytes = dispatch.split().workspace_bytes;
 
     const size_t f32 = sizeof(float), i32 = sizeof(int32_t), kv = dtype_size(options.kv_dtype);
     const size_t q_bytes = static_cast<size_t>(T * Nh * Dqk) * f32;

@@ -9,13 +9,13 @@
 #include <memory>
 #include <string>
 
+#include "backend/cuda/attention_dispatch.h"
 #include "backend/cuda/cuda_moe_experts.h"
 #include "backend/cuda/cuda_moe_layer.h"
 #include "backend/cuda/cuda_util.h"
 #include "backend/cuda/kernels/argmax.cuh"
 #include "backend/cuda/kernels/attention.cuh"
 #include "backend/cuda/kernels/dense_ops.cuh"
-#include "backend/cuda/kernels/flash_attention.cuh"
 #include "backend/cuda/kernels/matmul_small_t.cuh"
 #include "backend/cuda/kernels/mla_attention.cuh"
 #include "backend/cuda/kernels/moe_router.cuh"
@@ -250,23 +250,10 @@ public:
             return not_supported("attention: head_dim_v " + std::to_string(args.head_dim_v) +
                                  " exceeds the CUDA kernel's limit " + std::to_string(cuda::kAttentionMaxHeadDimV));
         }
-        if (latent_kernel_ && cuda::mla_attention_supports(args)) {
-            const cuda::MlaAttentionPlan plan = cuda::plan_mla_attention(args, num_sms_);
-            EPI_ASSIGN_OR_RETURN(DeviceBuffer workspace, DeviceBuffer::alloc(*this, plan.split.workspace_bytes));
-            EPI_CUDA_CHECK(
-                cuda::launch_mla_attention(args, plan, workspace.data(), flags_ + kAttentionFlag, stream_));
-            return Status::ok();
-        }
-        if (cuda::flash_attention_supports(args)) {
-            const cuda::FlashAttentionPlan plan = cuda::plan_flash_attention(args, num_sms_);
-            EPI_ASSIGN_OR_RETURN(DeviceBuffer workspace, DeviceBuffer::alloc(*this, plan.split.workspace_bytes));
-            EPI_CUDA_CHECK(
-                cuda::launch_flash_attention(args, plan, workspace.data(), flags_ + kAttentionFlag, stream_));
-            return Status::ok();
-        }
-        const cuda::AttentionPlan plan = cuda::plan_attention(args, num_sms_);
-        EPI_ASSIGN_OR_RETURN(DeviceBuffer workspace, DeviceBuffer::alloc(*this, plan.split.workspace_bytes));
-        EPI_CUDA_CHECK(cuda::launch_attention(args, plan, workspace.data(), flags_ + kAttentionFlag, stream_));
+        const cuda::AttentionDispatch dispatch = cuda::plan_attention_dispatch(args, num_sms_, latent_kernel_);
+        EPI_ASSIGN_OR_RETURN(DeviceBuffer workspace, DeviceBuffer::alloc(*this, dispatch.split().workspace_bytes));
+        EPI_CUDA_CHECK(
+            cuda::launch_attention_dispatch(args, dispatch, workspace.data(), flags_ + kAttentionFlag, stream_));
         return Status::ok();
     }
     Status kv_cache_store(const KvCacheStoreArgs& args) override {
