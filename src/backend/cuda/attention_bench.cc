@@ -41,7 +41,7 @@ Status fill_random(const DeviceBuffer& buffer, DType dtype, uint64_t seed, cudaS
     return Status::ok();
 }
 
-Result<AttentionBenchRow> run_case(Backend& backend, int num_sms, const CudaBuffer& flush,
+Result<AttentionBenchRow> run_case(Backend& backend, const AttentionDevice& device, const CudaBuffer& flush,
                                    const AttentionBenchCase& c, const AttentionBenchOptions& options) {
     const bool decode = c.phase == AttentionBenchPhase::kDecode;
     if (!decode && c.batch != 1) return invalid_argument(fmt::format("prefill batch {}: must be 1", c.batch));
@@ -77,7 +77,7 @@ Result<AttentionBenchRow> run_case(Backend& backend, int num_sms, const CudaBuff
     args.kv_dtype = options.kv_dtype;
     args.k = args.v = nullptr;  // the pools below are 256-byte aligned, as flash_attention_supports asks
     // The kernel CudaBackend::attention picks for these sizes.
-    const AttentionDispatch dispatch = plan_attention_dispatch(args, num_sms, backend.has_latent_attention_kernel());
+    const AttentionDispatch dispatch = plan_attention_dispatch(args, device);
     row.kernel = attention_kernel_name(dispatch.kernel);
     row.num_splits = dispatch.split().num_splits;
     const size_t workspace_bytes = dispatch.split().workspace_bytes;
@@ -180,11 +180,11 @@ Status cuda_bench_attention(const std::vector<AttentionBenchCase>& cases, const 
                                             dtype_name(options.kv_dtype)));
     }
     EPI_ASSIGN_OR_RETURN(std::unique_ptr<Backend> backend, make_cuda_backend(0));
-    int num_sms = 0;
-    EPI_CUDA_CHECK(cudaDeviceGetAttribute(&num_sms, cudaDevAttrMultiProcessorCount, 0));
+    AttentionDevice device;
+    EPI_CUDA_CHECK(query_attention_device(0, &device));
     EPI_ASSIGN_OR_RETURN(CudaBuffer flush, CudaBuffer::alloc(kBenchFlushBytes));
     for (const AttentionBenchCase& c : cases) {
-        Result<AttentionBenchRow> row = run_case(*backend, num_sms, flush, c, options);
+        Result<AttentionBenchRow> row = run_case(*backend, device, flush, c, options);
         if (!row.is_ok()) return row.status().with_context("bench attention " + case_name(c));
         on_row(row.value());
     }

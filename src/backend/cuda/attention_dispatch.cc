@@ -18,16 +18,28 @@ const KeySplitPlan& AttentionDispatch::split() const {
     }
 }
 
-AttentionDispatch plan_attention_dispatch(const AttentionArgs& args, int num_sms, bool latent_kernel_fits) {
+cudaError_t query_attention_device(int device, AttentionDevice* out) {
+    int num_sms = 0, smem_optin = 0;
+    cudaError_t err = cudaDeviceGetAttribute(&num_sms, cudaDevAttrMultiProcessorCount, device);
+    if (err == cudaSuccess) err = cudaDeviceGetAttribute(&smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device);
+    if (err != cudaSuccess) return err;
+    out->num_sms = num_sms;
+    // The latent kernel's 160 KiB fit sm_80 and sm_90 but not e.g. sm_120's 99 KiB: there MLA's absorbed
+    // attention runs on the CUDA-core kernel and the layer keeps the expanded form for long chunks.
+    out->latent_kernel = static_cast<size_t>(smem_optin) >= kMlaAttentionSmemBytes;
+    return cudaSuccess;
+}
+
+AttentionDispatch plan_attention_dispatch(const AttentionArgs& args, const AttentionDevice& device) {
     AttentionDispatch d;
-    if (latent_kernel_fits && mla_attention_supports(args)) {
+    if (device.latent_kernel && mla_attention_supports(args)) {
         d.kernel = AttentionKernel::kLatent;
-        d.latent = plan_mla_attention(args, num_sms);
+        d.latent = plan_mla_attention(args, device.num_sms);
     } else if (flash_attention_supports(args)) {
         d.kernel = AttentionKernel::kFlash;
-        d.flash = plan_flash_attention(args, num_sms);
+        d.flash = plan_flash_attention(args, device.num_sms);
     } else {
-        d.cuda_cores = plan_attention(args, num_sms);
+        d.cuda_cores = plan_attention(args, device.num_sms);
     }
     return d;
 }

@@ -1,7 +1,7 @@
 // Which attention kernel runs an AttentionArgs on the CUDA backend, and its launch: the one choice that
 // CudaBackend::attention makes and `epinfer bench attention` reports.
 //   latent      kernels/mla_attention.cuh (MLA's absorbed attention over a bf16 latent cache), when the
-//               device fits its shared memory (latent_kernel_fits) and mla_attention_supports(args);
+//               device fits its shared memory (AttentionDevice::latent_kernel) and mla_attention_supports(args);
 //   flash       kernels/flash_attention.cuh, when flash_attention_supports(args);
 //   cuda_cores  kernels/attention.cuh otherwise.
 #pragma once
@@ -28,9 +28,17 @@ struct AttentionDispatch {
     const KeySplitPlan& split() const;  // the chosen plan's key splits (and workspace_bytes)
 };
 
+// What the choice reads of the GPU.
+struct AttentionDevice {
+    int num_sms = 0;
+    bool latent_kernel = false;  // the MLA latent kernel's shared memory fits (kMlaAttentionSmemBytes)
+};
+// The properties of CUDA device `device`.
+cudaError_t query_attention_device(int device, AttentionDevice* out);
+
 // @pre attention_check(args) is OK, head_dim_v ≤ kAttentionMaxHeadDimV. Reads only sizes, dtype and
 // the K/V pointers' alignment.
-AttentionDispatch plan_attention_dispatch(const AttentionArgs& args, int num_sms, bool latent_kernel_fits);
+AttentionDispatch plan_attention_dispatch(const AttentionArgs& args, const AttentionDevice& device);
 
 // Runs the chosen kernel (and the key splits' combine). workspace: dispatch.split().workspace_bytes,
 // device; error_flag: [1] int32, device (as each kernel's launch says).

@@ -99,15 +99,9 @@ public:
         EPI_CUDA_CHECK(cudaMemPoolCreate(&pool_, &props));
         uint64_t threshold = UINT64_MAX;
         EPI_CUDA_CHECK(cudaMemPoolSetAttribute(pool_, cudaMemPoolAttrReleaseThreshold, &threshold));
-        int num_sms = 0;
-        EPI_CUDA_CHECK(cudaDeviceGetAttribute(&num_sms, cudaDevAttrMultiProcessorCount, device));
-        num_sms_ = num_sms;
-        int smem_optin = 0;
-        EPI_CUDA_CHECK(cudaDeviceGetAttribute(&smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
-        // The latent kernel's 160 KiB fit sm_80 and sm_90 but not e.g. sm_120's 99 KiB: there MLA's absorbed
-        // attention runs on the CUDA-core kernel and the layer keeps the expanded form for long chunks.
-        latent_kernel_ = static_cast<size_t>(smem_optin) >= cuda::kMlaAttentionSmemBytes;
-        moe_experts_ = std::make_unique<cuda::CudaMoeExperts>(num_sms, cuda::moe_default_narrow_max_rows(device));
+        EPI_CUDA_CHECK(cuda::query_attention_device(device, &attention_device_));
+        moe_experts_ = std::make_unique<cuda::CudaMoeExperts>(attention_device_.num_sms,
+                                                              cuda::moe_default_narrow_max_rows(device));
         return Status::ok();
     }
 
@@ -234,7 +228,7 @@ public:
         EPI_CUDA_CHECK(cuda::launch_rms_norm(args, stream_));
         return Status::ok();
     }
-    bool has_latent_attention_kernel() const override { return latent_kernel_; }
+    bool has_latent_attention_kernel() const override { return attention_device_.latent_kernel; }
     Status matmul(const MatmulArgs& args) override;
     Status batched_matmul(const BatchedMatmulArgs& args) override;
     Status rope(const RopeArgs& args) override {
@@ -250,7 +244,7 @@ public:
             return not_supported("attention: head_dim_v " + std::to_string(args.head_dim_v) +
                                  " exceeds the CUDA kernel's limit " + std::to_string(cuda::kAttentionMaxHeadDimV));
         }
-        const cuda::AttentionDispatch dispatch = cuda::plan_attention_dispatch(args, num_sms_, latent_kernel_);
+        const cuda::AttentionDispatch dispatch = cuda::plan_attention_dispatch(args, attention_device_);
         EPI_ASSIGN_OR_RETURN(DeviceBuffer workspace, DeviceBuffer::alloc(*this, dispatch.split().workspace_bytes));
         EPI_CUDA_CHECK(
             cuda::launch_attention_dispatch(args, dispatch, workspace.data(), flags_ + kAttentionFlag, stream_));
@@ -340,8 +334,7 @@ private:
     cublasHandle_t cublas_ = nullptr;
     int32_t* flags_ = nullptr;  // [kNumFlags] int32, device
     void* cublas_workspace_ = nullptr;  // [kCublasWorkspaceBytes]
-    int num_sms_ = 1;
-    bool latent_kernel_ = false;  // the device fits kernels/mla_attention.cuh's shared memory
+    cuda::AttentionDevice attention_device_;  // SMs and which attention kernels fit (attention_dispatch.h)
     cudaMemPool_t pool_ = nullptr;
     std::unique_ptr<cuda::CudaMoeExperts> moe_experts_;
 };

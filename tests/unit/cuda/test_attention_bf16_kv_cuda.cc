@@ -225,39 +225,43 @@ TEST_F(AttentionBf16KvTest, KvCacheStoreRoundsToNearestEvenLikeTheCpu) {
     EXPECT_EQ(got, want);
 }
 
-// The flash kernel reports a query position outside the cache and a negative block id it reaches.
+// The flash kernel reports a query position outside the cache and a negative block id it reaches, with a
+// block size of 4 (a block-table lookup per key) and 16 (one per thread's 8 keys, read a tile ahead).
 TEST_F(AttentionBf16KvTest, FlashErrorsFailAtSynchronize) {
     const int64_t D = 128;
     const std::vector<float> q = random_floats(8 * D, 1);
-    const std::vector<uint16_t> pool = random_bf16(8 * 4 * 2 * D, 2, 1.0f);  // 8 blocks of 4 rows, K and V
-    DeviceBuffer d_q = to_gpu(q), d_pool = to_gpu(pool), d_out = to_gpu(std::vector<float>(8 * D));
-    for (const bool bad_position : {true, false}) {
-        DeviceBuffer d_pos = to_gpu(std::vector<int32_t>{bad_position ? 8 : 5});
-        DeviceBuffer d_table = to_gpu(std::vector<int32_t>{1, bad_position ? 2 : -1});
-        AttentionArgs args;
-        args.q = d_q.f32();
-        args.k = d_pool.data();
-        args.v = static_cast<const uint16_t*>(d_pool.data()) + D;
-        args.kv_dtype = DType::kBF16;
-        args.positions = static_cast<const int32_t*>(d_pos.data());
-        args.out = d_out.f32();
-        args.num_tokens = 1;
-        args.num_kv_tokens = 8;
-        args.num_heads = 8;
-        args.num_kv_heads = 1;
-        args.head_dim_qk = args.head_dim_v = D;
-        args.q_token_stride = 8 * D;
-        args.q_head_stride = args.k_head_stride = args.v_head_stride = args.out_head_stride = D;
-        args.k_token_stride = args.v_token_stride = 2 * D;
-        args.out_token_stride = 8 * D;
-        args.kv_block_tables = static_cast<const int32_t*>(d_table.data());
-        args.num_sequences = 1;
-        args.block_table_stride = 2;
-        args.kv_block_size = 4;
-        ASSERT_TRUE(cuda::flash_attention_supports(args));
-        ASSERT_TRUE(gpu_->attention(args).is_ok());
-        const Status st = gpu_->synchronize();
-        EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << bad_position;
+    DeviceBuffer d_q = to_gpu(q), d_out = to_gpu(std::vector<float>(8 * D));
+    for (const int64_t bs : {int64_t{4}, int64_t{16}}) {
+        const std::vector<uint16_t> pool = random_bf16(8 * bs * 2 * D, 2, 1.0f);  // 8 blocks, K and V
+        DeviceBuffer d_pool = to_gpu(pool);
+        for (const bool bad_position : {true, false}) {
+            DeviceBuffer d_pos = to_gpu(std::vector<int32_t>{static_cast<int32_t>(bad_position ? 2 * bs : bs + 1)});
+            DeviceBuffer d_table = to_gpu(std::vector<int32_t>{1, bad_position ? 2 : -1});
+            AttentionArgs args;
+            args.q = d_q.f32();
+            args.k = d_pool.data();
+            args.v = static_cast<const uint16_t*>(d_pool.data()) + D;
+            args.kv_dtype = DType::kBF16;
+            args.positions = static_cast<const int32_t*>(d_pos.data());
+            args.out = d_out.f32();
+            args.num_tokens = 1;
+            args.num_kv_tokens = 2 * bs;
+            args.num_heads = 8;
+            args.num_kv_heads = 1;
+            args.head_dim_qk = args.head_dim_v = D;
+            args.q_token_stride = 8 * D;
+            args.q_head_stride = args.k_head_stride = args.v_head_stride = args.out_head_stride = D;
+            args.k_token_stride = args.v_token_stride = 2 * D;
+            args.out_token_stride = 8 * D;
+            args.kv_block_tables = static_cast<const int32_t*>(d_table.data());
+            args.num_sequences = 1;
+            args.block_table_stride = 2;
+            args.kv_block_size = bs;
+            ASSERT_TRUE(cuda::flash_attention_supports(args));
+            ASSERT_TRUE(gpu_->attention(args).is_ok());
+            const Status st = gpu_->synchronize();
+            EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << "bs " << bs << " bad position " << bad_position;
+        }
     }
 }
 

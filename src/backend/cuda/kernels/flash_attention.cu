@@ -14,13 +14,22 @@ namespace {
 constexpr int kWarps = 4;
 constexpr int kThreads = kWarps * 32;
 constexpr int kTileKeys = 64;   // keys per shared-memory tile
-constexpr int kStages = 3;      // tiles in flight
+// Tiles in flight and blocks per SM (__launch_bounds__; the grid aims at kWaves of them): decode takes 3 blocks
+// of 2 stages (12 warps per SM: its loop is latency-bound), prefill 2 blocks of 3 stages.
+template <bool kDecode>
+constexpr int stages() {
+    return kDecode ? 2 : 3;
+}
+template <bool kDecode>
+constexpr int blocks_per_sm() {
+    return kDecode ? 3 : 2;
+}
 constexpr int kRows = 16;       // query rows per warp (the MMA's M)
 constexpr int kMaxHeadsPerChunk = 16;
 constexpr int kMaxTokensPerBlock = kWarps * kRows;  // prefill with one head per chunk
 constexpr int64_t kMinKeysPerSplit = 4 * kTileKeys;
-constexpr int kBlocksPerSm = 2;    // __launch_bounds__ below; the grid aims at kWaves of them
-constexpr int kWaves = 4;          // so the last wave's tail costs little
+constexpr int kWaves = 2;          // enough blocks that the last wave's tail costs little, few enough
+                                   // that each block's start and merge are spread over many tiles
 constexpr float kLog2e = 1.4426950408889634f;
 constexpr float kLn2 = 0.6931471805599453f;
 
@@ -32,9 +41,9 @@ struct Layout {
 };
 
 // Shared memory of D: the pipeline's K and V tiles, reused by the final merge.
-template <int D>
+template <int D, bool kDecode>
 constexpr size_t pipe_bytes() {
-    return size_t{kStages} * 2 * kTileKeys * D * sizeof(bf16);
+    return size_t{stages<kDecode>()} * 2 * kTileKeys * D * sizeof(bf16);
 }
 
 // Offset (elements) of 16-byte chunk `chunk` of row `key` in a [kTileKeys, D] tile.
@@ -46,13 +55,14 @@ __device__ __forceinline__ int swizzle(int key, int chunk) {
 // kDecode: the block's ≤ 16 rows are shared by all warps, each taking 16 keys of a tile; else each warp
 // has its own 16 rows and takes every key.
 template <int D, bool kDecode>
-__global__ void __launch_bounds__(kThreads, kBlocksPerSm)
+__global__ void __launch_bounds__(kThreads, blocks_per_sm<kDecode>())
     flash_attention_kernel(AttentionArgs a, Layout lay, KeySplit split, int32_t* error_flag) {
     extern __shared__ __align__(128) unsigned char smem_raw[];
     bf16* smem = reinterpret_cast<bf16*>(smem_raw);
     __shared__ int tok_pos[kMaxTokensPerBlock];  // −1: a bad query
     __shared__ int tok_seq[kMaxTokensPerBlock];
     __shared__ float m_s[kWarps * kRows], l_s[kWarps * kRows];
+    constexpr int kStages = stages<kDecode>();
     constexpr int kSliceKeys = kDecode ? kTileKeys / kWarps : kTileKeys;  // keys per warp per tile
     constexpr int kChunks = D / 8;                                        // 16-byte chunks per row
     constexpr int kLd = D + 4;  // fp32 row stride of the final merge: rows 8 apart land on other banks
@@ -151,35 +161,63 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
         const int32_t* table = paged ? a.kv_block_tables + static_cast<int64_t>(run_seq) * a.block_table_stride
                                      : nullptr;
 
+        // Thread t copies chunk t mod kChunks of the kLoads consecutive keys (t / kChunks) · kLoads + i of each
+        // tile, K and V. When the block size is a power of two and a multiple of kLoads (the engine's 16), one
+        // block-table entry covers the thread's keys (read one tile ahead, off the copies' path) and their
+        // rows are consecutive pool rows of that block: a pointer stepped by the row stride.
+        const int key_first = threadIdx.x / kChunks * kLoads, ch = threadIdx.x % kChunks;
+        const bool one_block = table != nullptr && lay.block_shift >= 0 && bs % kLoads == 0;
+        const auto first_block = [&](int tile) {  // the block id of the thread's first key of `tile`
+            const int j = key_begin + tile * kTileKeys + key_first;
+            return j < key_end ? __ldg(table + (j >> lay.block_shift)) : 0;
+        };
+        int next_block = one_block && num_tiles > 0 ? first_block(0) : 0;
+
         auto load_tile = [&](int tile) {
             bf16* sk = smem + (tile % kStages) * 2 * kTileKeys * D;
             bf16* sv = sk + kTileKeys * D;
-            // This thread's chunk ch of keys key_first + i · kKeyStep: their block ids are looked up first,
-            // all in flight together, then the copies issued.
-            constexpr int kKeyStep = kThreads / kChunks;
-            const int key_first = threadIdx.x / kChunks, ch = threadIdx.x % kChunks;
-            const int key0 = key_begin + tile * kTileKeys;
+            const int j0 = key_begin + tile * kTileKeys + key_first;
+            if (one_block) {
+                const int32_t blk = next_block;
+                if (tile + 1 < num_tiles) next_block = first_block(tile + 1);
+                if (blk < 0 && j0 < key_end) *error_flag = 1;  // its keys read as zeros
+                const int real = blk < 0 ? 0 : key_end - j0;   // the first `real` keys exist
+                // Rows of block max(blk, 0): inside the pool also past key_end, where nothing is read.
+                const int64_t row0 = static_cast<int64_t>(max(blk, 0)) * bs + (j0 & (bs - 1));
+                const bf16* ksrc = k_chunk + row0 * k_stride;
+                const bf16* vsrc = v_chunk + row0 * v_stride;
+#pragma unroll
+                for (int i = 0; i < kLoads; ++i) {
+                    const int bytes = i < real ? 16 : 0;
+                    cp_async_16(sk + swizzle<D>(key_first + i, ch), ksrc, bytes);
+                    cp_async_16(sv + swizzle<D>(key_first + i, ch), vsrc, bytes);
+                    ksrc += k_stride;
+                    vsrc += v_stride;
+                }
+                return;
+            }
+            // Contiguous K/V or any other block size: one lookup per key, all in flight together, then the copies.
             int32_t blk[kLoads];
 #pragma unroll
             for (int i = 0; i < kLoads; ++i) {
-                const int j = key0 + key_first + i * kKeyStep;
-                const int b = lay.block_shift >= 0 ? j >> lay.block_shift : j / bs;
-                blk[i] = table != nullptr && j < key_end ? __ldg(table + b) : 0;
+                const int j = j0 + i;
+                blk[i] = table != nullptr && j < key_end
+                             ? __ldg(table + (lay.block_shift >= 0 ? j >> lay.block_shift : j / bs))
+                             : 0;
             }
 #pragma unroll
             for (int i = 0; i < kLoads; ++i) {
-                const int key = key_first + i * kKeyStep, j = key0 + key;
+                const int j = j0 + i;
                 bool ok = j < key_end;
                 if (ok && blk[i] < 0) {
                     *error_flag = 1;
                     ok = false;
                 }
-                const int in_block = lay.block_shift >= 0 ? j & (bs - 1) : j % bs;
-                const int row = table != nullptr ? blk[i] * bs + in_block : j;  // pool rows < 2^31 (.cuh)
+                const int row = table == nullptr ? j : blk[i] * bs + (lay.block_shift >= 0 ? j & (bs - 1) : j % bs);
                 const bf16* ksrc = ok ? k_chunk + static_cast<int64_t>(row) * k_stride : k_base;
                 const bf16* vsrc = ok ? v_chunk + static_cast<int64_t>(row) * v_stride : v_base;
-                cp_async_16(sk + swizzle<D>(key, ch), ksrc, ok ? 16 : 0);
-                cp_async_16(sv + swizzle<D>(key, ch), vsrc, ok ? 16 : 0);
+                cp_async_16(sk + swizzle<D>(key_first + i, ch), ksrc, ok ? 16 : 0);
+                cp_async_16(sv + swizzle<D>(key_first + i, ch), vsrc, ok ? 16 : 0);
             }
         };
 
@@ -196,10 +234,14 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
 
             const bf16* sk = smem + (tile % kStages) * 2 * kTileKeys * D;
             const bf16* sv = sk + kTileKeys * D;
-            // Scores s = q · k for this warp's kSliceKeys keys.
-            float s[kSliceKeys / 8][4];
+            // Scores s = q · k for this warp's kSliceKeys keys. Decode's 16 keys are two accumulators: the even
+            // and odd k-steps go to separate ones (summed after), so four MMA chains are in flight, not two.
+            constexpr int kChains = kSliceKeys / 8 < 4 ? 2 : 1;
+            float sc[kChains][kSliceKeys / 8][4];
 #pragma unroll
-            for (int n = 0; n < kSliceKeys / 8; ++n) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;
+            for (int c = 0; c < kChains; ++c)
+#pragma unroll
+                for (int n = 0; n < kSliceKeys / 8; ++n) sc[c][n][0] = sc[c][n][1] = sc[c][n][2] = sc[c][n][3] = 0.0f;
 #pragma unroll
             for (int kk = 0; kk < D / 16; ++kk) {
 #pragma unroll
@@ -207,10 +249,17 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
                     uint32_t r[4];
                     const int key = key_slice + np * 16 + (lane / 16) * 8 + lane % 8;
                     ldmatrix_x4(r, sk + swizzle<D>(key, 2 * kk + (lane / 8) % 2));
-                    mma_bf16_16816(s[2 * np], qf[kk], r[0], r[1]);
-                    mma_bf16_16816(s[2 * np + 1], qf[kk], r[2], r[3]);
+                    mma_bf16_16816(sc[kk % kChains][2 * np], qf[kk], r[0], r[1]);
+                    mma_bf16_16816(sc[kk % kChains][2 * np + 1], qf[kk], r[2], r[3]);
                 }
             }
+            float (&s)[kSliceKeys / 8][4] = sc[0];
+#pragma unroll
+            for (int c = 1; c < kChains; ++c)
+#pragma unroll
+                for (int n = 0; n < kSliceKeys / 8; ++n)
+#pragma unroll
+                    for (int e = 0; e < 4; ++e) s[n][e] += sc[c][n][e];
             // Online softmax, rows g (hr 0) and g + 8 (hr 1): keys up to the row's position and the split's end.
             const int key_limit[2] = {min(pos[0] + 1, key_end), min(pos[1] + 1, key_end)};
             float corr[2];
@@ -260,7 +309,8 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
     __syncthreads();
     constexpr int kOutRows = kDecode ? kRows : kWarps * kRows;
     constexpr int kMerge = kDecode ? kWarps : 1;
-    for (int i = threadIdx.x; i < kOutRows * D; i += kThreads) {
+    const int out_rows = kDecode ? heads : kOutRows;  // decode: the group's rows only
+    for (int i = threadIdx.x; i < out_rows * D; i += kThreads) {
         const int r = i / D, d = i % D;
         const int tq = kDecode ? 0 : r / lay.heads_per_chunk, gh = kDecode ? r : r % lay.heads_per_chunk;
         if (tq >= num_tok || gh >= heads) continue;
@@ -293,7 +343,7 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
 template <int D, bool kDecode>
 cudaError_t launch(const AttentionArgs& a, const Layout& lay, const KeySplit& split, int64_t num_blocks,
                    int32_t* error_flag, cudaStream_t stream) {
-    constexpr size_t smem = pipe_bytes<D>();
+    constexpr size_t smem = pipe_bytes<D, kDecode>();
     static_assert(size_t{kWarps} * kRows * (D + 4) * sizeof(float) <= smem, "the merge fits in the pipeline's memory");
     // Dynamic and static shared memory together pass the default 48 KB even at D = 64.
     const cudaError_t err = cudaFuncSetAttribute(flash_attention_kernel<D, kDecode>,
@@ -329,7 +379,8 @@ FlashAttentionPlan plan_flash_attention(const AttentionArgs& a, int num_sms) {
     const int64_t tiles = (a.num_tokens + plan.tokens_per_block - 1) / plan.tokens_per_block;
     const int64_t blocks = tiles * a.num_kv_heads * plan.num_chunks;
     // Split the keys until the grid fills kWaves waves of the GPU.
-    const int64_t slots = static_cast<int64_t>(kWaves) * kBlocksPerSm * num_sms;
+    const int per_sm = plan.decode ? blocks_per_sm<true>() : blocks_per_sm<false>();
+    const int64_t slots = static_cast<int64_t>(kWaves) * per_sm * num_sms;
     plan.split = plan_key_splits(a, blocks, {slots, slots, kMinKeysPerSplit, kTileKeys});
     return plan;
 }

@@ -4,8 +4,10 @@
 //
 // A block takes a tile of query rows — (query token, query head) pairs of one KV head's group, packed as
 // the MMA's M side, as FlashInfer and FlashMLA pack GQA heads — and streams that KV head's keys and values
-// through shared memory in tiles of 64 keys (cp.async, three stages, 16-byte chunks XOR-swizzled so
-// ldmatrix is conflict-free), reading each key and value row once for the whole group.
+// through shared memory in tiles of 64 keys (cp.async: three stages, two in decode, which runs three blocks
+// per SM instead of two; 16-byte chunks XOR-swizzled so ldmatrix is conflict-free), reading each key and
+// value row once for the whole group. A thread copies one chunk column of 8 (D = 128) or 4 consecutive keys,
+// so one block-table entry serves them when the block size is a power-of-two multiple of that.
 //   decode  (every sequence brings one query token): a block's rows are the ≤ 16 heads of one token's group;
 //           its four warps share those rows and take 16 keys each of every tile, merged at the end. When the
 //           blocks would not cover the GPU twice the keys are also split over blocks (flash-decoding: each
