@@ -66,9 +66,7 @@ MlaAttentionParams mla_params(const ModelConfig& c, const ModelWeights& w, const
     p.inv_freq = w.inv_freq;
     p.rope_attention_scaling = w.rope_attention_scaling;
     p.softmax_scale = mla_softmax_scale(c);
-    // Every chunk absorbed where the backend's latent kernel is the faster one, else by multiply-adds.
-    p.absorb_max_rows = backend.has_latent_attention_kernel() ? std::numeric_limits<int64_t>::max()
-                                                              : mla_absorb_max_rows(p);
+    p.absorb_max_rows = mla_absorb_max_rows(c, backend);
     return p;
 }
 
@@ -122,6 +120,16 @@ LayoutModelDims layout_model_dims(const ModelConfig& c) {
         d.shared_intermediate_size = c.n_shared_experts * c.moe_intermediate_size;
     }
     return d;
+}
+
+int64_t mla_absorb_max_rows(const ModelConfig& c, const Backend& backend) {
+    // Every chunk absorbed where the backend's latent kernel is the faster one, else by multiply-adds.
+    if (backend.has_latent_attention_kernel()) return std::numeric_limits<int64_t>::max();
+    MlaAttentionParams p;
+    p.kv_lora_rank = c.kv_lora_rank;
+    p.qk_nope_head_dim = c.qk_nope_head_dim;
+    p.v_head_dim = c.v_head_dim;
+    return mla_absorb_max_rows(p);
 }
 
 Model::~Model() = default;

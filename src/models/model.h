@@ -60,6 +60,12 @@ struct ForwardArgs {
 // The model sizes validate_layout checks a layout against (parallel/layout.h).
 LayoutModelDims layout_model_dims(const ModelConfig& config);
 
+// The new rows of one sequence up to which MLA attention takes the absorbed form on `backend`
+// (MlaAttentionParams::absorb_max_rows, layers/attention_mla.h): every chunk (INT64_MAX) where the backend
+// has the latent-attention kernel, else mla_absorb_max_rows of the config's kv_lora_rank and head dims. The
+// runtime's memory check sizes MLA's attention temporaries by it (planner::EngineDevice).
+int64_t mla_absorb_max_rows(const ModelConfig& config, const Backend& backend);
+
 // Called while weights are bound or copied: bytes of this rank's weights done so far, of bytes_total (the
 // bytes weight_bytes() will report). Starts with (0, total), ends with (total, total); never decreases.
 using LoadProgress = std::function<void(int64_t bytes_done, int64_t bytes_total)>;

@@ -37,6 +37,48 @@ bool engine_uses_decode_graph(const ModelCosts&, int world_size, int64_t decode_
            decode_rows <= kEngineMaxGraphRows;
 }
 
+namespace {
+
+// Bytes of the bf16 copy of a matmul's input [rows, K] (the cuBLAS path, above the small-T kernel's rows).
+int64_t matmul_input_copy_bytes(const EngineDevice& device, int64_t rows, int64_t K) {
+    return rows > kEngineSmallMatmulMaxRows ? device.gemm_input_copy_bytes_per_element * rows * K : 0;
+}
+
+int64_t mla_attention_temp_bytes(const ModelCosts& m, const EngineAttentionTempArgs& x) {
+    const EngineDevice& dev = x.device;
+    const int64_t T = x.rows, a = x.act, c = dev.gemm_input_copy_bytes_per_element;
+    int64_t S = x.context_tokens;  // keys of the longest sequence: the engine refuses one past the model's
+    if (m.max_position_embeddings > 0) S = std::min(S, m.max_position_embeddings);
+    const int64_t h = m.num_heads / std::max(1, x.attn_tp), H = m.hidden, q_lora = m.q_lora_rank;
+    const int64_t R = m.kv_lora_rank, Dr = m.qk_rope_dim, Dqk = m.head_dim, Dn = Dqk - Dr, Dv = m.v_head_dim;
+    const int64_t held = a * T * (h * Dqk + R + Dr + h * Dv);  // q, latent, attention output
+    int64_t phase = matmul_input_copy_bytes(dev, T, H);        // q_proj or kv_a_proj_with_mqa
+    if (q_lora > 0) phase = a * T * q_lora + matmul_input_copy_bytes(dev, T, std::max(H, q_lora));
+    if (dev.mla_absorb_max_rows >= 1)  // q_abs, attn_latent, the larger batched GEMM input
+        phase = std::max(phase, a * T * h * (2 * R + Dr) + c * T * h * std::max(Dn, R));
+    if (std::min(T, S) > dev.mla_absorb_max_rows)  // cached latent, kv_b_proj output, keys, its input
+        phase =
+            std::max(phase, a * S * (R + Dr + h * (Dn + Dv) + h * Dqk) + matmul_input_copy_bytes(dev, S, R));
+    phase = std::max(phase, matmul_input_copy_bytes(dev, T, h * Dv));  // o_proj
+    return held + phase;
+}
+
+int64_t gqa_attention_temp_bytes(const ModelCosts& m, const EngineAttentionTempArgs& x) {
+    const int64_t T = x.rows, a = x.act, D = m.head_dim, kv = x.kv_heads_per_rank;
+    const int64_t h = m.num_heads / std::max(1, x.attn_tp);
+    const int64_t held = a * T * (2 * h * D + 2 * kv * D);  // q, attention output; k, v
+    int64_t project = matmul_input_copy_bytes(x.device, T, m.hidden);
+    if (m.qk_norm_full_projection && x.attn_tp > 1) project += a * T * m.num_heads * D;  // every q head
+    return held + std::max(project, matmul_input_copy_bytes(x.device, T, h * D));
+}
+
+}  // namespace
+
+int64_t engine_attention_temp_bytes(const ModelCosts& m, const EngineAttentionTempArgs& args) {
+    if (args.rows <= 0) return 0;
+    return m.mla ? mla_attention_temp_bytes(m, args) : gqa_attention_temp_bytes(m, args);
+}
+
 EngineActivationBytes engine_activation_bytes(const ModelCosts& m, int attn_tp, int moe_tp,
                                               int64_t kv_heads_per_rank, int act, int64_t rows) {
     const double big = rows > kEngineSmallMatmulMaxRows ? 1.0 : 0.0;

@@ -80,9 +80,35 @@
 //                     one gather of the rows to send, an NCCL all_to_all_v (dispatch), the experts, an NCCL
 //                     all_to_all_v (combine), then moe_ep gathers and moe_ep − 1 adds that sum the rows
 //                     home: 2·moe_ep kernels more than the MoE of one rank (engine_dp_moe_kernels)
+// Attention temporaries (engine_attention_temp_bytes): the peak of the buffers one attention block
+// allocates on a rank and frees when it returns (layers/attention_mla.cc, attention_gqa.cc, the CUDA
+// backend's matmul/batched_matmul). `a` = activation bytes (the fp32 buffers), `c` = the GEMM input copy
+// (EngineDevice), copy(r, K) = c·r·K when r > kEngineSmallMatmulMaxRows (matmul; cuBLAS path), T rows,
+// h = Nh/attn_tp query heads and kv KV heads on the rank, S = min(context_tokens, max_position_embeddings)
+// (the engine refuses a request past the model's positions):
+//   MLA  held      a·T·(h·(Dn + Dr) + R + Dr + h·Dv)     q [T, h, Dn+Dr], latent [T, R+Dr], out [T, h, Dv]
+//        + the largest of, one after another:
+//        q         a·T·q_lora + copy(T, max(H, q_lora))   q_a [T, q_lora] and q_a_proj's, q_b_proj's input
+//                  (copy(T, H) for q_proj without q_lora); kv_a_proj_with_mqa copy(T, H)
+//        absorbed  a·T·h·(2R + Dr) + c·T·h·max(Dn, R)   q_abs [n, h, R+Dr], attn_latent [n, h, R] and the
+//                  batched GEMMs' bf16 inputs [n, h, Dn] (· W_UK), [n, h, R] (· W_UVᵀ); one call per run of
+//                  absorbed sequences, n ≤ T rows (a step of short sequences fills it), when
+//                  mla_absorb_max_rows ≥ 1
+//        expanded  a·S·(R + Dr + h·(Dn + Dv) + h·(Dn + Dr)) + copy(S, R)   per sequence with more than
+//                  mla_absorb_max_rows new rows (only when min(T, S) exceeds it): its S cached latent rows
+//                  [S, R+Dr] gathered, kv_b_proj [S, h, Dn+Dv], keys [S, h, Dn+Dr], kv_b_proj's input
+//        o_proj    copy(T, h·Dv)
+//   GQA  held      a·T·(2·h·D + 2·kv·D)                  q, out [T, h, D]; k, v [T, kv, D]
+//        + max(copy(T, H) (+ a·T·Nh·D: OLMoE's full q projection under attention TP), copy(T, h·D))
+// DeepSeek-V3 at tp1 (h 128, R 512, Dr 64, Dn 128, Dv 128, q_lora 1536), T 2048 on a GPU with the latent
+// kernel: held 340,262,912 B + absorbed 1,409,286,144 B = 1,749,549,056 B (1.63 GiB). Not counted (needs
+// the SM count): the key splits' workspace of the attention kernels, T·h·splits·(Dv + 2)·4 B, zero for the
+// latent kernel once T·⌈h/64⌉ ≥ SMs (a 2048-row chunk on any GPU), and where the kernels split (decode,
+// flash on GQA prefill) under 2·(the blocks they aim at)·64·(Dv + 2)·4 B: about 70 MB on an H200.
 #pragma once
 
 #include <cstdint>
+#include <limits>
 
 #include "planner/model_costs.h"
 
@@ -94,6 +120,9 @@ inline constexpr int kEngineExpertRowBytesPerElement = 2;   // bf16 rows inside 
 inline constexpr int64_t kEngineSmallMatmulMaxRows = 16;    // matmul rows of the fp32 small-T kernel
 inline constexpr int64_t kEngineMaxStepTokens = 2048;       // default --max-step-tokens (prefill chunk)
 inline constexpr int64_t kEngineMaxGraphRows = 256;         // models/model.h Model::kMaxGraphRows
+inline constexpr int kEngineGemmInputCopyBytesPerElement = 2;  // bf16 copy of a cuBLAS GEMM's fp32 input
+// MlaAttentionParams::absorb_max_rows on a GPU with the latent-attention kernel: every chunk absorbed.
+inline constexpr int64_t kEngineMlaAbsorbAllRows = std::numeric_limits<int64_t>::max();
 inline constexpr int kEngineOutputBroadcasts = 2;           // pp > 1: sampled ids and non-finite flags
 inline constexpr int kEngineDpMoeHostRoundTrips = 9;        // per MoE layer under DP attention (above)
 // MoE permute (kernels/moe_permute.cu): up to this many picks, one block plans everything (kSmallPicks);
@@ -127,6 +156,30 @@ int64_t engine_moe_permute_kernels(int64_t picks, int64_t num_experts);
 // Kernels DP attention's MoE adds per MoE layer on a rank with tokens (above): the dispatch's gather of the
 // rows to send, and the combine's moe_ep gathers and moe_ep − 1 adds. 2·moe_ep.
 int64_t engine_dp_moe_kernels(int moe_ep);
+
+// How the engine runs attention on the device a memory plan is for.
+struct EngineDevice {
+    // The new rows of one sequence up to which MLA takes the absorbed form (MlaAttentionParams::
+    // absorb_max_rows; models/model.h mla_absorb_max_rows): every chunk on a GPU whose backend has the
+    // latent-attention kernel (sm_80, sm_90: what `epinfer plan` prices); elsewhere (the CPU backend,
+    // sm_86/89/120) layers/attention_mla.h mla_absorb_max_rows, 170 for DeepSeek-V3 and Kimi K2.
+    int64_t mla_absorb_max_rows = kEngineMlaAbsorbAllRows;
+    // Bytes per element of the bf16 copy the CUDA backend makes of a GEMM's fp32 input on bf16 weights
+    // (matmul above kEngineSmallMatmulMaxRows rows, batched_matmul at any); 0 on the CPU backend.
+    int gemm_input_copy_bytes_per_element = kEngineGemmInputCopyBytesPerElement;
+};
+
+struct EngineAttentionTempArgs {
+    int64_t rows = 0;               // T: rows of one forward on the rank (MemoryOptions::max_prefill_tokens)
+    int64_t context_tokens = 0;     // keys of one sequence at most (MemoryOptions::context_tokens)
+    int attn_tp = 1;                // query heads on the rank: Nh / attn_tp
+    int64_t kv_heads_per_rank = 0;  // GQA KV heads on the rank (RankShare)
+    int act = kEngineActivationBytesPerElement;  // bytes of the fp32 buffers
+    EngineDevice device;
+};
+// Bytes of the attention block's own temporaries at their peak on one rank (the formula above); they are
+// freed before the MoE or MLP block of the layer allocates its own. 0 for rows ≤ 0.
+int64_t engine_attention_temp_bytes(const ModelCosts& model, const EngineAttentionTempArgs& args);
 
 // Activation bytes one token's rows move through memory per layer on one rank (reads + writes of the
 // engine's kernels, weights and KV reads excluded), by block. `act` = activation bytes per element,

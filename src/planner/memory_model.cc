@@ -11,7 +11,9 @@ namespace epinfer::planner {
 namespace {
 
 constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
-constexpr int64_t kHiddenBuffers = 8;  // residual, normed input, attention/MoE in and out, q/k/v temporaries
+// The stage's residual, normed input and branch output (models/model.cc run_stage) and the blocks' per-token
+// [T, H] buffers; the attention block's own temporaries are the separate term below.
+constexpr int64_t kHiddenBuffers = 8;
 
 int64_t bytes_of(int64_t elems, WeightFormat format) {
     return static_cast<int64_t>(std::ceil(static_cast<double>(elems) * weight_bytes_per_element(format)));
@@ -46,7 +48,16 @@ MemoryPlan plan_memory(const ModelCosts& m, const ParallelLayout& l, const GpuSp
     int64_t moe_act = static_cast<int64_t>(moe_rows) * (3 * m.expert_width / l.moe_tp + 2 * H) * act_bytes;
     int64_t mlp_width = std::max(m.dense_width, m.shared_width) / l.attn_tp;
     int64_t mlp_act = T * 3 * mlp_width * act_bytes;
-    int64_t activation = T * kHiddenBuffers * H * act_bytes + std::max(moe_act, mlp_act) +
+    EngineAttentionTempArgs attn_args;
+    attn_args.rows = T;
+    attn_args.context_tokens = o.context_tokens;
+    attn_args.attn_tp = l.attn_tp;
+    attn_args.kv_heads_per_rank = share.kv_heads_per_rank;
+    attn_args.act = static_cast<int>(act_bytes);
+    attn_args.device = o.device;
+    // The attention block frees its temporaries before the MoE or MLP block allocates: the larger counts.
+    const int64_t attn_act = engine_attention_temp_bytes(m, attn_args);
+    int64_t activation = T * kHiddenBuffers * H * act_bytes + std::max({moe_act, mlp_act, attn_act}) +
                          o.max_batch_requests_per_rank * share.vocab_slice * 4;
     int64_t ep_buffers = (l.attn_dp > 1 && m.n_experts > 0)
                              ? 2 * o.max_dispatch_tokens_per_rank * m.top_k * H * act_bytes

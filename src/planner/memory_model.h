@@ -7,10 +7,19 @@
 //   EP buffers    when tokens move by all-to-all (attn_dp > 1): a dispatch and a combine buffer of
 //                 max_dispatch_tokens_per_rank · K · H activations each
 //   activations   max_prefill_tokens · 8 · H hidden-state buffers
-//                 + max(MoE rows · (3·I/moe_tp + 2·H), max_prefill_tokens · 3 · width/attn_tp),
+//                 + max(MoE rows · (3·I/moe_tp + 2·H), max_prefill_tokens · 3 · width/attn_tp,
+//                       attention temporaries),
 //                   MoE rows = max_prefill_tokens · attn_dp · K · local_experts / E, width the larger of
 //                   the dense MLP and the shared experts, all at activation_bytes_per_element (the
-//                   engine's fp32 by default, engine_facts.h)
+//                   engine's fp32 by default, engine_facts.h); attention temporaries =
+//                   engine_attention_temp_bytes (engine_facts.h) of max_prefill_tokens rows and Nh/attn_tp
+//                   heads on `device`: q, the latent and the output, plus MLA's absorbed form's
+//                   T·Nh/attn_tp·(2·kv_lora + rope) fp32 (1.63 GiB in all for DeepSeek-V3 at tp1, T 2048)
+//                   or, only where the device does not absorb every chunk, its expanded form's
+//                   S·Nh/attn_tp·(2·nope + rope + v) fp32 for S = min(context_tokens,
+//                   max_position_embeddings) keys. A max, not a sum: the attention block frees its buffers
+//                   before the MoE or MLP block allocates (the CUDA backend's stream-ordered pool reuses
+//                   them)
 //                 + max_batch_requests_per_rank · V/attn_tp fp32 logits
 //   CUDA graphs   a fixed reserve (cuda_graph_bytes)
 //   KV cache      the rest of usable = memory · usable fraction; per token: layers of the stage ·
@@ -42,6 +51,9 @@ struct MemoryOptions {
     int64_t max_dispatch_tokens_per_rank = kEngineMaxStepTokens;  // EP dispatch/combine buffer rows (× K)
     int64_t max_batch_requests_per_rank = 1024;                   // decode rows per rank (logits buffer)
     int64_t cuda_graph_bytes = int64_t{1} << 30;                  // estimate: captured graphs and their pools
+    // How attention runs (MLA absorbed or expanded, GEMM input copies): by default on a GPU with the
+    // latent-attention kernel; the runtime's check (tools/epinfer/model_setup.cc) sets its backend's.
+    EngineDevice device;
 };
 
 struct WeightBytes {

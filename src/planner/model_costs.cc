@@ -26,6 +26,7 @@ ModelCosts model_costs(const ModelConfig& c) {
     }
     m.hidden = H;
     m.vocab = c.vocab_size;
+    m.max_position_embeddings = c.max_position_embeddings;
     m.num_heads = c.num_attention_heads;
     m.n_experts = c.n_routed_experts;
     m.top_k = c.router.num_experts_per_tok;
@@ -66,6 +67,7 @@ ModelCosts model_costs(const ModelConfig& c) {
         m.head_dim = D;
         m.v_head_dim = D;
         m.qk_norm = c.qk_norm != QkNormKind::kNone;
+        m.qk_norm_full_projection = c.qk_norm == QkNormKind::kFullProjection;
         m.attn_split_params = 2 * H * Nh * D;  // q_proj, o_proj
         m.attn_kv_head_params = 2 * H * c.num_key_value_heads * D;
         m.attn_replicated_params = c.qk_norm == QkNormKind::kPerHead ? 2 * D : 0;

@@ -30,6 +30,7 @@ struct ModelCosts {
     std::vector<bool> layer_is_moe;  // [num_layers]
     int64_t hidden = 0;              // H
     int64_t vocab = 0;               // V
+    int64_t max_position_embeddings = 0;  // tokens of one sequence at most (the engine refuses more); 0: any
     int64_t num_heads = 0;           // Nh
     int64_t num_kv_heads = 0;        // GQA Nkv; 0 for MLA
     int64_t n_experts = 0;           // E
@@ -45,6 +46,7 @@ struct ModelCosts {
     int64_t kv_lora_rank = 0;         // MLA
     int64_t qk_rope_dim = 0;          // MLA
     bool qk_norm = false;             // q/k RMSNorms before RoPE (Qwen3-MoE, GLM-4.5)
+    bool qk_norm_full_projection = false;  // OLMoE: over the whole q/k projection (TP computes every head)
     bool shared_expert_gate = false;  // a sigmoid gate on the shared expert (Qwen2-MoE)
 
     // Parameters (elements).

@@ -409,6 +409,9 @@ Result<ModelSetup> start_model(const ModelSetupFlags& flags) {
     fit.memory.max_prefill_tokens = v.engine.max_step_tokens;
     fit.memory.max_dispatch_tokens_per_rank = v.engine.max_step_tokens;
     fit.memory.max_batch_requests_per_rank = v.engine.max_running;
+    // MLA's attention temporaries as this backend runs them; the CPU backend's GEMMs copy no input.
+    fit.memory.device.mla_absorb_max_rows = mla_absorb_max_rows(config, *setup.backend);
+    if (!v.cuda) fit.memory.device.gemm_input_copy_bytes_per_element = 0;
     // Decode graphs (CUDA, one rank) keep their buckets' temporaries: the planner's reserve for them.
     const bool decode_graphs = v.cuda && !flags.no_decode_graphs && setup.layout.world_size() == 1;
     if (!decode_graphs) fit.memory.cuda_graph_bytes = 0;

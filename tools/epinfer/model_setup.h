@@ -8,7 +8,8 @@
 //      in CUDA builds only) and the layout's ParallelContext: its activation groups over NCCL (bootstrapped
 //      over MPI, on the backend's stream) when the ranks are several GPUs, over MPI for CPU ranks;
 //   3. the memory check (planner/fit_check.h, the planner's own memory model): this rank's weights (in the
-//      checkpoint's dtypes), buffers, activations (fp32, --max-step-tokens rows) and the KV (in
+//      checkpoint's dtypes), buffers, activations (fp32, --max-step-tokens rows; attention's temporaries as
+//      the backend runs MLA: models/model.h mla_absorb_max_rows) and the KV (in
 //      --kv-cache-dtype: auto = bf16 on cuda, fp32 on cpu) of --kv-cache-tokens tokens, or of one
 //      request of max_position_embeddings tokens when that flag is 0,
 //      must fit the device (cpu: MemAvailable of the host divided among this host's ranks; cuda: the GPU's

@@ -3,14 +3,28 @@
 
 #include <gtest/gtest.h>
 
+#include <fstream>
+#include <sstream>
 #include <string>
 
+#include "checkpoint/hf_config.h"
 #include "checkpoint/model_config.h"
 #include "planner/cost_model.h"
 #include "planner/hardware_profile.h"
 #include "planner/model_costs.h"
 
 namespace epinfer::planner::testing {
+
+// The costs of tests/data/configs/`name` (a config.json); a parse failure fails the test.
+inline ModelCosts config_file_costs(const std::string& name) {
+    const std::string path = std::string(EPINFER_TEST_DATA_DIR) + "/configs/" + name;
+    std::ifstream in(path, std::ios::binary);
+    std::stringstream text;
+    text << in.rdbuf();
+    auto config = parse_hf_config(text.str(), path);
+    EXPECT_TRUE(config.is_ok()) << config.status().message();
+    return config.is_ok() ? model_costs(*config) : ModelCosts{};
+}
 
 // Kimi K2 Instruct 0905 as its config.json (tests/data/configs/kimi_k2_instruct_0905.json) describes it.
 inline ModelConfig kimi_k2_config() {

@@ -2,11 +2,8 @@
 // step on the measured H200 profile (profiles/measured/h200_epinfer_2026-11-29.json).
 #include <gtest/gtest.h>
 
-#include <fstream>
-#include <sstream>
 #include <string>
 
-#include "checkpoint/hf_config.h"
 #include "core/dtype.h"
 #include "planner/cost_model.h"
 #include "planner/engine_facts.h"
@@ -21,13 +18,7 @@ namespace {
 const std::string kDataDir = std::string(EPINFER_TEST_DATA_DIR);
 
 ModelCosts qwen3_30b() {
-    const std::string path = kDataDir + "/configs/qwen3_30b_a3b.json";
-    std::ifstream in(path, std::ios::binary);
-    std::stringstream text;
-    text << in.rdbuf();
-    auto config = parse_hf_config(text.str(), path);
-    EXPECT_TRUE(config.is_ok()) << config.status().message();
-    return config.is_ok() ? model_costs(*config) : ModelCosts{};
+    return testing::config_file_costs("qwen3_30b_a3b.json");
 }
 
 TEST(EngineFacts, KernelsPerLayerQwen3) {
