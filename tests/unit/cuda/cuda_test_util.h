@@ -90,6 +90,7 @@ cuda::CudaBuffer upload(const std::vector<T>& host) {
     EXPECT_TRUE(buffer.is_ok()) << buffer.status().message();
     if (!buffer.is_ok() || host.empty()) return cuda::CudaBuffer();
     EXPECT_EQ(cudaMemcpy(buffer->data(), host.data(), host.size() * sizeof(T), cudaMemcpyHostToDevice), cudaSuccess);
+    EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);  // a pageable copy may still be in flight on return
     return std::move(buffer).value();
 }
 
@@ -111,6 +112,8 @@ cuda::CudaBuffer poisoned(size_t count, int byte = 0x7f) {
     EXPECT_TRUE(buffer.is_ok()) << buffer.status().message();
     if (!buffer.is_ok() || count == 0) return cuda::CudaBuffer();
     EXPECT_EQ(cudaMemset(buffer->data(), byte, count * sizeof(T)), cudaSuccess);
+    // cudaMemset may return before it is done, and the backend's stream does not wait for the legacy one.
+    EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
     return std::move(buffer).value();
 }
 

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cstdint>
 
+#include "backend/cuda/kernels/pdl.cuh"
+
 namespace epinfer::cuda {
 
 namespace {
@@ -59,6 +61,7 @@ __device__ Best block_best(Best best) {
 
 // One block per row (grid-stride over rows when R exceeds the grid).
 __global__ void __launch_bounds__(kThreads) argmax_kernel(ArgmaxArgs a) {
+    pdl_begin();
     const int64_t V = a.vocab_size;
     for (int64_t r = blockIdx.x; r < a.num_rows; r += gridDim.x) {
         const float* __restrict__ row = a.logits + r * a.row_stride;  // [V] fp32
@@ -111,8 +114,7 @@ __global__ void __launch_bounds__(kThreads) argmax_kernel(ArgmaxArgs a) {
 cudaError_t launch_argmax(const ArgmaxArgs& args, cudaStream_t stream) {
     if (args.num_rows == 0) return cudaSuccess;
     const unsigned grid = static_cast<unsigned>(std::min(args.num_rows, kMaxBlocks));
-    argmax_kernel<<<grid, kThreads, 0, stream>>>(args);
-    return cudaGetLastError();
+    return launch_pdl(argmax_kernel, grid, dim3(kThreads), 0, stream, args);
 }
 
 }  // namespace epinfer::cuda

@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <cmath>
 
+#include "backend/cuda/kernels/pdl.cuh"
+
 namespace epinfer::cuda {
 
 namespace {
@@ -47,6 +49,7 @@ __device__ __forceinline__ float4 load_kv4(const __nv_bfloat16* p) {
 template <typename KV, int kDimsPerLane>
 __global__ void __launch_bounds__(kWarps * 32)
     attention_kernel(AttentionArgs a, int num_chunks, bool k_vec4, KeySplit split, int32_t* error_flag) {
+    pdl_begin();
     extern __shared__ float smem[];
     const int64_t Dqk = a.head_dim_qk, Dv = a.head_dim_v;
     float* q_s = smem;                                // [kMaxGroup, Dqk]
@@ -228,6 +231,7 @@ __global__ void __launch_bounds__(kWarps * 32)
 
 // out[t, h] = Σ_s acc_s · e^(m_s − m) / Σ_s l_s · e^(m_s − m), m = max_s m_s over splits that saw a key.
 __global__ void attention_combine_kernel(AttentionArgs a, KeySplit split) {
+    pdl_begin();
     const int64_t t = blockIdx.x / a.num_heads, h = blockIdx.x % a.num_heads, Dv = a.head_dim_v;
     const int64_t first = (t * a.num_heads + h) * split.num_splits;
     float m = -INFINITY;
@@ -259,9 +263,8 @@ cudaError_t launch(const AttentionArgs& a, const KeySplit& split, int num_chunks
         if (err != cudaSuccess) return err;
     }
     const int64_t num_blocks = a.num_tokens * a.num_kv_heads * num_chunks * split.num_splits;
-    attention_kernel<KV, kDimsPerLane><<<static_cast<unsigned>(num_blocks), kWarps * 32, smem, stream>>>(
-        a, num_chunks, k_vec4, split, error_flag);
-    return cudaGetLastError();
+    return launch_pdl(attention_kernel<KV, kDimsPerLane>, dim3(static_cast<unsigned>(num_blocks)),
+                      dim3(kWarps * 32), smem, stream, a, num_chunks, k_vec4, split, error_flag);
 }
 
 template <typename KV>
@@ -280,6 +283,7 @@ __device__ __forceinline__ __nv_bfloat16 to_kv<__nv_bfloat16>(float x) {
 
 template <typename KV>
 __global__ void kv_cache_store_kernel(KvCacheStoreArgs a, int32_t* error_flag) {
+    pdl_begin();
     const int64_t t = blockIdx.x;
     const int64_t slot = a.slot_mapping[t];
     if (slot < 0 || slot >= a.num_pool_rows) {
@@ -351,21 +355,20 @@ KeySplit key_split_in(const AttentionArgs& args, const KeySplitPlan& plan, void*
 }
 
 cudaError_t launch_attention_combine(const AttentionArgs& args, const KeySplit& split, cudaStream_t stream) {
-    attention_combine_kernel<<<static_cast<unsigned>(args.num_tokens * args.num_heads), 128, 0, stream>>>(args,
-                                                                                                         split);
-    return cudaGetLastError();
+    return launch_pdl(attention_combine_kernel, dim3(static_cast<unsigned>(args.num_tokens * args.num_heads)),
+                      dim3(128), 0, stream, args, split);
 }
 
 cudaError_t launch_kv_cache_store(const KvCacheStoreArgs& args, int32_t* error_flag, cudaStream_t stream) {
     if (args.num_tokens == 0) return cudaSuccess;
     const int threads = static_cast<int>(std::min<int64_t>(256, (args.width + 31) / 32 * 32));
     if (args.pool_dtype == DType::kBF16) {
-        kv_cache_store_kernel<__nv_bfloat16>
-            <<<static_cast<unsigned>(args.num_tokens), threads, 0, stream>>>(args, error_flag);
+        return launch_pdl(kv_cache_store_kernel<__nv_bfloat16>, dim3(static_cast<unsigned>(args.num_tokens)),
+                          dim3(threads), 0, stream, args, error_flag);
     } else {
-        kv_cache_store_kernel<float><<<static_cast<unsigned>(args.num_tokens), threads, 0, stream>>>(args, error_flag);
+        return launch_pdl(kv_cache_store_kernel<float>, dim3(static_cast<unsigned>(args.num_tokens)),
+                          dim3(threads), 0, stream, args, error_flag);
     }
-    return cudaGetLastError();
 }
 
 }  // namespace epinfer::cuda

@@ -5,6 +5,8 @@
 
 #include <algorithm>
 
+#include "backend/cuda/kernels/pdl.cuh"
+
 namespace epinfer::cuda {
 
 namespace {
@@ -24,6 +26,7 @@ unsigned grid_for(int64_t n) {
 }
 
 __global__ void embedding_kernel(EmbeddingArgs a, int32_t* error_flag) {
+    pdl_begin();
     const int64_t t = blockIdx.x;
     const int32_t id = a.token_ids[t];
     const bool valid = id >= 0 && id < a.vocab_size;
@@ -48,6 +51,7 @@ __device__ float block_sum(float v) {
 }
 
 __global__ void rms_norm_kernel(RmsNormArgs a) {
+    pdl_begin();
     const float* x = a.x + static_cast<int64_t>(blockIdx.x) * a.x_row_stride;
     float* out = a.out + static_cast<int64_t>(blockIdx.x) * a.out_row_stride;
     float sum_sq = 0.0f;
@@ -60,6 +64,7 @@ __global__ void rms_norm_kernel(RmsNormArgs a) {
 
 // Half-split RoPE: one block per token; threads over (head, pair).
 __global__ void rope_kernel(RopeArgs a) {
+    pdl_begin();
     const int64_t t = blockIdx.x, half = a.rotary_dim / 2;
     const float pos = static_cast<float>(a.positions[t]);
     for (int64_t item = threadIdx.x; item < a.num_heads * half; item += blockDim.x) {
@@ -77,6 +82,7 @@ __global__ void rope_kernel(RopeArgs a) {
 
 // Interleaved RoPE: one block per (token, head), the head's rotary slice staged in shared memory.
 __global__ void rope_interleaved_kernel(RopeArgs a) {
+    pdl_begin();
     extern __shared__ float tmp[];  // [rotary_dim]
     const int64_t t = blockIdx.x / a.num_heads, h = blockIdx.x % a.num_heads, half = a.rotary_dim / 2;
     float* x = a.x + t * a.token_stride + h * a.head_stride + a.rot_offset;
@@ -95,6 +101,7 @@ __global__ void rope_interleaved_kernel(RopeArgs a) {
 }
 
 __global__ void silu_mul_kernel(SiluMulArgs a) {
+    pdl_begin();
     for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < a.num_elements;
          i += int64_t{gridDim.x} * blockDim.x) {
         const float g = a.gate[i];
@@ -103,12 +110,14 @@ __global__ void silu_mul_kernel(SiluMulArgs a) {
 }
 
 __global__ void add_kernel(AddArgs a) {
+    pdl_begin();
     for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < a.num_elements;
          i += int64_t{gridDim.x} * blockDim.x)
         a.out[i] = a.a[i] + a.b[i];
 }
 
 __global__ void add_sigmoid_gated_kernel(AddSigmoidGatedArgs a) {
+    pdl_begin();
     const int64_t n = a.num_rows * a.width;
     for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x) {
         const float g = 1.0f / (1.0f + expf(-a.gate[i / a.width]));
@@ -117,12 +126,14 @@ __global__ void add_sigmoid_gated_kernel(AddSigmoidGatedArgs a) {
 }
 
 __global__ void to_f32_kernel(const void* src, DType dtype, float* dst, int64_t n) {
+    pdl_begin();
     for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x)
         dst[i] = load_f32(src, dtype, i);
 }
 
 __global__ void f32_rows_to_bf16_kernel(const float* x, int64_t stride, int64_t rows, int64_t cols,
                                         __nv_bfloat16* dst) {
+    pdl_begin();
     const int64_t n = rows * cols;
     for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x) {
         const int64_t r = i / cols, c = i % cols;
@@ -132,6 +143,7 @@ __global__ void f32_rows_to_bf16_kernel(const float* x, int64_t stride, int64_t 
 
 __global__ void f32_batched_rows_to_bf16_kernel(const float* x, int64_t token_stride, int64_t batch_stride,
                                                 int64_t rows, int64_t batches, int64_t cols, __nv_bfloat16* dst) {
+    pdl_begin();
     const int64_t n = rows * batches * cols;
     for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x) {
         const int64_t r = i / cols, c = i % cols, t = r / batches, b = r % batches;
@@ -140,6 +152,7 @@ __global__ void f32_batched_rows_to_bf16_kernel(const float* x, int64_t token_st
 }
 
 __global__ void add_bias_kernel(float* y, int64_t stride, const void* bias, DType dtype, int64_t rows, int64_t cols) {
+    pdl_begin();
     const int64_t n = rows * cols;
     for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x) {
         const int64_t r = i / cols, c = i % cols;
@@ -151,74 +164,72 @@ __global__ void add_bias_kernel(float* y, int64_t stride, const void* bias, DTyp
 
 cudaError_t launch_embedding(const EmbeddingArgs& args, int32_t* error_flag, cudaStream_t stream) {
     if (args.num_tokens == 0) return cudaSuccess;
-    embedding_kernel<<<static_cast<unsigned>(args.num_tokens), kThreads, 0, stream>>>(args, error_flag);
-    return cudaGetLastError();
+    return launch_pdl(embedding_kernel, dim3(static_cast<unsigned>(args.num_tokens)), dim3(kThreads), 0,
+                      stream, args, error_flag);
 }
 
 cudaError_t launch_rms_norm(const RmsNormArgs& args, cudaStream_t stream) {
     if (args.num_rows == 0) return cudaSuccess;
-    rms_norm_kernel<<<static_cast<unsigned>(args.num_rows), kThreads, 0, stream>>>(args);
-    return cudaGetLastError();
+    return launch_pdl(rms_norm_kernel, dim3(static_cast<unsigned>(args.num_rows)), dim3(kThreads), 0, stream,
+                      args);
 }
 
 cudaError_t launch_rope(const RopeArgs& args, cudaStream_t stream) {
     if (args.num_tokens == 0 || args.num_heads == 0) return cudaSuccess;
     if (args.interleaved) {
         const size_t smem = static_cast<size_t>(args.rotary_dim) * sizeof(float);
-        rope_interleaved_kernel<<<static_cast<unsigned>(args.num_tokens * args.num_heads), 128, smem, stream>>>(args);
+        return launch_pdl(rope_interleaved_kernel,
+                          dim3(static_cast<unsigned>(args.num_tokens * args.num_heads)), dim3(128), smem,
+                          stream, args);
     } else {
-        rope_kernel<<<static_cast<unsigned>(args.num_tokens), kThreads, 0, stream>>>(args);
+        return launch_pdl(rope_kernel, dim3(static_cast<unsigned>(args.num_tokens)), dim3(kThreads), 0,
+                          stream, args);
     }
-    return cudaGetLastError();
 }
 
 cudaError_t launch_silu_mul(const SiluMulArgs& args, cudaStream_t stream) {
     if (args.num_elements == 0) return cudaSuccess;
-    silu_mul_kernel<<<grid_for(args.num_elements), kThreads, 0, stream>>>(args);
-    return cudaGetLastError();
+    return launch_pdl(silu_mul_kernel, dim3(grid_for(args.num_elements)), dim3(kThreads), 0, stream, args);
 }
 
 cudaError_t launch_add(const AddArgs& args, cudaStream_t stream) {
     if (args.num_elements == 0) return cudaSuccess;
-    add_kernel<<<grid_for(args.num_elements), kThreads, 0, stream>>>(args);
-    return cudaGetLastError();
+    return launch_pdl(add_kernel, dim3(grid_for(args.num_elements)), dim3(kThreads), 0, stream, args);
 }
 
 cudaError_t launch_add_sigmoid_gated(const AddSigmoidGatedArgs& args, cudaStream_t stream) {
     if (args.num_rows == 0 || args.width == 0) return cudaSuccess;
-    add_sigmoid_gated_kernel<<<grid_for(args.num_rows * args.width), kThreads, 0, stream>>>(args);
-    return cudaGetLastError();
+    return launch_pdl(add_sigmoid_gated_kernel, dim3(grid_for(args.num_rows * args.width)), dim3(kThreads), 0,
+                      stream, args);
 }
 
 cudaError_t launch_to_f32(const void* src, DType src_dtype, float* dst, int64_t num_elements, cudaStream_t stream) {
     if (num_elements == 0) return cudaSuccess;
-    to_f32_kernel<<<grid_for(num_elements), kThreads, 0, stream>>>(src, src_dtype, dst, num_elements);
-    return cudaGetLastError();
+    return launch_pdl(to_f32_kernel, dim3(grid_for(num_elements)), dim3(kThreads), 0, stream, src, src_dtype,
+                      dst, num_elements);
 }
 
 cudaError_t launch_f32_rows_to_bf16(const float* x, int64_t x_row_stride, int64_t num_rows, int64_t num_cols,
                                     void* dst, cudaStream_t stream) {
     if (num_rows == 0 || num_cols == 0) return cudaSuccess;
-    f32_rows_to_bf16_kernel<<<grid_for(num_rows * num_cols), kThreads, 0, stream>>>(
-        x, x_row_stride, num_rows, num_cols, static_cast<__nv_bfloat16*>(dst));
-    return cudaGetLastError();
+    return launch_pdl(f32_rows_to_bf16_kernel, dim3(grid_for(num_rows * num_cols)), dim3(kThreads), 0, stream,
+                      x, x_row_stride, num_rows, num_cols, static_cast<__nv_bfloat16*>(dst));
 }
 
 cudaError_t launch_f32_batched_rows_to_bf16(const float* x, int64_t x_token_stride, int64_t x_batch_stride,
                                             int64_t num_rows, int64_t num_batches, int64_t num_cols, void* dst,
                                             cudaStream_t stream) {
     if (num_rows == 0 || num_batches == 0 || num_cols == 0) return cudaSuccess;
-    f32_batched_rows_to_bf16_kernel<<<grid_for(num_rows * num_batches * num_cols), kThreads, 0, stream>>>(
-        x, x_token_stride, x_batch_stride, num_rows, num_batches, num_cols, static_cast<__nv_bfloat16*>(dst));
-    return cudaGetLastError();
+    return launch_pdl(f32_batched_rows_to_bf16_kernel, dim3(grid_for(num_rows * num_batches * num_cols)),
+                      dim3(kThreads), 0, stream, x, x_token_stride, x_batch_stride, num_rows, num_batches,
+                      num_cols, static_cast<__nv_bfloat16*>(dst));
 }
 
 cudaError_t launch_add_bias(float* y, int64_t y_row_stride, const void* bias, DType bias_dtype, int64_t num_rows,
                             int64_t num_cols, cudaStream_t stream) {
     if (num_rows == 0 || num_cols == 0) return cudaSuccess;
-    add_bias_kernel<<<grid_for(num_rows * num_cols), kThreads, 0, stream>>>(y, y_row_stride, bias, bias_dtype,
-                                                                          num_rows, num_cols);
-    return cudaGetLastError();
+    return launch_pdl(add_bias_kernel, dim3(grid_for(num_rows * num_cols)), dim3(kThreads), 0, stream, y,
+                      y_row_stride, bias, bias_dtype, num_rows, num_cols);
 }
 
 }  // namespace epinfer::cuda

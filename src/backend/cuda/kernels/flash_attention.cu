@@ -6,6 +6,7 @@
 #include "backend/cuda/kernels/flash_attention.cuh"
 #include "backend/cuda/kernels/flash_softmax.cuh"
 #include "backend/cuda/kernels/moe_common.cuh"
+#include "backend/cuda/kernels/pdl.cuh"
 
 namespace epinfer::cuda {
 
@@ -57,6 +58,7 @@ __device__ __forceinline__ int swizzle(int key, int chunk) {
 template <int D, bool kDecode>
 __global__ void __launch_bounds__(kThreads, blocks_per_sm<kDecode>())
     flash_attention_kernel(AttentionArgs a, Layout lay, KeySplit split, int32_t* error_flag) {
+    pdl_begin();
     extern __shared__ __align__(128) unsigned char smem_raw[];
     bf16* smem = reinterpret_cast<bf16*>(smem_raw);
     __shared__ int tok_pos[kMaxTokensPerBlock];  // −1: a bad query
@@ -349,9 +351,8 @@ cudaError_t launch(const AttentionArgs& a, const Layout& lay, const KeySplit& sp
     const cudaError_t err = cudaFuncSetAttribute(flash_attention_kernel<D, kDecode>,
                                                  cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
     if (err != cudaSuccess) return err;
-    flash_attention_kernel<D, kDecode>
-        <<<static_cast<unsigned>(num_blocks), kThreads, smem, stream>>>(a, lay, split, error_flag);
-    return cudaGetLastError();
+    return launch_pdl(flash_attention_kernel<D, kDecode>, dim3(static_cast<unsigned>(num_blocks)),
+                      dim3(kThreads), smem, stream, a, lay, split, error_flag);
 }
 
 }  // namespace

@@ -5,6 +5,7 @@
 #include <cstdint>
 
 #include "backend/cuda/kernels/matmul_small_t.cuh"
+#include "backend/cuda/kernels/pdl.cuh"
 
 namespace epinfer::cuda {
 namespace {
@@ -64,6 +65,7 @@ __device__ __forceinline__ void reduce_and_store(const MatmulArgs& a, float (&ac
 // row T − 1 again and are not stored).
 template <typename W, int kT>
 __global__ void __launch_bounds__(kWarps * 32) matmul_small_t_vec_kernel(MatmulArgs a) {
+    pdl_begin();
     constexpr int kElems = 16 / sizeof(W);
     const int lane = threadIdx.x % 32;
     const int64_t n0 = (static_cast<int64_t>(blockIdx.x) * kWarps + threadIdx.x / 32) * kRows;
@@ -135,6 +137,7 @@ __global__ void __launch_bounds__(kWarps * 32) matmul_small_t_vec_kernel(MatmulA
 // Any alignment: one element per lane per step.
 template <typename W>
 __global__ void __launch_bounds__(kWarps * 32) matmul_small_t_scalar_kernel(MatmulArgs a) {
+    pdl_begin();
     constexpr int kT = static_cast<int>(kMatmulSmallTMaxRows);
     const int lane = threadIdx.x % 32;
     const int64_t n0 = (static_cast<int64_t>(blockIdx.x) * kWarps + threadIdx.x / 32) * kRows;
@@ -173,19 +176,18 @@ cudaError_t launch_typed(const MatmulArgs& a, cudaStream_t stream) {
                          reinterpret_cast<uintptr_t>(a.x) % 16 == 0 && a.in_features % kElems == 0 &&
                          a.x_row_stride % 4 == 0;
     if (!aligned) {
-        matmul_small_t_scalar_kernel<W><<<grid, kWarps * 32, 0, stream>>>(a);
+        return launch_pdl(matmul_small_t_scalar_kernel<W>, grid, dim3(kWarps * 32), 0, stream, a);
     } else if (a.num_rows == 1) {
-        matmul_small_t_vec_kernel<W, 1><<<grid, kWarps * 32, 0, stream>>>(a);
+        return launch_pdl(matmul_small_t_vec_kernel<W, 1>, grid, dim3(kWarps * 32), 0, stream, a);
     } else if (a.num_rows == 2) {
-        matmul_small_t_vec_kernel<W, 2><<<grid, kWarps * 32, 0, stream>>>(a);
+        return launch_pdl(matmul_small_t_vec_kernel<W, 2>, grid, dim3(kWarps * 32), 0, stream, a);
     } else if (a.num_rows <= 4) {
-        matmul_small_t_vec_kernel<W, 4><<<grid, kWarps * 32, 0, stream>>>(a);
+        return launch_pdl(matmul_small_t_vec_kernel<W, 4>, grid, dim3(kWarps * 32), 0, stream, a);
     } else if (a.num_rows <= 8) {
-        matmul_small_t_vec_kernel<W, 8><<<grid, kWarps * 32, 0, stream>>>(a);
+        return launch_pdl(matmul_small_t_vec_kernel<W, 8>, grid, dim3(kWarps * 32), 0, stream, a);
     } else {
-        matmul_small_t_vec_kernel<W, 16><<<grid, kWarps * 32, 0, stream>>>(a);
+        return launch_pdl(matmul_small_t_vec_kernel<W, 16>, grid, dim3(kWarps * 32), 0, stream, a);
     }
-    return cudaGetLastError();
 }
 
 }  // namespace

@@ -6,6 +6,7 @@
 #include "backend/cuda/kernels/flash_softmax.cuh"
 #include "backend/cuda/kernels/mla_attention.cuh"
 #include "backend/cuda/kernels/moe_common.cuh"
+#include "backend/cuda/kernels/pdl.cuh"
 
 namespace epinfer::cuda {
 
@@ -38,6 +39,7 @@ __device__ __forceinline__ int swizzle(int row, int chunk) {
 
 __global__ void __launch_bounds__(kThreads, 1)
     mla_attention_kernel(AttentionArgs a, int num_chunks, int block_shift, KeySplit split, int32_t* error_flag) {
+    pdl_begin();
     extern __shared__ __align__(128) unsigned char smem_raw[];
     bf16* q_s = reinterpret_cast<bf16*>(smem_raw);                         // [64, 576]
     bf16* k_s = q_s + kHeads * kDqk;                                       // [kStages][32, 576]
@@ -242,9 +244,8 @@ cudaError_t launch_mla_attention(const AttentionArgs& args, const MlaAttentionPl
     cudaError_t err = cudaFuncSetAttribute(mla_attention_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                            static_cast<int>(kSmemBytes));
     if (err != cudaSuccess) return err;
-    mla_attention_kernel<<<static_cast<unsigned>(num_blocks), kThreads, kSmemBytes, stream>>>(
-        args, plan.num_chunks, block_shift, split, error_flag);
-    err = cudaGetLastError();
+    err = launch_pdl(mla_attention_kernel, dim3(static_cast<unsigned>(num_blocks)), dim3(kThreads),
+                     kSmemBytes, stream, args, plan.num_chunks, block_shift, split, error_flag);
     if (err != cudaSuccess || split.num_splits == 1) return err;
     return launch_attention_combine(args, split, stream);
 }

@@ -1,6 +1,7 @@
 // Weighted combine kernel (see moe_combine.cuh).
 #include "backend/cuda/kernels/moe_combine.cuh"
 #include "backend/cuda/kernels/moe_common.cuh"
+#include "backend/cuda/kernels/pdl.cuh"
 
 namespace epinfer::cuda {
 namespace {
@@ -21,6 +22,7 @@ __device__ __forceinline__ void load8(const bf16* src, float (&v)[8]) {
 }
 
 __global__ void __launch_bounds__(kThreads) moe_combine_kernel(MoeCombineArgs args) {
+    pdl_begin();
     __shared__ int32_t slots[kMaxTopK];
     __shared__ float weights[kMaxTopK];
     const int64_t t = blockIdx.x;
@@ -78,8 +80,7 @@ cudaError_t launch_moe_combine(const MoeCombineArgs& args, cudaStream_t stream) 
     if (args.num_tokens == 0) return cudaSuccess;
     const dim3 grid(static_cast<unsigned>(args.num_tokens),
                     static_cast<unsigned>(ceil_div<int64_t>(args.hidden, int64_t{kThreads} * 8)));
-    moe_combine_kernel<<<grid, kThreads, 0, stream>>>(args);
-    return cudaGetLastError();
+    return launch_pdl(moe_combine_kernel, grid, dim3(kThreads), 0, stream, args);
 }
 
 }  // namespace epinfer::cuda

@@ -8,8 +8,9 @@
 #include "backend/cuda/kernels/moe_common.cuh"
 #include "backend/cuda/kernels/moe_grouped_gemm.cuh"
 #include "backend/cuda/kernels/moe_grouped_gemm_sm90.cuh"
-#include "backend/cuda/kernels/moe_grouped_gemv.cuh"
 #include "backend/cuda/kernels/moe_grouped_gemm_tiles.cuh"
+#include "backend/cuda/kernels/moe_grouped_gemv.cuh"
+#include "backend/cuda/kernels/pdl.cuh"
 
 namespace epinfer::cuda {
 namespace {
@@ -94,6 +95,7 @@ __device__ void reduce_tile(const MoeGroupedGemmArgs& args, const TileCoord& tc)
 
 template <class Cfg, bool kSwiGlu, bool kSplit>
 __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks) moe_grouped_gemm_kernel(MoeGroupedGemmArgs args) {
+    pdl_begin();
     extern __shared__ __align__(128) unsigned char smem[];
     bf16* smem_a = reinterpret_cast<bf16*>(smem);                   // [Stages][BM][BK] bf16, swizzled
     bf16* smem_b = smem_a + Cfg::kStages * Cfg::kAStage;            // [Stages][BN][BK] bf16, swizzled
@@ -266,8 +268,8 @@ cudaError_t launch_config(const MoeGroupedGemmArgs& args, cudaStream_t stream) {
     cudaError_t err =
         cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(Cfg::kSmemBytes));
     if (err != cudaSuccess) return err;
-    kernel<<<static_cast<unsigned>(num_tiles * args.split_k), Cfg::kThreads, Cfg::kSmemBytes, stream>>>(args);
-    return cudaGetLastError();
+    return launch_pdl(kernel, dim3(static_cast<unsigned>(num_tiles * args.split_k)), dim3(Cfg::kThreads),
+                      Cfg::kSmemBytes, stream, args);
 }
 
 }  // namespace

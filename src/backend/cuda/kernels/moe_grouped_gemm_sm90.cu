@@ -13,6 +13,7 @@
 // (matrix descriptor; register fragments of .m64nNk16 with .f32 accumulators).
 #include "backend/cuda/kernels/moe_grouped_gemm_sm90.cuh"
 #include "backend/cuda/kernels/moe_grouped_gemm_tiles.cuh"
+#include "backend/cuda/kernels/pdl.cuh"
 
 namespace epinfer::cuda {
 namespace {
@@ -102,6 +103,7 @@ __device__ __forceinline__ void wgmma_m64n256k16(float (&d)[kAccum], uint64_t de
 
 template <bool kSwiGlu>
 __global__ void __launch_bounds__(kThreads, 1) moe_grouped_gemm_sm90_kernel(MoeGroupedGemmArgs args) {
+    pdl_begin();
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
     extern __shared__ unsigned char smem_raw[];
     const uint32_t raw = static_cast<uint32_t>(__cvta_generic_to_shared(smem_raw));
@@ -195,8 +197,8 @@ cudaError_t launch(const MoeGroupedGemmArgs& args, cudaStream_t stream) {
     const cudaError_t err =
         cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(kSmemBytes));
     if (err != cudaSuccess) return err;
-    kernel<<<static_cast<unsigned>(num_tiles), kThreads, kSmemBytes, stream>>>(args);
-    return cudaGetLastError();
+    return launch_pdl(kernel, dim3(static_cast<unsigned>(num_tiles)), dim3(kThreads), kSmemBytes, stream,
+                      args);
 }
 
 }  // namespace

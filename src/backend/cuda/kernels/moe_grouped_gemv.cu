@@ -5,8 +5,9 @@
 // ≤ kGemvRows bf16 x rows of
 // its group (read through L1/L2), fp32 accumulation; a shuffle tree sums the lanes and lane 0 applies the
 // epilogue (silu(g)·u, or the store) and writes bf16 — the same epilogue as the MMA kernels.
-#include "backend/cuda/kernels/moe_grouped_gemv.cuh"
 #include "backend/cuda/kernels/moe_grouped_gemm_tiles.cuh"
+#include "backend/cuda/kernels/moe_grouped_gemv.cuh"
+#include "backend/cuda/kernels/pdl.cuh"
 
 namespace epinfer::cuda {
 namespace {
@@ -24,6 +25,7 @@ constexpr int outputs_per_block() {
 
 template <bool kSwiGlu>
 __global__ void __launch_bounds__(kWarps * 32) moe_grouped_gemv_kernel(MoeGroupedGemmArgs args, int64_t n_tiles) {
+    pdl_begin();
     TileCoord tc;
     if (!locate_tile<kGemvRows>(args, blockIdx.x, n_tiles, tc)) return;
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -105,8 +107,8 @@ cudaError_t launch(const MoeGroupedGemmArgs& args, cudaStream_t stream) {
     const int64_t n_tiles = ceil_div<int64_t>(args.out_features, outputs_per_block<kSwiGlu>());
     const int64_t num_blocks = n_tiles * args.max_row_tiles;
     if (num_blocks == 0) return cudaSuccess;
-    moe_grouped_gemv_kernel<kSwiGlu><<<static_cast<unsigned>(num_blocks), kWarps * 32, 0, stream>>>(args, n_tiles);
-    return cudaGetLastError();
+    return launch_pdl(moe_grouped_gemv_kernel<kSwiGlu>, dim3(static_cast<unsigned>(num_blocks)),
+                      dim3(kWarps * 32), 0, stream, args, n_tiles);
 }
 
 }  // namespace

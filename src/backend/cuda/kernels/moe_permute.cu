@@ -5,6 +5,7 @@
 
 #include "backend/cuda/kernels/moe_common.cuh"
 #include "backend/cuda/kernels/moe_permute.cuh"
+#include "backend/cuda/kernels/pdl.cuh"
 
 namespace epinfer::cuda {
 namespace {
@@ -58,6 +59,7 @@ PermuteWorkspace carve(void* workspace, int64_t num_picks, size_t temp_bytes) {
 
 // keys[i] = id (E when dropped), vals[i] = i; shared-expert rows map to their token.
 __global__ void permute_keys_kernel(MoePermuteArgs args, uint32_t* keys, int32_t* vals) {
+    pdl_begin();
     const int64_t num_picks = args.num_tokens * args.top_k;
     const int64_t n = num_picks > args.num_tokens ? num_picks : args.num_tokens;
     for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x) {
@@ -73,6 +75,7 @@ __global__ void permute_keys_kernel(MoePermuteArgs args, uint32_t* keys, int32_t
 
 // Slot s of the sorted picks: maps, and expert_offsets[e] = first slot whose key ≥ e.
 __global__ void permute_slots_kernel(MoePermuteArgs args, const uint32_t* keys, const int32_t* vals) {
+    pdl_begin();
     const int64_t num_picks = args.num_tokens * args.top_k;
     const int64_t num_experts = args.num_experts;
     for (int64_t s = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; s < num_picks;
@@ -140,6 +143,7 @@ __device__ void finalize_groups(const MoePermuteArgs& args, BlockScan::TempStora
 
 // After the sort and the slots kernel: counts and schedule. With no picks the slots kernel wrote nothing.
 __global__ void __launch_bounds__(kFinalizeThreads) permute_finalize_kernel(MoePermuteArgs args) {
+    pdl_begin();
     __shared__ BlockScan::TempStorage storage;
     __shared__ int32_t carry;
     if (args.num_tokens * args.top_k == 0) {
@@ -153,6 +157,7 @@ __global__ void __launch_bounds__(kFinalizeThreads) permute_finalize_kernel(MoeP
 // pick i among the picks of its expert is the number of earlier picks with that expert (stable, so the
 // slot order is (expert, t, k)). Dynamic shared memory: keys [n] int32 and counts [E] int32.
 __global__ void __launch_bounds__(kFinalizeThreads) permute_small_kernel(MoePermuteArgs args) {
+    pdl_begin();
     extern __shared__ int32_t smem[];
     __shared__ BlockScan::TempStorage storage;
     __shared__ int32_t carry;
@@ -212,15 +217,14 @@ cudaError_t launch_moe_permute(const MoePermuteArgs& args, void* workspace, size
         cudaError_t err = cudaFuncSetAttribute(permute_small_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                                static_cast<int>(smem));
         if (err != cudaSuccess) return err;
-        permute_small_kernel<<<1, kFinalizeThreads, smem, stream>>>(args);
-        return cudaGetLastError();
+        return launch_pdl(permute_small_kernel, dim3(1), dim3(kFinalizeThreads), smem, stream, args);
     }
     const size_t temp_bytes = sort_temp_bytes(num_picks, args.num_experts);
     PermuteWorkspace ws = carve(workspace, num_picks, temp_bytes);
     const int64_t n = num_picks > args.num_tokens ? num_picks : args.num_tokens;
     if (n > 0) {
-        permute_keys_kernel<<<grid_for(n), kThreads, 0, stream>>>(args, ws.keys_in, ws.vals_in);
-        cudaError_t err = cudaGetLastError();
+        cudaError_t err = launch_pdl(permute_keys_kernel, dim3(grid_for(n)), dim3(kThreads), 0, stream, args,
+                                     ws.keys_in, ws.vals_in);
         if (err != cudaSuccess) return err;
     }
     if (num_picks > 0) {
@@ -229,12 +233,11 @@ cudaError_t launch_moe_permute(const MoePermuteArgs& args, void* workspace, size
                                                           ws.vals_out, static_cast<int>(num_picks), 0,
                                                           key_bits(args.num_experts), stream);
         if (err != cudaSuccess) return err;
-        permute_slots_kernel<<<grid_for(num_picks), kThreads, 0, stream>>>(args, ws.keys_out, ws.vals_out);
-        err = cudaGetLastError();
+        err = launch_pdl(permute_slots_kernel, dim3(grid_for(num_picks)), dim3(kThreads), 0, stream, args,
+                         ws.keys_out, ws.vals_out);
         if (err != cudaSuccess) return err;
     }
-    permute_finalize_kernel<<<1, kFinalizeThreads, 0, stream>>>(args);
-    return cudaGetLastError();
+    return launch_pdl(permute_finalize_kernel, dim3(1), dim3(kFinalizeThreads), 0, stream, args);
 }
 
 }  // namespace epinfer::cuda

@@ -8,6 +8,7 @@
 
 #include "backend/cuda/kernels/moe_common.cuh"
 #include "backend/cuda/kernels/moe_router.cuh"
+#include "backend/cuda/kernels/pdl.cuh"
 
 namespace epinfer::cuda {
 namespace {
@@ -47,6 +48,7 @@ __host__ __device__ inline size_t router_warp_smem_bytes(int64_t num_experts, in
 }
 
 __global__ void moe_router_topk_kernel(MoeRouterTopkArgs args, int warps_per_block) {
+    pdl_begin();
     extern __shared__ __align__(16) unsigned char smem[];
     const int lane = threadIdx.x % kWarpSize;
     const int warp = threadIdx.x / kWarpSize;
@@ -181,9 +183,9 @@ cudaError_t launch_moe_router_topk(const MoeRouterTopkArgs& args, cudaStream_t s
     int warps_per_block = static_cast<int>(kMaxRouterSmemBytes / warp_bytes);
     warps_per_block = warps_per_block < 1 ? 1 : (warps_per_block > 4 ? 4 : warps_per_block);
     const int64_t num_blocks = ceil_div<int64_t>(args.num_tokens, warps_per_block);
-    moe_router_topk_kernel<<<static_cast<unsigned>(num_blocks), warps_per_block * kWarpSize,
-                             warps_per_block * warp_bytes, stream>>>(args, warps_per_block);
-    return cudaGetLastError();
+    return launch_pdl(moe_router_topk_kernel, dim3(static_cast<unsigned>(num_blocks)),
+                      dim3(warps_per_block * kWarpSize), warps_per_block * warp_bytes, stream, args,
+                      warps_per_block);
 }
 
 }  // namespace epinfer::cuda

@@ -1,0 +1,44 @@
+// Programmatic dependent launch (PDL; CUDA programming guide, "Programmatic Dependent Launch and
+// Synchronization"; PTX griddepcontrol, sm_90+): a kernel launched with launch_pdl may be scheduled while the
+// kernel before it in the stream (or the CUDA graph) is still running, so its blocks are resident when that
+// one finishes instead of paying the launch gap (~1 µs per kernel boundary in a decode step of many small
+// kernels). Such a kernel must call pdl_begin() before its first global-memory access: it waits until the
+// previous kernel has completed with its writes visible, then lets the next kernel be scheduled. Below sm_90
+// launch_pdl is a plain launch and pdl_begin() does nothing.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <utility>
+
+namespace epinfer::cuda {
+
+__device__ __forceinline__ void pdl_begin() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;\n" ::: "memory");
+    asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+#endif
+}
+
+// True when the current device runs PDL (compute capability 9.0 or later); cached per host thread.
+bool pdl_supported();
+
+// kernel<<<grid, block, smem, stream>>>(args...), with programmatic stream serialization where supported.
+// @pre kernel calls pdl_begin() before it touches global memory.
+template <typename... KernelArgs, typename... Args>
+cudaError_t launch_pdl(void (*kernel)(KernelArgs...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
+                       Args&&... args) {
+    cudaLaunchAttribute attr;
+    attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr.val.programmaticStreamSerializationAllowed = 1;
+    cudaLaunchConfig_t config = {};
+    config.gridDim = grid;
+    config.blockDim = block;
+    config.dynamicSmemBytes = smem;
+    config.stream = stream;
+    config.attrs = &attr;
+    config.numAttrs = pdl_supported() ? 1 : 0;
+    return cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...);
+}
+
+}  // namespace epinfer::cuda
