@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 
 #include "backend/cuda/kernels/pdl.cuh"
 
@@ -321,6 +322,22 @@ KeySplitPlan plan_key_splits(const AttentionArgs& a, int64_t blocks, const KeySp
                                static_cast<size_t>(a.head_dim_v + 2) * sizeof(float);
     }
     return plan;
+}
+
+KeySplitPlan plan_whole_wave_splits(const AttentionArgs& a, int64_t blocks, const WholeWaveTarget& t) {
+    const int64_t keys = a.num_kv_tokens;
+    const int64_t most = std::min(kMaxKeySplits, std::max<int64_t>(1, (keys + t.min_keys - 1) / t.min_keys));
+    int64_t best = 1, best_cost = INT64_MAX;
+    for (int64_t s = 1; s <= most; ++s) {
+        const int64_t per_split = ((keys + s - 1) / s + t.tile_keys - 1) / t.tile_keys * t.tile_keys;
+        const int64_t splits = (keys + per_split - 1) / per_split;
+        const int64_t cost = (blocks * splits + t.wave - 1) / t.wave * (per_split + t.overhead_keys);
+        if (cost < best_cost) {
+            best = s;
+            best_cost = cost;
+        }
+    }
+    return plan_key_splits(a, blocks, {blocks + 1, best * blocks, t.min_keys, t.tile_keys});
 }
 
 cudaError_t launch_attention(const AttentionArgs& args, const AttentionPlan& plan, void* workspace,

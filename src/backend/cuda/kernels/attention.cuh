@@ -38,6 +38,20 @@ struct KeySplitTarget {
 };
 KeySplitPlan plan_key_splits(const AttentionArgs& args, int64_t blocks, const KeySplitTarget& target);
 
+// For blocks of equal work (decode: every query sees its sequence's keys): the split count that minimises the
+// modelled time ⌈blocks · splits / wave⌉ · (keys per split + overhead_keys) — blocks run in whole waves (a
+// part-filled last wave costs about a whole one) and each pays a fixed start and merge — fewer splits on
+// ties, at most kMaxKeySplits. E.g. 256 blocks over 4096 keys with waves of 396 blocks and tiles of 64:
+// 3 splits (2 waves of 1408 keys), not 4 (3 waves of 1024).
+struct WholeWaveTarget {
+    int64_t wave = 0;           // blocks the GPU runs at once
+    int64_t min_keys = 0;       // keys per split at least
+    int64_t tile_keys = 0;      // keys per split a multiple of this
+    int64_t overhead_keys = 0;  // a block's start and merge, in the time of this many keys
+};
+inline constexpr int64_t kMaxKeySplits = 256;
+KeySplitPlan plan_whole_wave_splits(const AttentionArgs& args, int64_t blocks, const WholeWaveTarget& target);
+
 // What the kernels of a split launch read: split s takes keys [s · keys_per_split, (s + 1) ·
 // keys_per_split) and, with more than one split, writes its unnormalised partial output and its (max in
 // natural-log units, sum of exponentials) to the partials, carved from the launch's workspace.

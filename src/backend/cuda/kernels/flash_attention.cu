@@ -15,7 +15,7 @@ namespace {
 constexpr int kWarps = 4;
 constexpr int kThreads = kWarps * 32;
 constexpr int kTileKeys = 64;   // keys per shared-memory tile
-// Tiles in flight and blocks per SM (__launch_bounds__; the grid aims at kWaves of them): decode takes 3 blocks
+// Tiles in flight and blocks per SM (__launch_bounds__; key splits fill whole waves of them): decode takes 3 blocks
 // of 2 stages (12 warps per SM: its loop is latency-bound), prefill 2 blocks of 3 stages.
 template <bool kDecode>
 constexpr int stages() {
@@ -29,8 +29,8 @@ constexpr int kRows = 16;       // query rows per warp (the MMA's M)
 constexpr int kMaxHeadsPerChunk = 16;
 constexpr int kMaxTokensPerBlock = kWarps * kRows;  // prefill with one head per chunk
 constexpr int64_t kMinKeysPerSplit = 4 * kTileKeys;
-constexpr int kWaves = 2;          // enough blocks that the last wave's tail costs little, few enough
-                                   // that each block's start and merge are spread over many tiles
+constexpr int64_t kBlockOverheadKeys = 2 * kTileKeys;  // decode: a block's start and merge, in keys' time
+constexpr int kPrefillWaves = 2;  // prefill splits keys only while its blocks fill fewer waves than this
 constexpr float kLog2e = 1.4426950408889634f;
 constexpr float kLn2 = 0.6931471805599453f;
 
@@ -379,10 +379,14 @@ FlashAttentionPlan plan_flash_attention(const AttentionArgs& a, int num_sms) {
     plan.tokens_per_block = plan.decode ? 1 : kMaxTokensPerBlock / plan.heads_per_chunk;
     const int64_t tiles = (a.num_tokens + plan.tokens_per_block - 1) / plan.tokens_per_block;
     const int64_t blocks = tiles * a.num_kv_heads * plan.num_chunks;
-    // Split the keys until the grid fills kWaves waves of the GPU.
-    const int per_sm = plan.decode ? blocks_per_sm<true>() : blocks_per_sm<false>();
-    const int64_t slots = static_cast<int64_t>(kWaves) * per_sm * num_sms;
-    plan.split = plan_key_splits(a, blocks, {slots, slots, kMinKeysPerSplit, kTileKeys});
+    if (plan.decode) {
+        const int64_t wave = int64_t{blocks_per_sm<true>()} * num_sms;
+        plan.split = plan_whole_wave_splits(a, blocks, {wave, kMinKeysPerSplit, kTileKeys, kBlockOverheadKeys});
+    } else {
+        // Causal tiles differ in work, so no whole-wave model: split only to fill kPrefillWaves waves.
+        const int64_t slots = int64_t{kPrefillWaves} * blocks_per_sm<false>() * num_sms;
+        plan.split = plan_key_splits(a, blocks, {slots, slots, kMinKeysPerSplit, kTileKeys});
+    }
     return plan;
 }
 

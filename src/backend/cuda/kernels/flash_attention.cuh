@@ -9,12 +9,12 @@
 // value row once for the whole group. A thread copies one chunk column of 8 (D = 128) or 4 consecutive keys,
 // so one block-table entry serves them when the block size is a power-of-two multiple of that.
 //   decode  (every sequence brings one query token): a block's rows are the ≤ 16 heads of one token's group;
-//           its four warps share those rows and take 16 keys each of every tile, merged at the end. When the
-//           blocks would not cover the GPU twice the keys are also split over blocks (flash-decoding: each
-//           split writes a partial output with its max and sum; attention.cu's combine kernel merges them).
+//           its four warps share those rows and take 16 keys each of every tile, merged at the end. The keys
+//           are also split over blocks, as many splits as fill whole waves of the GPU best (flash-decoding:
+//           each split writes a partial output with its max and sum; attention.cu's combine kernel merges them).
 //   prefill (otherwise): a block's 64 rows are consecutive tokens × the group's heads (≤ 16 per chunk), 16
 //           rows per warp, each warp over every key; tokens of different sequences in one tile are taken one
-//           sequence after the other.
+//           sequence after the other; keys split over blocks only when the blocks fill fewer than two waves.
 // Positions and paging as AttentionArgs. Q is rounded to bf16 for the MMA, and so are the probabilities
 // before p·V (as FlashAttention); scores, max, sums and the output are fp32.
 #pragma once

@@ -226,7 +226,7 @@ MlaAttentionPlan plan_mla_attention(const AttentionArgs& a, int num_sms) {
     MlaAttentionPlan plan;
     plan.num_chunks = static_cast<int>((a.num_heads + kHeads - 1) / kHeads);
     const int64_t blocks = a.num_tokens * plan.num_chunks;  // one block per SM (160 KiB of shared memory)
-    plan.split = plan_key_splits(a, blocks, {num_sms, 2 * static_cast<int64_t>(num_sms), kMinKeysPerSplit, kTileKeys});
+    plan.split = plan_whole_wave_splits(a, blocks, {num_sms, kMinKeysPerSplit, kTileKeys, 2 * kTileKeys});
     return plan;
 }
 

@@ -8,8 +8,9 @@
 // 16-byte chunks XOR-swizzled): the two warps of a row group each take half of the 576-wide dot products,
 // exchange their partial scores through shared memory and add them (both get the same sums: addition is
 // commutative), run the same online softmax, and each accumulates p · V for its 256 columns. Q (bf16) stays
-// in shared memory. Keys are split over blocks until the grid covers the GPU twice (flash-decoding; the
-// combine kernel of attention.cuh merges the splits). Any number of query tokens (each a block row).
+// in shared memory. Keys are split over blocks as whole waves of the GPU are best filled
+// (plan_whole_wave_splits; flash-decoding: the combine kernel of attention.cuh merges the splits). Any
+// number of query tokens (each a block row).
 #pragma once
 
 #include <cuda_runtime.h>
