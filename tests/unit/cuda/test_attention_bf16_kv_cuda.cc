@@ -166,6 +166,34 @@ TEST_F(AttentionBf16KvTest, FlashPrefillAndMixedBatches) {
     check({24, 2, 64, 64}, Batch{{999}, {1}}, 0, true, seed++);      // contiguous K/V, one query
 }
 
+// Decode key splits that fill whole waves, pinned to hand counts of ⌈blocks · s / wave⌉ · (keys per split +
+// overhead) (a host function: needs no GPU).
+TEST(WholeWaveSplits, PinnedToHandCounts) {
+    struct Case {
+        int64_t blocks, keys, wave, min_keys, tile, overhead;
+        int want_splits;
+        int64_t want_keys_per_split;
+    };
+    // 256 blocks over 4096 keys, waves of 396: s = 3 costs 2 · (1408 + 128) = 3072, s = 4 3 · 1152 = 3456,
+    // s = 6 4 · 832 = 3328, s = 1 4224. 32 blocks over 32768: s = 12 is one wave of 384 blocks, 2752 + 128
+    // = 2880; s = 13 spills into a second wave. MLA-like (tiles of 32, wave 132): 64 blocks over 4096 keys
+    // take 2 splits (one wave, 2112) over 4 (two waves, 2176). 2048 prefill-like blocks: s = 1 (8 · 4224 =
+    // 33792 < 16 · 2176).
+    for (const Case& c : {Case{256, 4096, 396, 256, 64, 128, 3, 1408}, Case{32, 32768, 396, 256, 64, 128, 12, 2752},
+                          Case{64, 4096, 132, 128, 32, 64, 2, 2048}, Case{2048, 4096, 264, 256, 64, 128, 1, 4096}}) {
+        AttentionArgs args;
+        args.num_tokens = 64;
+        args.num_heads = 32;
+        args.head_dim_v = 128;
+        args.num_kv_tokens = c.keys;
+        const cuda::KeySplitPlan plan =
+            cuda::plan_whole_wave_splits(args, c.blocks, {c.wave, c.min_keys, c.tile, c.overhead});
+        EXPECT_EQ(plan.num_splits, c.want_splits) << c.blocks << " blocks, " << c.keys << " keys";
+        EXPECT_EQ(plan.keys_per_split, c.want_keys_per_split) << c.blocks << " blocks, " << c.keys << " keys";
+        EXPECT_EQ(plan.workspace_bytes > 0, c.want_splits > 1);
+    }
+}
+
 // Shapes the flash kernel does not take run on the CUDA-core kernel reading bf16.
 TEST_F(AttentionBf16KvTest, CudaCoreKernelReadsBf16) {
     const Batch mixed{{0, 37, 5, 200}, {9, 1, 1, 30}};
