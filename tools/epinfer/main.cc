@@ -22,6 +22,7 @@ namespace {
 
 // One line for a command-line usage error, e.g.
 //   epinfer: error: --prompt-ids is required (see 'epinfer generate --help')
+//   epinfer: error: --cases: 1 required TEXT missing (see 'epinfer bench attention --help')
 int report_usage_error(const CLI::App& app, const CLI::ParseError& error, int argc, char** argv) {
     std::string message = error.what();
     for (char& c : message)
@@ -38,6 +39,12 @@ int report_usage_error(const CLI::App& app, const CLI::ParseError& error, int ar
         if (!is_known) {
             message = "unknown command '" + command + "' (commands: " + known + ")";
             command.clear();
+        } else if (argc > 2 && argv[2][0] != '-') {
+            // A command's own command (bench moe, bench attention, ...): its help is the one to read.
+            const CLI::App* sub = app.get_subcommand(command);  // known: found above
+            for (const CLI::App* inner : sub->get_subcommands([](const CLI::App*) { return true; })) {
+                if (inner->get_name() == argv[2]) command += " " + inner->get_name();
+            }
         }
     }
     std::fprintf(stderr, "epinfer: error: %s (see 'epinfer%s --help')\n", message.c_str(),

@@ -262,6 +262,8 @@ TEST(BenchCli, BenchCommSizesAreDecimalByteCounts) {
     expect_one_line_error(run_epinfer("bench moe --profile-out x.json"), "--profile-out x.json needs --base-profile");
     expect_one_line_error(run_epinfer("bench moe --base-profile h200_sxm"),
                           "--base-profile is used only with --profile-out");
+    // A usage error of a bench command points at that command's help.
+    expect_one_line_error(run_epinfer("bench attention --cases ,"), "(see 'epinfer bench attention --help')");
     const auto dir = cli_scratch_dir("epinfer_bench_comm_sizes");
     const auto json_path = dir / "comm.json";
     const CliResult r = run_epinfer("bench comm --ranks 1 --min-bytes 0004 --max-bytes 1k --iters 1 --json " +
