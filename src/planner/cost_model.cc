@@ -20,8 +20,8 @@ double bytes_of(double elems, WeightFormat format) {
 }
 
 // Rows of one micro-batch through a stage, per attention-DP rank: decode rows over `decode_context` KV
-// tokens each, prompt rows over `prefill_context` on average; logits for `lm_rows`; `tokens` over all
-// attention-DP ranks (what the MoE sees).
+// tokens each, prompt rows over `prefill_context` on average; logits for `lm_rows`; `tokens` over the
+// attention-DP ranks that have rows (what the MoE sees).
 struct StageRows {
     int64_t tokens = 0;
     int64_t decode = 0;
@@ -483,8 +483,11 @@ struct StepSequence {
 };
 
 // The micro-batches of a step as the engine forms them (engine_facts.h): `seqs` in step order (decode
-// first), split by count into min(m, sequences) parts, the first ones one larger.
-std::vector<StageRows> split_micro_batches(const CostInputs& in, const std::vector<StepSequence>& seqs) {
+// first), split by count into min(m, sequences) parts, the first ones one larger. `seqs` are the busiest
+// attention-DP group's; `dp_groups_with_rows` of the attn_dp groups have as many (fewer than attn_dp when
+// there are fewer requests than groups: the others join the MoE's all-to-all with no token).
+std::vector<StageRows> split_micro_batches(const CostInputs& in, const std::vector<StepSequence>& seqs,
+                                           int64_t dp_groups_with_rows) {
     const int64_t n = static_cast<int64_t>(seqs.size());
     const int64_t m_req = in.micro_batches > 0 ? in.micro_batches : in.layout.pp;
     const int m = static_cast<int>(std::clamp<int64_t>(m_req, 1, std::max<int64_t>(1, n)));
@@ -508,7 +511,7 @@ std::vector<StageRows> split_micro_batches(const CostInputs& in, const std::vect
         r.decode_context = r.decode > 0 ? decode_ctx / static_cast<double>(r.decode) : 0.0;
         r.prefill_context = r.prefill > 0 ? prefill_ctx / static_cast<double>(r.prefill) : 0.0;
         r.lm_rows = size;
-        r.tokens = r.per_rank() * in.layout.attn_dp;
+        r.tokens = r.per_rank() * dp_groups_with_rows;
         out.push_back(r);
     }
     return out;
@@ -580,12 +583,14 @@ StepBreakdown mixed_step(const CostInputs& in, int64_t decode_rows, int64_t pref
                 {prefill_rows / chunks + (c < prefill_rows % chunks ? 1 : 0), prefill_context, false});
     }
     StageCost cost(in);
-    return price_step(cost, in, layout_stages(*in.model, in.layout.pp), split_micro_batches(in, seqs));
+    return price_step(cost, in, layout_stages(*in.model, in.layout.pp),
+                      split_micro_batches(in, seqs, in.layout.attn_dp));
 }
 
 ClosedLoopResult closed_loop_run(const CostInputs& in, int64_t concurrency) {
     ClosedLoopResult r;
     const int64_t G = ceil_div(concurrency, in.layout.attn_dp);
+    const int64_t dp_groups = std::min<int64_t>(concurrency, in.layout.attn_dp);  // groups with requests
     const int64_t P = in.input_len, O = in.output_len, S = in.max_step_tokens;
     r.requests_per_group = G;
     if (G < 1 || P < 1 || O < 2 || S < 1) return r;
@@ -621,7 +626,7 @@ ClosedLoopResult closed_loop_run(const CostInputs& in, int64_t concurrency) {
             prefill = true;
             if (prompt_done[u] == P) completing.push_back(i);
         }
-        now_us += price_step(cost, in, stages, split_micro_batches(in, seqs)).step_us;
+        now_us += price_step(cost, in, stages, split_micro_batches(in, seqs, dp_groups)).step_us;
         ++r.steps;
         if (prefill) ++r.mixed_steps;
         for (int64_t i : decoding) {
@@ -658,7 +663,8 @@ DecodeResult decode_step(const CostInputs& in, int64_t concurrency, int64_t kv_t
     const std::vector<StepSequence> seqs(static_cast<size_t>(G),
                                          StepSequence{1, static_cast<double>(in.context_tokens), true});
     StageCost cost(in);
-    result.step = price_step(cost, in, layout_stages(*in.model, l.pp), split_micro_batches(in, seqs));
+    result.step = price_step(cost, in, layout_stages(*in.model, l.pp),
+                             split_micro_batches(in, seqs, std::min<int64_t>(concurrency, l.attn_dp)));
     result.decode_step_ms = result.step.step_us / 1e3;
     result.tpot_ms = result.decode_step_ms;
     result.tokens_per_s =
@@ -678,7 +684,8 @@ PrefillResult prefill_step(const CostInputs& in, int64_t input_len) {
     // One prompt is one sequence: one micro-batch, through the stages one after another.
     const std::vector<StepSequence> seqs{{input_len, static_cast<double>(input_len) / 2.0, false}};
     StageCost cost(in);
-    result.step = price_step(cost, in, layout_stages(*in.model, in.layout.pp), split_micro_batches(in, seqs));
+    result.step = price_step(cost, in, layout_stages(*in.model, in.layout.pp),
+                             split_micro_batches(in, seqs, in.layout.attn_dp));
     result.ttft_ms = result.step.step_us / 1e3;
     result.tokens_per_s = result.step.step_us > 0
                               ? static_cast<double>(input_len) * in.layout.attn_dp / result.step.step_us * 1e6

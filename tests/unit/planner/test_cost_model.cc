@@ -74,6 +74,17 @@ TEST_F(RoundModel, DpAttentionDispatchCombine) {
     EXPECT_EQ(s.tokens_per_attn_rank, 1);
 }
 
+TEST_F(RoundModel, DpAttentionWithFewerRequestsThanGroups) {
+    // dp2-ep2: one request is on one DP group only; the other joins the all-to-all with no token, so the
+    // MoE sees 1 token (2 with two requests, one per group).
+    DecodeResult one = decode_step(inputs(ParallelLayout{1, 1, 2, 1, 2}), 1, 1 << 30);
+    DecodeResult two = decode_step(inputs(ParallelLayout{1, 1, 2, 1, 2}), 2, 1 << 30);
+    EXPECT_EQ(one.step.tokens, 1);
+    EXPECT_EQ(two.step.tokens, 2);
+    EXPECT_EQ(one.step.tokens_per_attn_rank, 1);
+    EXPECT_LT(one.step.experts_us, two.step.experts_us);
+}
+
 TEST_F(RoundModel, DpAttentionHostRoundTrips) {
     // dp2-ep2, two requests (one per rank): each of the 4 MoE layers plans its dispatch on the host
     // (engine_facts.h): 2 routing copies to the host + 2 MPI exchanges + 5 uploads = 9 round trips, and
