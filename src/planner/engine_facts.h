@@ -120,6 +120,7 @@ inline constexpr int kEngineExpertRowBytesPerElement = 2;   // bf16 rows inside 
 inline constexpr int64_t kEngineSmallMatmulMaxRows = 16;    // matmul rows of the fp32 small-T kernel
 inline constexpr int64_t kEngineMaxStepTokens = 2048;       // default --max-step-tokens (prefill chunk)
 inline constexpr int64_t kEngineMaxGraphRows = 256;         // models/model.h Model::kMaxGraphRows
+inline constexpr int64_t kEngineKvBlockTokens = 16;         // engine/engine.h EngineOptions::block_size
 inline constexpr int kEngineGemmInputCopyBytesPerElement = 2;  // bf16 copy of a cuBLAS GEMM's fp32 input
 // MlaAttentionParams::absorb_max_rows on a GPU with the latent-attention kernel: every chunk absorbed.
 inline constexpr int64_t kEngineMlaAbsorbAllRows = std::numeric_limits<int64_t>::max();

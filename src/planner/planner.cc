@@ -112,6 +112,11 @@ Status validate_request(const HardwareProfile& hw, const PlanRequest& r) {
     if (r.kv_cache_tokens && *r.kv_cache_tokens < 0) {
         return invalid_argument(fmt::format("--kv-cache-tokens {}: must be >= 0", *r.kv_cache_tokens));
     }
+    if (r.kv_cache_tokens && *r.kv_cache_tokens > 0 && *r.kv_cache_tokens < kEngineKvBlockTokens) {
+        return invalid_argument(
+            fmt::format("a KV cache of {} tokens per rank holds no block of --block-size {}",
+                        *r.kv_cache_tokens, kEngineKvBlockTokens));
+    }
     return Status::ok();
 }
 

@@ -6,13 +6,16 @@
 //                [--micro-batches 0] [--memory-fraction F] [--kv-cache-tokens N] [--json]
 // --model is a config.json or a checkpoint folder; --hardware a shipped profile name (profiles/*.json,
 // EPINFER_PROFILES_DIR) or a profile file. --context defaults to --input-len + --output-len when
-// --output-len > 0 (the closed loop's requests hold that many tokens), else 4096. --memory-fraction and
+// --output-len > 0 (the closed loop's requests hold that many tokens), else 4096 (or the model's
+// max_position_embeddings if fewer); a request longer than max_position_embeddings is refused, as the
+// engine refuses it. --memory-fraction and
 // --kv-cache-tokens mean what they mean to serve and bench (parsed by the same model_setup.h functions):
 // the share of the GPU's memory to use (here the profile's gpu.memory_bytes; the engine's is its free
 // memory at start-up), and the engine's KV pool per rank, whose fit the runtime's own check decides
 // (planner.h PlanRequest::kv_cache_tokens). Errors print one line and exit 1.
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -110,8 +113,21 @@ Status run_plan(const PlanArgs& args) {
         EPI_ASSIGN_OR_RETURN(request.kv_cache_tokens, parse_kv_cache_tokens(*args.kv_cache_tokens));
     }
     // A closed loop's requests hold input + output tokens: that is their KV unless --context says more.
-    request.memory.context_tokens =
-        args.context_given || args.output_len <= 0 ? args.context : args.input_len + args.output_len;
+    // The engine refuses a request past the model's positions: so does the plan, except that the default of
+    // 4096 becomes the model's own limit when that is shorter.
+    const int64_t positions = config.max_position_embeddings;
+    if (args.context_given || args.output_len > 0) {
+        request.memory.context_tokens = args.context_given ? args.context : args.input_len + args.output_len;
+        if (positions > 0 && request.memory.context_tokens > positions) {
+            return invalid_argument(
+                fmt::format("{} {}: more than the model's max_position_embeddings {} (the engine refuses "
+                            "longer requests)",
+                            args.context_given ? "--context" : "--input-len + --output-len",
+                            request.memory.context_tokens, positions));
+        }
+    } else {
+        request.memory.context_tokens = positions > 0 ? std::min(args.context, positions) : args.context;
+    }
     request.memory.weights = planner::checkpoint_weight_formats(config);
     if (!args.weight_dtype.empty()) {
         EPI_ASSIGN_OR_RETURN(request.memory.weights,
@@ -151,10 +167,11 @@ void add_plan_command(CLI::App& app) {
     cmd->add_option("--hardware", args->hardware, "hardware profile name (profiles/*.json) or FILE.json");
     cmd->add_option("--gpus", args->gpus, "GPUs in all (over every node)")->required();
     cmd->add_option("--nodes", args->nodes, "nodes the GPUs split evenly over")->capture_default_str();
-    CLI::Option* context =
-        cmd->add_option("--context", args->context,
-                        "KV tokens each request holds and attends over (default: --input-len + --output-len "
-                        "with --output-len, else 4096)");
+    CLI::Option* context = cmd->add_option(
+        "--context", args->context,
+        "KV tokens each request holds and attends over, at most the model's "
+        "max_position_embeddings (default: --input-len + --output-len with --output-len, else "
+        "4096)");
     cmd->add_option("--input-len", args->input_len,
                     "prompt tokens for the prefill estimate and the closed loop")
         ->capture_default_str();

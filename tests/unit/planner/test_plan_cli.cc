@@ -373,6 +373,13 @@ TEST(PlanCli, BadInputsFailInOneLine) {
     expect_one_line_error(run_plan(kimi + "--hardware h200_sxm --gpus 8 --weight-dtype int3"),
                           "--weight-dtype 'int3'");
     expect_one_line_error(run_plan("--hardware h200_sxm --gpus 8"), "--model is required");
+    // Requests the engine refuses: past the model's positions (Kimi K2: 262144), a KV pool under one block.
+    expect_one_line_error(run_plan(kimi + "--hardware h200_sxm --gpus 8 --context 300000"),
+                          "--context 300000: more than the model's max_position_embeddings 262144");
+    expect_one_line_error(run_plan(kimi + "--hardware h200_sxm --gpus 8 --input-len 262144 --output-len 8"),
+                          "--input-len + --output-len 262152: more than the model's max_position_embeddings");
+    expect_one_line_error(run_plan(kimi + "--hardware h200_sxm --gpus 8 --kv-cache-tokens 15"),
+                          "a KV cache of 15 tokens per rank holds no block of --block-size 16");
     expect_one_line_error(run_plan(kimi + "--hardware h200_sxm --gpus 8 --concurrency 1,,8"),
                           "--concurrency '1,,8': '' is not an integer");
     expect_one_line_error(run_plan(kimi + "--hardware h200_sxm --gpus 8 --concurrency 99999999999999"),
