@@ -317,12 +317,28 @@ struct ServedModel {
     int64_t max_model_len = 0;
 };
 
+// cpp-httplib's error, in words a user can act on ("Connection" alone says little).
+std::string http_error_text(httplib::Error error) {
+    switch (error) {
+        case httplib::Error::Connection:
+            return "cannot connect (nothing listens there, or the host is unreachable)";
+        case httplib::Error::ConnectionTimeout:
+            return "the connection timed out";
+        case httplib::Error::Read:
+            return "the server closed the connection without an answer";
+        case httplib::Error::Write:
+            return "the request could not be sent (the connection closed)";
+        default:
+            return httplib::to_string(error);
+    }
+}
+
 Result<ServedModel> get_served_model(const std::string& url, double timeout_s) {
     auto client = make_client(url, std::min(timeout_s, 30.0));
     const httplib::Result r = client->Get("/v1/models");
     if (!r) {
         return Status(StatusCode::kUnavailable,
-                      fmt::format("--url {}: GET /v1/models failed: {}", url, httplib::to_string(r.error())));
+                      fmt::format("--url {}: GET /v1/models failed: {}", url, http_error_text(r.error())));
     }
     if (r->status != 200)
         return Status(StatusCode::kUnavailable,
@@ -411,7 +427,7 @@ BenchRequestTiming run_http_request(httplib::Client& client, const std::string& 
     t.finish_s = now_s();
     t.output_tokens = usage_tokens >= 0 ? usage_tokens : tokens;
     if (!r) {
-        t.error = "HTTP request failed: " + httplib::to_string(r.error());
+        t.error = "HTTP request failed: " + http_error_text(r.error());
     } else if (status != 200) {
         const json j = json::parse(error_body, nullptr, false);
         const std::string message = !j.is_discarded() && j.contains("error") && j["error"].is_object() &&

@@ -21,6 +21,7 @@
 // --drain-timeout-s + 60 s after the first signal, the supervisor ends it (SIGTERM, then SIGKILL).
 // A stop signal that comes while the ranks load is kept: the server stops as soon as it is up, exit 0.
 // A SIGTERM or SIGINT sent to a follower itself ends the whole run, exit 1 (run_follower below).
+#include <arpa/inet.h>
 #include <fmt/format.h>
 
 #include <atomic>
@@ -116,6 +117,13 @@ Result<ServeValues> parse_serve_values(const ServeFlags& f) {
     ServeValues v;
     server::ServerOptions& o = v.server;
     if (f.host.empty()) return invalid_argument("--host is empty");
+    // A dotted number that is not an IPv4 address (999.1.1.1) is refused now, before the model loads; a
+    // name is left to the bind, which resolves it.
+    const bool dotted = f.host.find_first_not_of("0123456789.") == std::string::npos;
+    in_addr ipv4{};
+    if (dotted && ::inet_pton(AF_INET, f.host.c_str(), &ipv4) != 1) {
+        return invalid_argument("--host " + f.host + ": not an IPv4 address");
+    }
     o.host = f.host;
     EPI_ASSIGN_OR_RETURN(const int64_t port, parse_int_flag(f.port, "--port", 0, 65535));
     o.port = static_cast<int>(port);

@@ -209,7 +209,7 @@ TEST(BenchCli, BadFlagsAreOneErrorLine) {
         run_epinfer("bench --url http://127.0.0.1:9 --memory-fraction 0.5 --ep 2 --kv-cache-dtype bf16"),
         "bench: --url drives a running server: --ep, --kv-cache-dtype, --memory-fraction do not apply");
     expect_one_line_error(run_epinfer("bench --url http://127.0.0.1:9 --timeout-s 5"),
-                          "GET /v1/models failed");
+                          "GET /v1/models failed: cannot connect");
 }
 
 TEST(BenchCli, BenchEpBadFlagsAreOneLineBeforeAnyRankStarts) {

@@ -85,6 +85,9 @@ TEST(ServeCli, SecondSignalCutsTheDrainShort) {
 TEST(ServeCli, BadFlagIsOneErrorLine) {
     const CliResult r = run_epinfer("serve --model " + kTinyModel + " --port 70000");
     expect_one_line_error(r, "--port must be in [0, 65535], got 70000");
+    // A dotted number that is no IPv4 address: refused before the model loads (no "ready" line first).
+    expect_one_line_error(run_epinfer("serve --model " + kTinyModel + " --port 0 --host 999.1.1.1"),
+                          "--host 999.1.1.1: not an IPv4 address");
     const CliResult t = run_epinfer("serve --model " + kTinyModel + " --request-timeout-s soon");
     expect_one_line_error(t, "--request-timeout-s 'soon' is not a finite number");
     const CliResult tp = run_epinfer("serve --model " + kTinyModel + " --tp 0");
