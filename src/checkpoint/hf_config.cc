@@ -12,6 +12,8 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "core/json_error.h"
+
 namespace epinfer {
 namespace {
 
@@ -644,9 +646,7 @@ Result<Json> parse_json(const std::string& text, const std::string& source) {
     try {
         return Json::parse(text);
     } catch (const Json::exception& e) {
-        std::string what = e.what();  // "[json.exception.parse_error.101] parse error at line 3, ..."
-        if (const size_t p = what.find("] "); p != std::string::npos) what = what.substr(p + 2);
-        return invalid_argument(source + ": malformed JSON: " + what);
+        return invalid_argument(source + ": malformed JSON: " + json_error_text(e));
     }
 }
 

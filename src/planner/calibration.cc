@@ -6,6 +6,7 @@
 #include <cmath>
 #include <nlohmann/json.hpp>
 
+#include "core/json_error.h"
 #include "planner/cost_model.h"
 
 namespace epinfer::planner {
@@ -175,7 +176,7 @@ Result<std::string> calibrated_profile_json(const std::string& base_json, const 
     try {
         doc = OrderedJson::parse(base_json);
     } catch (const nlohmann::json::exception& e) {  // parse_hardware_profile accepted it, so unreachable
-        return invalid_argument(fmt::format("{}: malformed JSON: {}", base_source, e.what()));
+        return invalid_argument(fmt::format("{}: malformed JSON: {}", base_source, json_error_text(e)));
     }
     for (const MeasuredCollective& m : calibration.collectives) {
         EPI_ASSIGN_OR_RETURN(doc["intra_node"][collective_name(m.collective)],

@@ -12,6 +12,7 @@
 #include <sstream>
 
 #include "core/env.h"
+#include "core/json_error.h"
 
 namespace epinfer::planner {
 namespace {
@@ -303,7 +304,7 @@ Result<HardwareProfile> parse_hardware_profile(const std::string& json_text, con
     try {
         root = json::parse(json_text);
     } catch (const json::exception& e) {
-        return invalid_argument(fmt::format("{}: malformed JSON: {}", source, e.what()));
+        return invalid_argument(fmt::format("{}: malformed JSON: {}", source, json_error_text(e)));
     }
     if (!root.is_object()) return invalid_argument(fmt::format("{}: expected a JSON object", source));
     ObjectReader r(root, source, "");

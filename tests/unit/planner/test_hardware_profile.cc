@@ -160,6 +160,9 @@ TEST(HardwareProfile, ErrorsNameFileAndKey) {
     auto malformed = parse_hardware_profile("{\"schema\": ", "broken.json");
     ASSERT_FALSE(malformed.is_ok());
     EXPECT_EQ(malformed.status().message().rfind("broken.json: malformed JSON: ", 0), 0u);
+    // The parser's position, without nlohmann::json's "[json.exception...]" tag (as for config.json).
+    EXPECT_EQ(malformed.status().message().find("[json.exception"), std::string::npos)
+        << malformed.status().message();
     EXPECT_EQ(malformed.status().message().find('\n'), std::string::npos);
 }
 
