@@ -8,11 +8,11 @@
 // EPINFER_PROFILES_DIR) or a profile file. --context defaults to --input-len + --output-len when
 // --output-len > 0 (the closed loop's requests hold that many tokens), else 4096 (or the model's
 // max_position_embeddings if fewer); a request longer than max_position_embeddings is refused, as the
-// engine refuses it. --memory-fraction and
-// --kv-cache-tokens mean what they mean to serve and bench (parsed by the same model_setup.h functions):
-// the share of the GPU's memory to use (here the profile's gpu.memory_bytes; the engine's is its free
-// memory at start-up), and the engine's KV pool per rank, whose fit the runtime's own check decides
-// (planner.h PlanRequest::kv_cache_tokens). Errors print one line and exit 1.
+// engine refuses it. --memory-fraction and --kv-cache-tokens mean what they mean to serve and bench
+// (parsed by the same model_setup.h functions): the share of the GPU's memory to use (here the profile's
+// gpu.memory_bytes; the engine's is its free memory at start-up), and the engine's KV pool per rank, whose
+// fit the runtime's own check decides (planner.h PlanRequest::kv_cache_tokens). Errors print one line and
+// exit 1.
 #include <fmt/format.h>
 
 #include <algorithm>

@@ -17,7 +17,6 @@
 #include "backend/cuda/kernels/attention.cuh"
 #include "backend/cuda/kernels/dense_ops.cuh"
 #include "backend/cuda/kernels/matmul_small_t.cuh"
-#include "backend/cuda/kernels/mla_attention.cuh"
 #include "backend/cuda/kernels/moe_router.cuh"
 
 namespace epinfer {

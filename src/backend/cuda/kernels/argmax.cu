@@ -35,6 +35,14 @@ __device__ __forceinline__ void fold(Best& best, bool& non_finite, float v, int6
     if (!isnan(v)) best = better(best, Best{v, static_cast<int32_t>(i)});
 }
 
+// The four logits of v, at indices i … i + 3.
+__device__ __forceinline__ void fold4(Best& best, bool& non_finite, float4 v, int64_t i) {
+    fold(best, non_finite, v.x, i);
+    fold(best, non_finite, v.y, i + 1);
+    fold(best, non_finite, v.z, i + 2);
+    fold(best, non_finite, v.w, i + 3);
+}
+
 // @pre blockDim.x == kThreads. The block's best candidate, valid in every thread. Ends with a barrier, so
 // the shared scratch may be reused by the next call.
 __device__ Best block_best(Best best) {
@@ -82,22 +90,9 @@ __global__ void __launch_bounds__(kThreads) argmax_kernel(ArgmaxArgs a) {
 #pragma unroll
             for (int u = 0; u < kUnroll; ++u) v[u] = __ldg(body + j + u * kThreads);
 #pragma unroll
-            for (int u = 0; u < kUnroll; ++u) {
-                const int64_t i = head + 4 * (j + u * kThreads);
-                fold(best, non_finite, v[u].x, i);
-                fold(best, non_finite, v[u].y, i + 1);
-                fold(best, non_finite, v[u].z, i + 2);
-                fold(best, non_finite, v[u].w, i + 3);
-            }
+            for (int u = 0; u < kUnroll; ++u) fold4(best, non_finite, v[u], head + 4 * (j + u * kThreads));
         }
-        for (; j < num_vec; j += kThreads) {
-            const float4 v = __ldg(body + j);
-            const int64_t i = head + 4 * j;
-            fold(best, non_finite, v.x, i);
-            fold(best, non_finite, v.y, i + 1);
-            fold(best, non_finite, v.z, i + 2);
-            fold(best, non_finite, v.w, i + 3);
-        }
+        for (; j < num_vec; j += kThreads) fold4(best, non_finite, __ldg(body + j), head + 4 * j);
         for (int64_t i = head + 4 * num_vec + threadIdx.x; i < V; i += kThreads)
             fold(best, non_finite, __ldg(row + i), i);
         const bool any_non_finite = __syncthreads_or(non_finite) != 0;
