@@ -154,7 +154,7 @@ Status CudaMoeExperts::run_grouped(Backend& backend, const MoeExpertsArgs& a, co
     const int64_t T = a.num_tokens, K = a.top_k, E = a.num_experts, H = a.hidden, I = a.intermediate;
     const int64_t picks = T * K;
     const CudaMoeTiling tiling = moe_step_tiling(T, K, E, 0, H, I, narrow_max_rows_, num_sms_);
-    const int64_t tile_rows = moe_gemm_tile_rows(tiling.tile);
+    const int64_t tile_rows = tiling.tile_rows;
 
     MoePermuteArgs permute;
     permute.topk_ids = a.topk_ids;
@@ -174,8 +174,9 @@ Status CudaMoeExperts::run_grouped(Backend& backend, const MoeExpertsArgs& a, co
     const PlanLayout plan = plan_layout(pieces, permute);
     const size_t partials = pieces.add(std::max(gate_up_partials, down_partials) * sizeof(float));
     MoeGroupedGemmArgs gemm;
-    gemm.max_row_tiles = picks / tile_rows + std::min(E, picks);
+    gemm.max_row_tiles = moe_gemm_max_row_tiles(picks, E, tile_rows);
     gemm.tile = tiling.tile;
+    gemm.gemv_rows = static_cast<int>(tile_rows);
     // Split-K tile counters (zeroed below; the kernels leave them zero), for the larger of the two launches.
     size_t num_counters = 0;
     if (tiling.split_k_gate_up > 1 || tiling.split_k_down > 1) {

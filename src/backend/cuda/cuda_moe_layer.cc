@@ -97,8 +97,8 @@ Result<std::unique_ptr<CudaMoeLayer>> CudaMoeLayer::create(const CudaMoeLayerCon
     EPI_ASSIGN_OR_RETURN(l.partials_, CudaBuffer::alloc(partials * sizeof(float)));
     // Split-K tile counters for any launch up to T_max, zero (the kernels leave them zero).
     MoeGroupedGemmArgs largest;
-    largest.max_row_tiles =
-        static_cast<int64_t>(rows) / moe_gemm_tile_rows(MoeGemmTile::kNarrow) + static_cast<int64_t>(std::min(groups, rows));
+    largest.max_row_tiles = moe_gemm_max_row_tiles(static_cast<int64_t>(rows), static_cast<int64_t>(groups),
+                                                   moe_gemm_tile_rows(MoeGemmTile::kNarrow));
     largest.epilogue = MoeGemmEpilogue::kSwiGlu;
     largest.out_features = config.intermediate;
     const int64_t gate_up_tiles = moe_gemm_num_tiles(largest);
@@ -120,14 +120,17 @@ CudaMoeTiling moe_step_tiling(int64_t num_tokens, int64_t top_k, int64_t num_exp
                               int64_t hidden, int64_t intermediate, int64_t narrow_max_rows_per_expert,
                               int num_sms) {
     CudaMoeTiling tiling;
-    if (num_tokens <= kGemvRows) {  // every group (an expert, the shared expert) has ≤ num_tokens rows
+    if (num_tokens <= kGemvMaxRows) {  // every group (an expert, the shared expert) has ≤ num_tokens rows
         tiling.tile = MoeGemmTile::kGemv;
+        tiling.tile_rows = moe_gemv_tile_rows(num_tokens);
         return tiling;
     }
     if (num_tokens * top_k > narrow_max_rows_per_expert * num_experts) {
         tiling.tile = MoeGemmTile::kWide;
+        tiling.tile_rows = moe_gemm_tile_rows(MoeGemmTile::kWide);
         return tiling;
     }
+    tiling.tile_rows = moe_gemm_tile_rows(MoeGemmTile::kNarrow);
     // Touched groups: at most min(E, T·K), plus the extra groups.
     const int64_t groups = std::min(num_experts, num_tokens * top_k) + num_extra_groups;
     const int64_t features = moe_gemm_tile_features(MoeGemmTile::kNarrow);
@@ -201,7 +204,7 @@ Status CudaMoeLayer::forward(const CudaMoeWeights& weights, const float* logits,
     }
 
     const CudaMoeTiling tiling = this->tiling(t);
-    const int64_t tile_rows = moe_gemm_tile_rows(tiling.tile);
+    const int64_t tile_rows = tiling.tile_rows;
     MoePermuteArgs permute;
     permute.topk_ids = topk_ids_.as<int32_t>();
     permute.num_tokens = t;
@@ -227,8 +230,9 @@ Status CudaMoeLayer::forward(const CudaMoeWeights& weights, const float* logits,
     gemm.group_row_end = group_row_end_.as<int32_t>();
     gemm.group_tile_offsets = group_tile_offsets_.as<int32_t>();
     gemm.num_groups = num_groups;
-    gemm.max_row_tiles = rows / tile_rows + std::min(num_groups, rows);
+    gemm.max_row_tiles = moe_gemm_max_row_tiles(rows, num_groups, tile_rows);
     gemm.tile = tiling.tile;
+    gemm.gemv_rows = static_cast<int>(tile_rows);
     gemm.partials = partials_.as<float>();
     gemm.tile_counters = tile_counters_.as<int32_t>();
     gemm.partial_rows = picks + t;

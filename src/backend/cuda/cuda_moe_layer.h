@@ -71,6 +71,8 @@ struct CudaMoePlanView {
 // How a call of T tokens is tiled (for tests and the bench's report).
 struct CudaMoeTiling {
     MoeGemmTile tile = MoeGemmTile::kNarrow;
+    // GEMM rows per tile: the permutation's tile_rows (kGemv: the launch's gemv_rows).
+    int64_t tile_rows = 64;
     int split_k_gate_up = 1;
     int split_k_down = 1;
 };
@@ -81,7 +83,8 @@ struct CudaMoeTiling {
 int64_t moe_default_narrow_max_rows(int device);
 
 // The tiling of a grouped step of T tokens over E expert groups (+ num_extra_groups more, e.g. the shared
-// expert): kGemv while T ≤ kGemvRows (no group has more rows than T); kNarrow while T·K ≤
+// expert): kGemv while T ≤ kGemvMaxRows (no group has more rows than T: tiles of moe_gemv_tile_rows(T)
+// rows); kNarrow while T·K ≤
 // narrow_max_rows_per_expert·E, with split-K when its tiles would not fill num_sms multiprocessors; else
 // kWide.
 CudaMoeTiling moe_step_tiling(int64_t num_tokens, int64_t top_k, int64_t num_experts, int64_t num_extra_groups,

@@ -1,10 +1,10 @@
 // The grouped expert GEMM's kWide tile (backend/cuda/kernels/moe_grouped_gemm.cuh) on both of its kernels —
 // kAuto (wgmma on H100/H200 with sm_90a in the build) and kMmaSync (the portable kernel) — and its kGemv
-// tile (moe_grouped_gemv.cuh; groups of more than kGemvRows rows take several tiles) against a host
-// reference on fresh random bf16 weights and rows: group sizes around the warpgroup (64) and tile (128)
-// edges, empty groups, K not a multiple of the 64-wide stage, outputs not a multiple of the tile, gathered
-// rows (x_row_of_row with repeats), an extra (shared-expert) group, and per-expert weight pointers. The
-// reference sums in double and rounds the output to bf16 where the kernel does, so the bound
+// tile at each tile height (moe_grouped_gemv.cuh; groups of more rows than a tile take several tiles) against
+// a host reference on fresh random bf16 weights and rows: group sizes around the warpgroup (64) and tile
+// (128) edges, empty groups, K not a multiple of the 64-wide stage, outputs not a multiple of the tile,
+// gathered rows (x_row_of_row with repeats), an extra (shared-expert) group, and per-expert weight pointers.
+// The reference sums in double and rounds the output to bf16 where the kernel does, so the bound
 // (tolerances.h "moe_grouped_gemm_cuda") measures fp32 accumulation order only.
 #if EPINFER_WITH_CUDA
 #include <cmath>
@@ -86,8 +86,7 @@ TEST_P(MoeGroupedGemmCudaTest, WideAndGemvTilesMatchHostReference) {
         row += r;
     }
     // group_tile_offsets of a tile shape (moe_permute's, on the host).
-    const auto tile_offsets_of = [&](cuda::MoeGemmTile tile) {
-        const int64_t tile_rows = cuda::moe_gemm_tile_rows(tile);
+    const auto tile_offsets_of = [&](int64_t tile_rows) {
         std::vector<int32_t> offsets{0};
         for (int32_t r : c.group_rows)
             offsets.push_back(offsets.back() + static_cast<int32_t>((r + tile_rows - 1) / tile_rows));
@@ -128,17 +127,23 @@ TEST_P(MoeGroupedGemmCudaTest, WideAndGemvTilesMatchHostReference) {
     struct Run {
         cuda::MoeGemmTile tile;
         cuda::MoeGemmKernel kernel;
+        int gemv_rows;  // kGemv: rows per tile
         const char* name;
     };
-    for (const Run run : {Run{cuda::MoeGemmTile::kWide, cuda::MoeGemmKernel::kAuto, "wide auto"},
-                          Run{cuda::MoeGemmTile::kWide, cuda::MoeGemmKernel::kMmaSync, "wide mma.sync"},
-                          Run{cuda::MoeGemmTile::kGemv, cuda::MoeGemmKernel::kAuto, "gemv"}}) {
+    const int64_t wide_rows = cuda::moe_gemm_tile_rows(cuda::MoeGemmTile::kWide);
+    for (const Run run : {Run{cuda::MoeGemmTile::kWide, cuda::MoeGemmKernel::kAuto, 0, "wide auto"},
+                          Run{cuda::MoeGemmTile::kWide, cuda::MoeGemmKernel::kMmaSync, 0, "wide mma.sync"},
+                          Run{cuda::MoeGemmTile::kGemv, cuda::MoeGemmKernel::kAuto, 1, "gemv 1 row"},
+                          Run{cuda::MoeGemmTile::kGemv, cuda::MoeGemmKernel::kAuto, 2, "gemv 2 rows"},
+                          Run{cuda::MoeGemmTile::kGemv, cuda::MoeGemmKernel::kAuto, 4, "gemv 4 rows"}}) {
         const char* kernel_name = run.name;
-        const std::vector<int32_t> tile_offsets = tile_offsets_of(run.tile);
+        const std::vector<int32_t> tile_offsets =
+            tile_offsets_of(run.tile == cuda::MoeGemmTile::kGemv ? run.gemv_rows : wide_rows);
         cuda::CudaBuffer d_offsets = upload(tile_offsets);
         args.group_tile_offsets = d_offsets.as<int32_t>();
         args.max_row_tiles = tile_offsets.back() + 2;  // an upper bound, as the layer passes: extra CTAs exit
         args.tile = run.tile;
+        args.gemv_rows = run.gemv_rows;
         cuda::CudaBuffer d_out = poisoned<uint16_t>(static_cast<size_t>(rows * n));
         args.out = d_out.data();
         args.kernel = run.kernel;

@@ -165,9 +165,12 @@ using cuda::MoeGemmTile;
 INSTANTIATE_TEST_SUITE_P(
     Cases, MoeLayerCudaTest,
     ::testing::Values(
-        // One to four tokens: the kGemv tile, with a shared expert, and at odd sizes.
+        // One to four tokens: the kGemv tile at each tile height (4, 1, 2 rows), with a shared expert, at odd
+        // sizes, and K = E (every expert's group has T rows).
         LayerCase{"decode_gemv", 3, 10, 3, 2048, 1040, true, Routing::kRandom, MoeGemmTile::kGemv, false},
         LayerCase{"decode_gemv_one_token", 1, 37, 4, 200, 72, false, Routing::kRandom, MoeGemmTile::kGemv, false},
+        LayerCase{"decode_gemv_two_tokens_k_equals_e", 2, 9, 9, 264, 136, true, Routing::kRandom, MoeGemmTile::kGemv,
+                  false},
         // Decode past four tokens: few tiles, split-K on both GEMMs, K tails (I = 1040 is not a multiple of 64).
         LayerCase{"decode_split_k", 6, 10, 3, 2048, 1040, true, Routing::kRandom, MoeGemmTile::kNarrow, true},
         LayerCase{"decode_odd_sizes", 5, 37, 4, 200, 72, false, Routing::kRandom, MoeGemmTile::kNarrow, false},

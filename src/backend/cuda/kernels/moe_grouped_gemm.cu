@@ -278,7 +278,7 @@ int64_t moe_gemm_tile_rows(MoeGemmTile tile) {
     switch (tile) {
         case MoeGemmTile::kNarrow: return NarrowTile::kBN;
         case MoeGemmTile::kWide: return WideTile::kBN;
-        default: return kGemvRows;
+        default: return kGemvMaxRows;
     }
 }
 
@@ -288,6 +288,10 @@ int64_t moe_gemm_tile_features(MoeGemmTile tile) {
         case MoeGemmTile::kWide: return WideTile::kBM;
         default: return moe_gemv_weight_rows_per_block();
     }
+}
+
+int64_t moe_gemm_max_row_tiles(int64_t rows, int64_t groups, int64_t tile_rows) {
+    return tile_rows == 1 ? rows : rows / tile_rows + (groups < rows ? groups : rows);
 }
 
 int64_t moe_gemm_num_tiles(const MoeGroupedGemmArgs& args) {

@@ -26,14 +26,15 @@
 namespace epinfer::cuda {
 
 enum class MoeGemmEpilogue { kSwiGlu, kStore };
-// kGemv: groups of at most kGemvRows rows (moe_grouped_gemv.cuh: weight streaming on the CUDA cores,
-// decode at one to four tokens), no split-K.
+// kGemv: tiles of gemv_rows ≤ kGemvMaxRows rows (moe_grouped_gemv.cuh: weight streaming on the CUDA
+// cores, decode at one to four tokens), no split-K.
 enum class MoeGemmTile { kNarrow, kWide, kGemv };
 // The kernel of kWide tiles: kAuto: wgmma where moe_grouped_gemm_sm90_available(), else mma.sync;
 // kMmaSync: mma.sync on every device (the portable kernel, so tests check it on Hopper too).
 enum class MoeGemmKernel { kAuto, kMmaSync };
 
-// Token rows per tile (the tile_rows of moe_permute.cuh) of each tile shape.
+// Token rows per tile (the tile_rows of moe_permute.cuh) of each tile shape; kGemv: the most,
+// kGemvMaxRows (a launch's tiles have MoeGroupedGemmArgs::gemv_rows).
 int64_t moe_gemm_tile_rows(MoeGemmTile tile);
 // Weight rows per kNarrow tile (kSwiGlu tiles hold half gate and half up rows, so cover half as many
 // outputs); kWide: of the 256-row tile; kGemv: of one block.
@@ -55,7 +56,7 @@ struct MoeGroupedGemmArgs {
     const int32_t* x_row_of_row = nullptr;  // [rows] row of x that GEMM row r reads; nullptr: row r itself
     const int32_t* group_row_begin = nullptr;     // [G] int32, device
     const int32_t* group_row_end = nullptr;       // [G] int32, device
-    const int32_t* group_tile_offsets = nullptr;  // [G + 1] int32, device, for moe_gemm_tile_rows(tile)
+    const int32_t* group_tile_offsets = nullptr;  // [G + 1] int32, device, for the tile's rows
     int64_t num_groups = 0;     // G (G_w or G_w + 1)
     int64_t max_row_tiles = 0;  // upper bound of group_tile_offsets[G] (sizes the grid)
     int64_t out_features = 0;   // N: outputs per row
@@ -64,6 +65,7 @@ struct MoeGroupedGemmArgs {
     MoeGemmEpilogue epilogue = MoeGemmEpilogue::kStore;
     MoeGemmTile tile = MoeGemmTile::kNarrow;
     MoeGemmKernel kernel = MoeGemmKernel::kAuto;
+    int gemv_rows = 4;  // kGemv: rows per tile, 1, 2 or 4 (moe_gemv_tile_rows; group_tile_offsets for it)
     // Split-K (kNarrow only): split_k > 1 writes fp32 partial sums to partials; the CTA of a tile's last
     // split to finish sums them in split order (deterministic) and applies the epilogue, counting the
     // tile's finished splits in tile_counters (which it leaves at zero again).
@@ -72,6 +74,11 @@ struct MoeGroupedGemmArgs {
     int64_t partial_rows = 0;    // ≥ every row index + 1
     int32_t* tile_counters = nullptr;  // [moe_gemm_num_tiles(args)] int32, device, all zero (split_k > 1)
 };
+
+// An upper bound of group_tile_offsets[G] for `rows` GEMM rows in at most `groups` non-empty groups and
+// tiles of tile_rows rows: Σ_g ceil(rows_g / tile_rows) ≤ rows / tile_rows + groups (exactly rows when
+// tile_rows is 1).
+int64_t moe_gemm_max_row_tiles(int64_t rows, int64_t groups, int64_t tile_rows);
 
 // Tiles of a kNarrow launch of these arguments (weight tiles × max_row_tiles): the length of tile_counters.
 int64_t moe_gemm_num_tiles(const MoeGroupedGemmArgs& args);

@@ -1,10 +1,12 @@
 // The kGemv tile of the grouped expert GEMM (moe_grouped_gemm.cuh): groups of at most a few rows (decode at
 // one to four tokens), where the MMA tiles' pipelines and split-K cost more than the weight bytes. Each
 // warp streams four weight rows (SwiGLU: gate rows f, f + 1 and up rows N + f, N + f + 1; kStore: rows
-// f … f + 3) with 16-byte loads, four chunks per row in flight per lane, and multiplies them with the
-// ≤ kGemvRows bf16 x rows of
-// its group (read through L1/L2), fp32 accumulation; a shuffle tree sums the lanes and lane 0 applies the
-// epilogue (silu(g)·u, or the store) and writes bf16 — the same epilogue as the MMA kernels.
+// f … f + 3) with 16-byte loads, kBatch chunks per row in flight per lane, and multiplies them with the
+// ≤ kRows bf16 x rows of its tile (read through L1/L2), fp32 accumulation; a shuffle tree sums the lanes
+// and lane 0 applies the epilogue (silu(g)·u, or the store) and writes bf16 — the same epilogue as the MMA
+// kernels. The tile height kRows (1, 2 or 4: args.gemv_rows) sizes the accumulators, so a one-token step
+// keeps few registers and more blocks resident: at one token that alone took the layer from 0.29 to
+// 0.33 SOL (Qwen3-30B-A3B) and 0.64 to 0.72 (DeepSeek-V3) on the H200 (docs/benchmarks/moe_h200.md).
 #include "backend/cuda/kernels/moe_grouped_gemm_tiles.cuh"
 #include "backend/cuda/kernels/moe_grouped_gemv.cuh"
 #include "backend/cuda/kernels/pdl.cuh"
@@ -16,18 +18,28 @@ using namespace moe_gemm;
 
 constexpr int kWarps = 4;
 constexpr int kWeightRowsPerWarp = 4;
-constexpr int kBatch = 4;  // 16-byte chunks per weight row in flight per lane
+constexpr int kBatch = 2;  // 16-byte chunks per weight row in flight per lane
 
 template <bool kSwiGlu>
 constexpr int outputs_per_block() {
     return kWarps * (kSwiGlu ? kWeightRowsPerWarp / 2 : kWeightRowsPerWarp);
 }
 
-template <bool kSwiGlu>
+// 16 bytes of a weight row, read once: not kept in L1 (where the x rows are reused), L2 fetching 256-byte
+// blocks.
+__device__ __forceinline__ uint4 load_weight_chunk(const bf16* src) {
+    uint4 v;
+    asm("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0, %1, %2, %3}, [%4];"
+        : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+        : "l"(src));
+    return v;
+}
+
+template <bool kSwiGlu, int kRows>
 __global__ void __launch_bounds__(kWarps * 32) moe_grouped_gemv_kernel(MoeGroupedGemmArgs args, int64_t n_tiles) {
     pdl_begin();
     TileCoord tc;
-    if (!locate_tile<kGemvRows>(args, blockIdx.x, n_tiles, tc)) return;
+    if (!locate_tile<kRows>(args, blockIdx.x, n_tiles, tc)) return;
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     const int64_t n = args.out_features, kd = args.in_features;
     constexpr int kOutPerWarp = kSwiGlu ? kWeightRowsPerWarp / 2 : kWeightRowsPerWarp;
@@ -42,13 +54,13 @@ __global__ void __launch_bounds__(kWarps * 32) moe_grouped_gemv_kernel(MoeGroupe
         w_row[j] = (kSwiGlu && j >= kOutPerWarp ? gw.second : gw.first) + f * kd;
     }
     const bf16* x = static_cast<const bf16*>(args.x);
-    const bf16* x_row[kGemvRows];
+    const bf16* x_row[kRows];
 #pragma unroll
-    for (int t = 0; t < kGemvRows; ++t) {
+    for (int t = 0; t < kRows; ++t) {
         const int64_t r = tc.row0 + min(t, tc.rows_valid - 1);  // past the group: reread, not stored
         x_row[t] = x + (args.x_row_of_row != nullptr ? args.x_row_of_row[r] : r) * kd;
     }
-    float acc[kWeightRowsPerWarp][kGemvRows] = {};
+    float acc[kWeightRowsPerWarp][kRows] = {};
     const int64_t chunks = kd / 8;
     for (int64_t c0 = lane; c0 < chunks; c0 += 32 * kBatch) {
         uint4 w[kBatch][kWeightRowsPerWarp];
@@ -56,15 +68,14 @@ __global__ void __launch_bounds__(kWarps * 32) moe_grouped_gemv_kernel(MoeGroupe
         for (int b = 0; b < kBatch; ++b) {
             const int64_t c = c0 + 32 * b;
 #pragma unroll
-            for (int j = 0; j < kWeightRowsPerWarp; ++j)
-                w[b][j] = c < chunks ? __ldg(reinterpret_cast<const uint4*>(w_row[j] + c * 8)) : uint4{};
+            for (int j = 0; j < kWeightRowsPerWarp; ++j) w[b][j] = c < chunks ? load_weight_chunk(w_row[j] + c * 8) : uint4{};
         }
 #pragma unroll
         for (int b = 0; b < kBatch; ++b) {
             const int64_t c = c0 + 32 * b;
             if (c >= chunks) break;
 #pragma unroll
-            for (int t = 0; t < kGemvRows; ++t) {
+            for (int t = 0; t < kRows; ++t) {
                 if (t >= tc.rows_valid) break;
                 const uint4 xr = __ldg(reinterpret_cast<const uint4*>(x_row[t] + c * 8));
                 const __nv_bfloat162* xp = reinterpret_cast<const __nv_bfloat162*>(&xr);
@@ -84,13 +95,13 @@ __global__ void __launch_bounds__(kWarps * 32) moe_grouped_gemv_kernel(MoeGroupe
 #pragma unroll
     for (int j = 0; j < kWeightRowsPerWarp; ++j)
 #pragma unroll
-        for (int t = 0; t < kGemvRows; ++t)
+        for (int t = 0; t < kRows; ++t)
 #pragma unroll
             for (int o = 16; o > 0; o >>= 1) acc[j][t] += __shfl_xor_sync(0xffffffffu, acc[j][t], o);
     if (lane != 0) return;
     bf16* out = static_cast<bf16*>(args.out);  // [rows, N]
 #pragma unroll
-    for (int t = 0; t < kGemvRows; ++t) {
+    for (int t = 0; t < kRows; ++t) {
         if (t >= tc.rows_valid) break;
         bf16* o = out + (tc.row0 + t) * n;
 #pragma unroll
@@ -102,23 +113,38 @@ __global__ void __launch_bounds__(kWarps * 32) moe_grouped_gemv_kernel(MoeGroupe
     }
 }
 
-template <bool kSwiGlu>
+template <bool kSwiGlu, int kRows>
 cudaError_t launch(const MoeGroupedGemmArgs& args, cudaStream_t stream) {
     const int64_t n_tiles = ceil_div<int64_t>(args.out_features, outputs_per_block<kSwiGlu>());
     const int64_t num_blocks = n_tiles * args.max_row_tiles;
     if (num_blocks == 0) return cudaSuccess;
-    return launch_pdl(moe_grouped_gemv_kernel<kSwiGlu>, dim3(static_cast<unsigned>(num_blocks)),
+    return launch_pdl(moe_grouped_gemv_kernel<kSwiGlu, kRows>, dim3(static_cast<unsigned>(num_blocks)),
                       dim3(kWarps * 32), 0, stream, args, n_tiles);
 }
 
+template <bool kSwiGlu>
+cudaError_t launch_rows(const MoeGroupedGemmArgs& args, cudaStream_t stream) {
+    switch (args.gemv_rows) {
+        case 1: return launch<kSwiGlu, 1>(args, stream);
+        case 2: return launch<kSwiGlu, 2>(args, stream);
+        case kGemvMaxRows: return launch<kSwiGlu, kGemvMaxRows>(args, stream);
+        default: return cudaErrorInvalidValue;
+    }
+}
+
 }  // namespace
+
+int moe_gemv_tile_rows(int64_t max_group_rows) {
+    return max_group_rows <= 1 ? 1 : (max_group_rows <= 2 ? 2 : kGemvMaxRows);
+}
 
 int64_t moe_gemv_weight_rows_per_block() {
     return int64_t{kWarps} * kWeightRowsPerWarp;
 }
 
 cudaError_t launch_moe_grouped_gemv(const MoeGroupedGemmArgs& args, cudaStream_t stream) {
-    return args.epilogue == MoeGemmEpilogue::kSwiGlu ? launch<true>(args, stream) : launch<false>(args, stream);
+    return args.epilogue == MoeGemmEpilogue::kSwiGlu ? launch_rows<true>(args, stream)
+                                                     : launch_rows<false>(args, stream);
 }
 
 }  // namespace epinfer::cuda
