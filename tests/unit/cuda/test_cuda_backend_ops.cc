@@ -134,25 +134,32 @@ TEST_F(CudaBackendTest, EmbeddingBadTokenIdFailsAtSynchronize) {
     EXPECT_TRUE(gpu_->synchronize().is_ok()) << "the error is reported once";
 }
 
+// Row padding 0 and 4 with W a multiple of 4 runs the register kernel (rows up to 8192), padding 3 and
+// W = 8196 the general one.
 TEST_F(CudaBackendTest, RmsNorm) {
     for (DType dtype : kWeightDtypes) {
         for (int64_t R : {1, 7, 33}) {
-            for (int64_t W : {64, 72, 136, 256, 257, 2048}) {
-                for (bool in_place : {false, true}) {
-                    const int64_t x_stride = W + 3, out_stride = in_place ? x_stride : W + 5;
-                    const std::vector<float> x = random_floats(R * x_stride, 200 + R * W, -2.0f, 2.0f);
-                    const std::vector<uint8_t> weight = random_weights(W, 300 + W, 1.5f, dtype);
-                    std::vector<float> want = in_place ? x : std::vector<float>(R * out_stride, 0.0f);
-                    RmsNormArgs args{x.data(), weight.data(), dtype, want.data(), R, W, x_stride, out_stride, 1e-5f};
-                    ASSERT_TRUE(cpu_->rms_norm(args).is_ok());
-                    DeviceBuffer d_x = to_gpu(x), d_w = to_gpu(weight);
-                    DeviceBuffer d_out = in_place ? DeviceBuffer() : to_gpu(std::vector<float>(R * out_stride, 0.0f));
-                    args.x = d_x.f32();
-                    args.weight = d_w.data();
-                    args.out = in_place ? d_x.f32() : d_out.f32();
-                    ASSERT_TRUE(gpu_->rms_norm(args).is_ok());
-                    expect_close("rms_norm", dtype, fmt::format("R{} W{}{}", R, W, in_place ? " in_place" : ""),
-                                 from_gpu(in_place ? d_x : d_out, R * out_stride), want);
+            for (int64_t W : {64, 72, 136, 256, 257, 2048, 7168, 8192, 8196}) {
+                for (const int64_t pad : {0, 3, 4}) {
+                    for (bool in_place : {false, true}) {
+                        const int64_t x_stride = W + pad, out_stride = in_place ? x_stride : W + 2 * pad;
+                        const std::vector<float> x = random_floats(R * x_stride, 200 + R * W, -2.0f, 2.0f);
+                        const std::vector<uint8_t> weight = random_weights(W, 300 + W, 1.5f, dtype);
+                        std::vector<float> want = in_place ? x : std::vector<float>(R * out_stride, 0.0f);
+                        RmsNormArgs args{x.data(), weight.data(), dtype,      want.data(), R,
+                                         W,        x_stride,      out_stride, 1e-5f};
+                        ASSERT_TRUE(cpu_->rms_norm(args).is_ok());
+                        DeviceBuffer d_x = to_gpu(x), d_w = to_gpu(weight);
+                        DeviceBuffer d_out =
+                            in_place ? DeviceBuffer() : to_gpu(std::vector<float>(R * out_stride, 0.0f));
+                        args.x = d_x.f32();
+                        args.weight = d_w.data();
+                        args.out = in_place ? d_x.f32() : d_out.f32();
+                        ASSERT_TRUE(gpu_->rms_norm(args).is_ok());
+                        expect_close("rms_norm", dtype,
+                                     fmt::format("R{} W{} pad {}{}", R, W, pad, in_place ? " in_place" : ""),
+                                     from_gpu(in_place ? d_x : d_out, R * out_stride), want);
+                    }
                 }
             }
         }
@@ -282,28 +289,38 @@ TEST_F(CudaBackendTest, FreedBuffersAreReusedInStreamOrder) {
     }
 }
 
+// Heads fewer and more than the half-split kernel's head groups, and half a rotary dim past its block.
 TEST_F(CudaBackendTest, Rope) {
-    const int64_t num_heads = 3, head_stride = 72, rot_offset = 8, rotary_dim = 64;
-    const int64_t token_stride = num_heads * head_stride + 4;
-    std::vector<float> inv_freq(rotary_dim / 2);
-    for (int64_t i = 0; i < rotary_dim / 2; ++i)
-        inv_freq[i] = 1.0f / std::pow(10000.0f, static_cast<float>(2 * i) / static_cast<float>(rotary_dim));
-    for (int64_t T : {1, 7, 33}) {
-        for (bool interleaved : {false, true}) {
-            const std::vector<float> x = random_floats(T * token_stride, 700 + T + interleaved);
-            std::vector<int32_t> positions(T);
-            for (int64_t t = 0; t < T; ++t) positions[t] = static_cast<int32_t>((t * 977 + 13) % 5000);
-            std::vector<float> want = x;
-            RopeArgs args{want.data(), positions.data(), inv_freq.data(), 1.3f, T, num_heads, token_stride,
-                          head_stride, rot_offset, rotary_dim, interleaved};
-            ASSERT_TRUE(cpu_->rope(args).is_ok());
-            DeviceBuffer d_x = to_gpu(x), d_pos = to_gpu(positions), d_freq = to_gpu(inv_freq);
-            args.x = d_x.f32();
-            args.positions = static_cast<const int32_t*>(d_pos.data());
-            args.inv_freq = d_freq.f32();
-            ASSERT_TRUE(gpu_->rope(args).is_ok());
-            expect_close("rope", DType::kF32, fmt::format("T{} {}", T, interleaved ? "interleaved" : "half"),
-                         from_gpu(d_x, T * token_stride), want);
+    struct Shape {
+        int64_t num_heads, rotary_dim;
+    };
+    for (const Shape shape : {Shape{3, 64}, Shape{32, 128}, Shape{5, 600}}) {
+        const int64_t num_heads = shape.num_heads, rotary_dim = shape.rotary_dim, rot_offset = 8;
+        const int64_t head_stride = rot_offset + rotary_dim, token_stride = num_heads * head_stride + 4;
+        std::vector<float> inv_freq(rotary_dim / 2);
+        for (int64_t i = 0; i < rotary_dim / 2; ++i)
+            inv_freq[i] =
+                1.0f / std::pow(10000.0f, static_cast<float>(2 * i) / static_cast<float>(rotary_dim));
+        for (int64_t T : {1, 7, 33}) {
+            for (bool interleaved : {false, true}) {
+                const std::vector<float> x = random_floats(T * token_stride, 700 + T + interleaved);
+                std::vector<int32_t> positions(T);
+                for (int64_t t = 0; t < T; ++t) positions[t] = static_cast<int32_t>((t * 977 + 13) % 5000);
+                std::vector<float> want = x;
+                RopeArgs args{want.data(), positions.data(), inv_freq.data(), 1.3f,
+                              T,           num_heads,        token_stride,    head_stride,
+                              rot_offset,  rotary_dim,       interleaved};
+                ASSERT_TRUE(cpu_->rope(args).is_ok());
+                DeviceBuffer d_x = to_gpu(x), d_pos = to_gpu(positions), d_freq = to_gpu(inv_freq);
+                args.x = d_x.f32();
+                args.positions = static_cast<const int32_t*>(d_pos.data());
+                args.inv_freq = d_freq.f32();
+                ASSERT_TRUE(gpu_->rope(args).is_ok());
+                expect_close("rope", DType::kF32,
+                             fmt::format("{} heads, d {}, T{} {}", num_heads, rotary_dim, T,
+                                         interleaved ? "interleaved" : "half"),
+                             from_gpu(d_x, T * token_stride), want);
+            }
         }
     }
 }

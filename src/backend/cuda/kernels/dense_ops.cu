@@ -62,21 +62,84 @@ __global__ void rms_norm_kernel(RmsNormArgs a) {
         out[i] = load_f32(a.weight, a.weight_dtype, i) * (x[i] * inv_rms);
 }
 
-// Half-split RoPE: one block per token; threads over (head, pair).
+// Four weight elements [i, i + 4) as fp32; i a multiple of 4, the weight 8-byte (bf16, f16) or 16-byte (fp32)
+// aligned.
+__device__ __forceinline__ float4 load4_f32(const void* base, DType dtype, int64_t i) {
+    switch (dtype) {
+        case DType::kBF16: {
+            const uint2 raw = *reinterpret_cast<const uint2*>(static_cast<const __nv_bfloat16*>(base) + i);
+            const float2 lo = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&raw.x));
+            const float2 hi = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&raw.y));
+            return make_float4(lo.x, lo.y, hi.x, hi.y);
+        }
+        case DType::kF16: {
+            const uint2 raw = *reinterpret_cast<const uint2*>(static_cast<const __half*>(base) + i);
+            const float2 lo = __half22float2(*reinterpret_cast<const __half2*>(&raw.x));
+            const float2 hi = __half22float2(*reinterpret_cast<const __half2*>(&raw.y));
+            return make_float4(lo.x, lo.y, hi.x, hi.y);
+        }
+        default: return *reinterpret_cast<const float4*>(static_cast<const float*>(base) + i);
+    }
+}
+
+// rms_norm_kernel for rows of at most kThreads · 4 · kNormChunks elements, held in registers as float4: one
+// read of x, and the weight is read before pdl_begin() (no kernel writes weights), so its DRAM latency
+// overlaps the previous kernel instead of following it. Same per-element arithmetic as rms_norm_kernel.
+constexpr int kNormChunks = 8;
+
+__global__ void __launch_bounds__(kThreads) rms_norm_vec_kernel(RmsNormArgs a) {
+    const int64_t n4 = a.width / 4;
+    float4 w[kNormChunks];
+#pragma unroll
+    for (int j = 0; j < kNormChunks; ++j) {
+        const int64_t i = threadIdx.x + int64_t{j} * kThreads;
+        w[j] = i < n4 ? load4_f32(a.weight, a.weight_dtype, 4 * i) : float4{};
+    }
+    pdl_begin();
+    const float4* x = reinterpret_cast<const float4*>(a.x + static_cast<int64_t>(blockIdx.x) * a.x_row_stride);
+    float4* out = reinterpret_cast<float4*>(a.out + static_cast<int64_t>(blockIdx.x) * a.out_row_stride);
+    float4 v[kNormChunks];
+    float sum_sq = 0.0f;
+#pragma unroll
+    for (int j = 0; j < kNormChunks; ++j) {
+        const int64_t i = threadIdx.x + int64_t{j} * kThreads;
+        v[j] = i < n4 ? x[i] : float4{};
+        sum_sq += v[j].x * v[j].x + v[j].y * v[j].y + v[j].z * v[j].z + v[j].w * v[j].w;
+    }
+    sum_sq = block_sum(sum_sq);
+    const float inv_rms = 1.0f / sqrtf(sum_sq / static_cast<float>(a.width) + a.eps);
+#pragma unroll
+    for (int j = 0; j < kNormChunks; ++j) {
+        const int64_t i = threadIdx.x + int64_t{j} * kThreads;
+        if (i < n4) {
+            out[i] = make_float4(w[j].x * (v[j].x * inv_rms), w[j].y * (v[j].y * inv_rms),
+                                 w[j].z * (v[j].z * inv_rms), w[j].w * (v[j].w * inv_rms));
+        }
+    }
+}
+
+// Half-split RoPE: one block per token; a thread takes pair i for every head of its group (heads g,
+// g + groups, …), so it computes sin/cos(pos·inv_freq[i]) once rather than once per head.
 __global__ void rope_kernel(RopeArgs a) {
     pdl_begin();
     const int64_t t = blockIdx.x, half = a.rotary_dim / 2;
+    const int64_t pair_threads = half < blockDim.x ? half : blockDim.x;
+    const int64_t groups = blockDim.x / pair_threads;
+    const int64_t g = threadIdx.x / pair_threads;
+    if (g >= groups) return;
     const float pos = static_cast<float>(a.positions[t]);
-    for (int64_t item = threadIdx.x; item < a.num_heads * half; item += blockDim.x) {
-        const int64_t h = item / half, i = item % half;
+    float* token = a.x + t * a.token_stride + a.rot_offset;
+    for (int64_t i = threadIdx.x % pair_threads; i < half; i += pair_threads) {
         float s, c;
         sincosf(pos * a.inv_freq[i], &s, &c);
         c *= a.attention_scaling;
         s *= a.attention_scaling;
-        float* x = a.x + t * a.token_stride + h * a.head_stride + a.rot_offset;
-        const float x1 = x[i], x2 = x[i + half];  // this thread's pair only: no cross-thread hazard
-        x[i] = x1 * c - x2 * s;
-        x[i + half] = x2 * c + x1 * s;
+        for (int64_t h = g; h < a.num_heads; h += groups) {
+            float* x = token + h * a.head_stride;
+            const float x1 = x[i], x2 = x[i + half];  // this thread's pair only: no cross-thread hazard
+            x[i] = x1 * c - x2 * s;
+            x[i + half] = x2 * c + x1 * s;
+        }
     }
 }
 
@@ -170,6 +233,15 @@ cudaError_t launch_embedding(const EmbeddingArgs& args, int32_t* error_flag, cud
 
 cudaError_t launch_rms_norm(const RmsNormArgs& args, cudaStream_t stream) {
     if (args.num_rows == 0) return cudaSuccess;
+    const size_t weight_align = args.weight_dtype == DType::kF32 ? 16 : 8;
+    const bool vec = args.width % 4 == 0 && args.width <= int64_t{kThreads} * 4 * kNormChunks &&
+                     args.x_row_stride % 4 == 0 && args.out_row_stride % 4 == 0 &&
+                     reinterpret_cast<uintptr_t>(args.x) % 16 == 0 && reinterpret_cast<uintptr_t>(args.out) % 16 == 0 &&
+                     reinterpret_cast<uintptr_t>(args.weight) % weight_align == 0;
+    if (vec) {
+        return launch_pdl(rms_norm_vec_kernel, dim3(static_cast<unsigned>(args.num_rows)), dim3(kThreads), 0, stream,
+                          args);
+    }
     return launch_pdl(rms_norm_kernel, dim3(static_cast<unsigned>(args.num_rows)), dim3(kThreads), 0, stream,
                       args);
 }

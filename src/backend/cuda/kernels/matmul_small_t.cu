@@ -62,15 +62,20 @@ __device__ __forceinline__ void reduce_and_store(const MatmulArgs& a, float (&ac
 }
 
 // 16-byte loads: W rows and x rows 16-byte aligned, K a multiple of the chunk. kT ≥ T (rows past T read
-// row T − 1 again and are not stored).
+// row T − 1 again and are not stored). prefetch: lane 0 of each warp first prefetches the warp's weight rows
+// into L2, before pdl_begin(), so they stream from DRAM while the previous kernel runs.
 template <typename W, int kT>
-__global__ void __launch_bounds__(kWarps * 32) matmul_small_t_vec_kernel(MatmulArgs a) {
-    pdl_begin();
+__global__ void __launch_bounds__(kWarps * 32) matmul_small_t_vec_kernel(MatmulArgs a, bool prefetch) {
     constexpr int kElems = 16 / sizeof(W);
     const int lane = threadIdx.x % 32;
     const int64_t n0 = (static_cast<int64_t>(blockIdx.x) * kWarps + threadIdx.x / 32) * kRows;
     if (n0 >= a.out_features) return;
     const int64_t K = a.in_features;
+    if (prefetch && lane == 0) {
+        const int64_t rows = a.out_features - n0 < kRows ? a.out_features - n0 : kRows;
+        prefetch_l2(static_cast<const W*>(a.w) + n0 * K, static_cast<uint32_t>(rows * K * sizeof(W)));
+    }
+    pdl_begin();
     const int64_t chunks = K / kElems;
     const W* w = static_cast<const W*>(a.w);  // [N, K]
     float acc[kRows][kT];
@@ -167,6 +172,10 @@ __global__ void __launch_bounds__(kWarps * 32) matmul_small_t_scalar_kernel(Matm
     reduce_and_store<kT>(a, acc, n0, lane);
 }
 
+// Weights up to this size are prefetched into L2 before pdl_begin() (half the H100/H200's 50 MB L2: a
+// larger matrix, e.g. an LM head, would evict its own first rows before they are read).
+constexpr int64_t kPrefetchMaxBytes = int64_t{24} << 20;
+
 template <typename W>
 cudaError_t launch_typed(const MatmulArgs& a, cudaStream_t stream) {
     const int64_t rows_per_block = int64_t{kWarps} * kRows;
@@ -175,18 +184,19 @@ cudaError_t launch_typed(const MatmulArgs& a, cudaStream_t stream) {
     const bool aligned = reinterpret_cast<uintptr_t>(a.w) % 16 == 0 &&
                          reinterpret_cast<uintptr_t>(a.x) % 16 == 0 && a.in_features % kElems == 0 &&
                          a.x_row_stride % 4 == 0;
+    const bool prefetch = a.out_features * a.in_features * static_cast<int64_t>(sizeof(W)) <= kPrefetchMaxBytes;
     if (!aligned) {
         return launch_pdl(matmul_small_t_scalar_kernel<W>, grid, dim3(kWarps * 32), 0, stream, a);
     } else if (a.num_rows == 1) {
-        return launch_pdl(matmul_small_t_vec_kernel<W, 1>, grid, dim3(kWarps * 32), 0, stream, a);
+        return launch_pdl(matmul_small_t_vec_kernel<W, 1>, grid, dim3(kWarps * 32), 0, stream, a, prefetch);
     } else if (a.num_rows == 2) {
-        return launch_pdl(matmul_small_t_vec_kernel<W, 2>, grid, dim3(kWarps * 32), 0, stream, a);
+        return launch_pdl(matmul_small_t_vec_kernel<W, 2>, grid, dim3(kWarps * 32), 0, stream, a, prefetch);
     } else if (a.num_rows <= 4) {
-        return launch_pdl(matmul_small_t_vec_kernel<W, 4>, grid, dim3(kWarps * 32), 0, stream, a);
+        return launch_pdl(matmul_small_t_vec_kernel<W, 4>, grid, dim3(kWarps * 32), 0, stream, a, prefetch);
     } else if (a.num_rows <= 8) {
-        return launch_pdl(matmul_small_t_vec_kernel<W, 8>, grid, dim3(kWarps * 32), 0, stream, a);
+        return launch_pdl(matmul_small_t_vec_kernel<W, 8>, grid, dim3(kWarps * 32), 0, stream, a, prefetch);
     } else {
-        return launch_pdl(matmul_small_t_vec_kernel<W, 16>, grid, dim3(kWarps * 32), 0, stream, a);
+        return launch_pdl(matmul_small_t_vec_kernel<W, 16>, grid, dim3(kWarps * 32), 0, stream, a, prefetch);
     }
 }
 

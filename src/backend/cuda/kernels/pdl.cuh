@@ -2,13 +2,16 @@
 // Synchronization"; PTX griddepcontrol, sm_90+): a kernel launched with launch_pdl may be scheduled while the
 // kernel before it in the stream (or the CUDA graph) is still running, so its blocks are resident when that
 // one finishes instead of paying the launch gap (measured on an H200: ~0.2 µs per kernel boundary of a
-// batch-1 decode step, docs/benchmarks/serving.md). Such a kernel must call pdl_begin() before its first global-memory access: it waits until the
-// previous kernel has completed with its writes visible, then lets the next kernel be scheduled. Below sm_90
-// launch_pdl is a plain launch and pdl_begin() does nothing.
+// batch-1 decode step, docs/benchmarks/serving.md). Such a kernel must call pdl_begin() before it touches
+// memory that an earlier kernel may write (activations, caches, plans): it waits until the previous kernel
+// has completed with its writes visible, then lets the next kernel be scheduled. Before it, a kernel may read
+// its constant operands (weights; no kernel writes them) or prefetch them (prefetch_l2): that DRAM latency then
+// overlaps the previous kernel. Below sm_90 launch_pdl is a plain launch and pdl_begin() does nothing.
 #pragma once
 
 #include <cuda_runtime.h>
 
+#include <cstdint>
 #include <utility>
 
 namespace epinfer::cuda {
@@ -20,11 +23,19 @@ __device__ __forceinline__ void pdl_begin() {
 #endif
 }
 
+// Prefetches the bytes [src, src + bytes) into L2 (cp.async.bulk.prefetch.L2, sm_90+; elsewhere nothing), for
+// a kernel's constant operands before pdl_begin(). src 16-byte aligned, bytes a multiple of 16.
+__device__ __forceinline__ void prefetch_l2(const void* src, uint32_t bytes) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(src), "r"(bytes) : "memory");
+#endif
+}
+
 // True when the current device runs PDL (compute capability 9.0 or later); cached per host thread.
 bool pdl_supported();
 
 // kernel<<<grid, block, smem, stream>>>(args...), with programmatic stream serialization where supported.
-// @pre kernel calls pdl_begin() before it touches global memory.
+// @pre kernel calls pdl_begin() before it touches memory that an earlier kernel may write.
 template <typename... KernelArgs, typename... Args>
 cudaError_t launch_pdl(void (*kernel)(KernelArgs...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
                        Args&&... args) {
