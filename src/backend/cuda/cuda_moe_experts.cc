@@ -177,6 +177,12 @@ Status CudaMoeExperts::run_grouped(Backend& backend, const MoeExpertsArgs& a, co
     gemm.max_row_tiles = moe_gemm_max_row_tiles(picks, E, tile_rows);
     gemm.tile = tiling.tile;
     gemm.gemv_rows = static_cast<int>(tile_rows);
+    if (tiling.picks) {
+        gemm.picks.expert_ids = a.topk_ids;
+        gemm.picks.first_expert = a.first_expert;
+        gemm.picks.num_tokens = T;
+        gemm.picks.top_k = K;
+    }
     // Split-K tile counters (zeroed below; the kernels leave them zero), for the larger of the two launches.
     size_t num_counters = 0;
     if (tiling.split_k_gate_up > 1 || tiling.split_k_down > 1) {
@@ -195,8 +201,10 @@ Status CudaMoeExperts::run_grouped(Backend& backend, const MoeExpertsArgs& a, co
     bind_plan(permute, plan, buffer);
 
     EPI_CUDA_CHECK(launch_f32_rows_to_bf16(a.x, H, T, H, at<void>(buffer, x_bf16), stream));
-    EPI_CUDA_CHECK(
-        launch_moe_permute(permute, at<void>(buffer, plan.workspace), plan.workspace_bytes, stream));
+    if (!tiling.picks) {
+        EPI_CUDA_CHECK(
+            launch_moe_permute(permute, at<void>(buffer, plan.workspace), plan.workspace_bytes, stream));
+    }
 
     gemm.num_weight_groups = E;
     gemm.weight_ptr_stride = 3;
@@ -214,7 +222,8 @@ Status CudaMoeExperts::run_grouped(Backend& backend, const MoeExpertsArgs& a, co
     MoeGroupedGemmArgs gate_up = gemm;  // h = silu(x·gateᵀ) · (x·upᵀ)
     gate_up.weight_ptrs = reinterpret_cast<const void* const*>(table.device);
     gate_up.x = at<void>(buffer, x_bf16);
-    gate_up.x_row_of_row = permute.token_of_row;
+    gate_up.x_row_of_row = tiling.picks ? nullptr : permute.token_of_row;
+    gate_up.picks.x_per_token = true;
     gate_up.out_features = I;
     gate_up.in_features = H;
     gate_up.out = at<void>(buffer, h);
@@ -235,7 +244,10 @@ Status CudaMoeExperts::run_grouped(Backend& backend, const MoeExpertsArgs& a, co
     MoeCombineArgs combine;
     combine.y = at<void>(buffer, y);
     combine.topk_weights = a.topk_weights;
-    combine.slot_of_token_k = permute.slot_of_token_k;
+    combine.slot_of_token_k = tiling.picks ? nullptr : permute.slot_of_token_k;
+    combine.topk_ids = a.topk_ids;
+    combine.first_expert = a.first_expert;
+    combine.num_experts = E;
     combine.out = a.out;
     combine.num_tokens = T;
     combine.top_k = K;

@@ -123,6 +123,7 @@ CudaMoeTiling moe_step_tiling(int64_t num_tokens, int64_t top_k, int64_t num_exp
     if (num_tokens <= kGemvMaxRows) {  // every group (an expert, the shared expert) has ≤ num_tokens rows
         tiling.tile = MoeGemmTile::kGemv;
         tiling.tile_rows = moe_gemv_tile_rows(num_tokens);
+        tiling.picks = num_tokens == 1;  // K distinct experts: no weights read twice
         return tiling;
     }
     if (num_tokens * top_k > narrow_max_rows_per_expert * num_experts) {
@@ -220,7 +221,10 @@ Status CudaMoeLayer::forward(const CudaMoeWeights& weights, const float* logits,
     permute.group_tile_offsets = group_tile_offsets_.as<int32_t>();
     permute.tile_rows = tile_rows;
     permute.shared_group = shared;
-    EPI_CUDA_CHECK(launch_moe_permute(permute, permute_workspace_.data(), permute_workspace_.num_bytes(), stream));
+    if (!tiling.picks) {
+        EPI_CUDA_CHECK(
+            launch_moe_permute(permute, permute_workspace_.data(), permute_workspace_.num_bytes(), stream));
+    }
 
     const int64_t num_groups = c.num_experts + (shared ? 1 : 0);
     const int64_t rows = picks + (shared ? t : 0);
@@ -233,6 +237,11 @@ Status CudaMoeLayer::forward(const CudaMoeWeights& weights, const float* logits,
     gemm.max_row_tiles = moe_gemm_max_row_tiles(rows, num_groups, tile_rows);
     gemm.tile = tiling.tile;
     gemm.gemv_rows = static_cast<int>(tile_rows);
+    if (tiling.picks) {
+        gemm.picks.expert_ids = topk_ids_.as<int32_t>();
+        gemm.picks.num_tokens = t;
+        gemm.picks.top_k = c.top_k;
+    }
     gemm.partials = partials_.as<float>();
     gemm.tile_counters = tile_counters_.as<int32_t>();
     gemm.partial_rows = picks + t;
@@ -242,7 +251,8 @@ Status CudaMoeLayer::forward(const CudaMoeWeights& weights, const float* logits,
     gate_up.weight_group_stride = 2 * c.intermediate * c.hidden;
     gate_up.extra_weights = shared ? weights.shared_gate_up : nullptr;
     gate_up.x = x;
-    gate_up.x_row_of_row = token_of_row_.as<int32_t>();
+    gate_up.x_row_of_row = tiling.picks ? nullptr : token_of_row_.as<int32_t>();
+    gate_up.picks.x_per_token = true;
     gate_up.out_features = c.intermediate;
     gate_up.in_features = c.hidden;
     gate_up.out = h_.data();
@@ -265,7 +275,9 @@ Status CudaMoeLayer::forward(const CudaMoeWeights& weights, const float* logits,
     MoeCombineArgs combine;
     combine.y = y_.data();
     combine.topk_weights = topk_weights_.as<float>();
-    combine.slot_of_token_k = slot_of_token_k_.as<int32_t>();
+    combine.slot_of_token_k = tiling.picks ? nullptr : slot_of_token_k_.as<int32_t>();
+    combine.topk_ids = topk_ids_.as<int32_t>();
+    combine.num_experts = c.num_experts;
     combine.shared_y = shared ? y_.as<unsigned char>() + picks * c.hidden * 2 : nullptr;
     combine.out = out;
     combine.num_tokens = t;

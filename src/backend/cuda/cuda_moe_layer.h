@@ -55,7 +55,8 @@ struct CudaMoeStepOptions {
     bool shared = true;  // false: leave the shared expert out (routed experts only)
 };
 
-// Device views of the plan of the last call (valid after the step completes on its stream).
+// Device views of the plan of the last call (valid after the step completes on its stream). A one-token
+// step (pick mode, CudaMoeTiling::picks) writes only topk_ids, topk_weights, h and y: rows t·K + k.
 struct CudaMoePlanView {
     const int32_t* topk_ids = nullptr;         // [T, K]
     const float* topk_weights = nullptr;       // [T, K]
@@ -73,6 +74,8 @@ struct CudaMoeTiling {
     MoeGemmTile tile = MoeGemmTile::kNarrow;
     // GEMM rows per tile: the permutation's tile_rows (kGemv: the launch's gemv_rows).
     int64_t tile_rows = 64;
+    // One token: the GEMMs' pick mode (MoeGemmPicks) and the combine's, no permutation plan.
+    bool picks = false;
     int split_k_gate_up = 1;
     int split_k_down = 1;
 };
@@ -84,7 +87,7 @@ int64_t moe_default_narrow_max_rows(int device);
 
 // The tiling of a grouped step of T tokens over E expert groups (+ num_extra_groups more, e.g. the shared
 // expert): kGemv while T ≤ kGemvMaxRows (no group has more rows than T: tiles of moe_gemv_tile_rows(T)
-// rows); kNarrow while T·K ≤
+// rows; at T = 1 in pick mode); kNarrow while T·K ≤
 // narrow_max_rows_per_expert·E, with split-K when its tiles would not fill num_sms multiprocessors; else
 // kWide.
 CudaMoeTiling moe_step_tiling(int64_t num_tokens, int64_t top_k, int64_t num_experts, int64_t num_extra_groups,

@@ -56,6 +56,47 @@ TEST_F(CudaTest, CombineBitExactWithShared) { run_case(53, 8, 384, 7168, true, 2
 TEST_F(CudaTest, CombineBitExactLargeK) { run_case(9, 96, 96, 72, true, 3); }  // K > the shared-memory cache
 // H past one 1024-column block by one 8-column chunk; K past one 8-pick load batch by 5.
 TEST_F(CudaTest, CombineBitExactColumnBlocksAndLoadBatches) { run_case(5, 13, 40, 1032, true, 4); }
+// Pick mode (slot_of_token_k null): y row t·K + k is pick (t, k); picks outside this rank's experts are
+// dropped. Bit-exact with the plan mode given the same slots (the plan mode is checked above).
+TEST_F(CudaTest, CombinePickModeEqualsPlanMode) {
+    const int64_t t_count = 3, k_count = 5, hidden = 1032, first = 4, num_experts = 7;
+    std::mt19937 rng(9);
+    std::vector<int32_t> ids(static_cast<size_t>(t_count * k_count)), slots(ids.size());
+    for (size_t i = 0; i < ids.size(); ++i) {
+        ids[i] = static_cast<int32_t>(rng() % 14) - 1;  // −1, below, inside and past [first, first + E)
+        slots[i] = ids[i] >= first && ids[i] < first + num_experts ? static_cast<int32_t>(i) : -1;
+    }
+    const std::vector<float> weights = random_floats(ids.size(), 10, 0.0f, 2.0f);
+    const std::vector<uint16_t> y = random_bf16(ids.size() * static_cast<size_t>(hidden), 11, 3.0f);
+    const std::vector<uint16_t> shared_y = random_bf16(static_cast<size_t>(t_count * hidden), 12, 3.0f);
+    cuda::CudaBuffer d_y = upload(y), d_shared = upload(shared_y), d_w = upload(weights);
+    cuda::CudaBuffer d_ids = upload(ids), d_slots = upload(slots);
+    cuda::MoeCombineArgs args;
+    args.y = d_y.data();
+    args.topk_weights = d_w.as<float>();
+    args.shared_y = d_shared.data();
+    args.num_tokens = t_count;
+    args.top_k = k_count;
+    args.hidden = hidden;
+    std::vector<std::vector<float>> got;
+    for (const bool pick_mode : {false, true}) {
+        cuda::CudaBuffer d_out = poisoned<float>(static_cast<size_t>(t_count * hidden));
+        args.slot_of_token_k = pick_mode ? nullptr : d_slots.as<int32_t>();
+        args.topk_ids = pick_mode ? d_ids.as<int32_t>() : nullptr;
+        args.first_expert = first;
+        args.num_experts = num_experts;
+        args.out = d_out.as<float>();
+        ASSERT_EQ(cuda::launch_moe_combine(args, nullptr), cudaSuccess);
+        got.push_back(download<float>(d_out.data(), static_cast<size_t>(t_count * hidden)));
+    }
+    const int64_t dropped = std::count(slots.begin(), slots.end(), -1);
+    EXPECT_GT(dropped, 0);
+    EXPECT_LT(dropped, static_cast<int64_t>(slots.size()));
+    EXPECT_EQ(std::memcmp(got[0].data(), got[1].data(), got[0].size() * 4), 0);
+    args.topk_ids = nullptr;  // pick mode needs the ids
+    EXPECT_EQ(cuda::launch_moe_combine(args, nullptr), cudaErrorInvalidValue);
+}
+
 TEST_F(CudaTest, CombineHiddenNotMultipleOf8IsRejected) {
     cuda::MoeCombineArgs args;
     args.num_tokens = 1;

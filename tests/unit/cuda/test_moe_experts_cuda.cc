@@ -172,6 +172,7 @@ INSTANTIATE_TEST_SUITE_P(
         ExpertsCase{"general_f16_odd", 5, 4, 4, 33, 17, DType::kF16, Routing::kWithDrops},
         ExpertsCase{"general_f32_all_on_one", 40, 5, 1, 64, 24, DType::kF32, Routing::kAllOnOne},
         ExpertsCase{"grouped_ep_block", 29, 6, 4, 64, 32, DType::kBF16, Routing::kRandom, 5},
+        ExpertsCase{"grouped_t1_ep_block_picks", 1, 6, 8, 64, 32, DType::kBF16, Routing::kRandom, 5},
         ExpertsCase{"grouped_ep_block_cub_plan", 300, 8, 4, 64, 32, DType::kBF16, Routing::kRandom, 3},
         ExpertsCase{"general_f32_ep_block", 17, 5, 3, 40, 24, DType::kF32, Routing::kWithDrops, 2}),
     [](const ::testing::TestParamInfo<ExpertsCase>& info) { return info.param.name; });

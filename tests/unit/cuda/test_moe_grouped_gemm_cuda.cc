@@ -32,27 +32,32 @@ struct GemmCase {
 
 void PrintTo(const GemmCase& c, std::ostream* os) { *os << c.name; }
 
-// out [rows, N] of the reference: per row r of group g, bf16(x[x_row[r]] · W_gᵀ) or, for SwiGLU,
-// bf16(silu(x·gateᵀ) · (x·upᵀ)); dot products in double, SwiGLU in fp32 as the kernel's epilogue.
+// Appends the reference's N outputs of one row xr [Kd] against weights w [N_w, Kd]: bf16(xr · Wᵀ) or, for
+// SwiGLU, bf16(silu(xr·gateᵀ) · (xr·upᵀ)); dot products in double, SwiGLU in fp32 as the kernel's epilogue.
+void append_reference_row(const std::vector<uint16_t>& w, const uint16_t* xr, int64_t kd, int64_t n,
+                          bool swiglu, std::vector<float>& out) {
+    for (int64_t f = 0; f < n; ++f) {
+        double a = 0.0, b = 0.0;
+        for (int64_t k = 0; k < kd; ++k) {
+            const double xv = bf16_to_f32(xr[k]);
+            a += xv * bf16_to_f32(w[static_cast<size_t>(f * kd + k)]);
+            if (swiglu) b += xv * bf16_to_f32(w[static_cast<size_t>((n + f) * kd + k)]);
+        }
+        const float g_f = static_cast<float>(a), u_f = static_cast<float>(b);
+        out.push_back(bf16_round(swiglu ? g_f / (1.0f + std::exp(-g_f)) * u_f : g_f));
+    }
+}
+
+// out [rows, N] of the reference: per row r of group g, the outputs of x[x_row[r]] against W_g.
 std::vector<float> reference(const GemmCase& c, const std::vector<std::vector<uint16_t>>& weights,
                              const std::vector<uint16_t>& x, const std::vector<int32_t>& x_row) {
-    const int64_t kd = c.in_features, n = c.out_features;
+    const int64_t kd = c.in_features;
     std::vector<float> out;
     int64_t row = 0;
     for (size_t g = 0; g < c.group_rows.size(); ++g) {
-        const std::vector<uint16_t>& w = weights[g];
         for (int32_t i = 0; i < c.group_rows[g]; ++i, ++row) {
             const uint16_t* xr = x.data() + static_cast<int64_t>(x_row[static_cast<size_t>(row)]) * kd;
-            for (int64_t f = 0; f < n; ++f) {
-                double a = 0.0, b = 0.0;
-                for (int64_t k = 0; k < kd; ++k) {
-                    const double xv = bf16_to_f32(xr[k]);
-                    a += xv * bf16_to_f32(w[static_cast<size_t>(f * kd + k)]);
-                    if (c.swiglu) b += xv * bf16_to_f32(w[static_cast<size_t>((n + f) * kd + k)]);
-                }
-                const float g_f = static_cast<float>(a), u_f = static_cast<float>(b);
-                out.push_back(bf16_round(c.swiglu ? g_f / (1.0f + std::exp(-g_f)) * u_f : g_f));
-            }
+            append_reference_row(weights[g], xr, kd, c.out_features, c.swiglu, out);
         }
     }
     return out;
@@ -172,6 +177,85 @@ INSTANTIATE_TEST_SUITE_P(
         GemmCase{"decode_swiglu", {1, 0, 3, 4, 2, 1}, 2048, 768, true, true, false},
         GemmCase{"decode_store", {2, 1, 0, 4, 1}, 768, 2048, false, false, true}),
     [](const ::testing::TestParamInfo<GemmCase>& info) { return info.param.name; });
+
+// Pick mode (MoeGemmPicks): GEMM row r is pick r of group id − first_expert; picks of −1 and of experts
+// below or past this block are skipped (their rows keep the poison); the extra group's rows follow the
+// picks; x rows by token (the gate_up) or by GEMM row (the down).
+TEST_F(CudaTest, GemvPickModeMatchesHostReference) {
+    const int64_t T = 3, K = 4, G_w = 6, first = 5, kd = 264, n = 136, picks = T * K, rows = picks + T;
+    const std::vector<int32_t> ids = {5, 10, -1, 7, 4, 6, 11, 9, 8, 5, 10, 3};  // [T, K] global ids
+    for (const bool swiglu : {true, false}) {
+        for (const bool x_per_token : {true, false}) {
+            const int64_t n_w = swiglu ? 2 * n : n, x_rows = x_per_token ? T : rows;
+            const uint32_t seed = 40 + 2 * swiglu + x_per_token;
+            std::vector<std::vector<uint16_t>> weights;  // [G_w + 1][N_w, Kd], the last the extra group
+            std::vector<uint16_t> stacked;
+            for (int64_t g = 0; g <= G_w; ++g) {
+                weights.push_back(random_bf16(static_cast<size_t>(n_w * kd),
+                                              seed * 10 + static_cast<uint32_t>(g),
+                                              1.0f / std::sqrt(static_cast<float>(kd))));
+                if (g < G_w) stacked.insert(stacked.end(), weights.back().begin(), weights.back().end());
+            }
+            const std::vector<uint16_t> x = random_bf16(static_cast<size_t>(x_rows * kd), seed, 1.0f);
+            cuda::CudaBuffer d_stacked = upload(stacked), d_extra = upload(weights.back());
+            cuda::CudaBuffer d_x = upload(x), d_ids = upload(ids);
+            cuda::CudaBuffer d_out = poisoned<uint16_t>(static_cast<size_t>(rows * n));
+            cuda::MoeGroupedGemmArgs args;
+            args.weights = d_stacked.data();
+            args.weight_group_stride = n_w * kd;
+            args.num_weight_groups = G_w;
+            args.extra_weights = d_extra.data();
+            args.x = d_x.data();
+            args.max_row_tiles = rows;
+            args.out_features = n;
+            args.in_features = kd;
+            args.out = d_out.data();
+            args.epilogue = swiglu ? cuda::MoeGemmEpilogue::kSwiGlu : cuda::MoeGemmEpilogue::kStore;
+            args.tile = cuda::MoeGemmTile::kGemv;
+            args.gemv_rows = 1;
+            args.picks = {d_ids.as<int32_t>(), first, T, K, x_per_token};
+            ASSERT_EQ(cuda::launch_moe_grouped_gemm(args, nullptr), cudaSuccess);
+            const std::vector<uint16_t> bits =
+                download<uint16_t>(d_out.data(), static_cast<size_t>(rows * n));
+
+            std::vector<float> got, want;
+            int64_t skipped = 0, poison_kept = 0;
+            for (int64_t r = 0; r < rows; ++r) {
+                const int64_t g = r < picks ? ids[static_cast<size_t>(r)] - first : G_w;
+                const int64_t token = r < picks ? r / K : r - picks;
+                if (r < picks && (g < 0 || g >= G_w)) {
+                    ++skipped;
+                    for (int64_t f = 0; f < n; ++f)
+                        poison_kept += bits[static_cast<size_t>(r * n + f)] == 0x7f7f;
+                    continue;
+                }
+                const uint16_t* xr = x.data() + (x_per_token ? token : r) * kd;
+                append_reference_row(weights[static_cast<size_t>(g)], xr, kd, n, swiglu, want);
+                for (int64_t f = 0; f < n; ++f)
+                    got.push_back(bf16_to_f32(bits[static_cast<size_t>(r * n + f)]));
+            }
+            EXPECT_EQ(skipped, 4);  // −1, 4 and 3 (below), 11 (past)
+            EXPECT_EQ(poison_kept, skipped * n) << "a skipped pick's row was written";
+            const Diff d = compare<float>(got, want);
+            EXPECT_TRUE(within(d, tolerance("moe_grouped_gemm_cuda", DType::kBF16)))
+                << "swiglu " << swiglu << ", x per token " << x_per_token;
+        }
+    }
+}
+
+TEST_F(CudaTest, PickModeNeedsOneRowGemvTiles) {
+    const int32_t ids = 0;
+    cuda::MoeGroupedGemmArgs args;
+    args.in_features = 64;
+    args.out_features = 64;
+    args.picks.expert_ids = &ids;
+    args.tile = cuda::MoeGemmTile::kGemv;
+    args.gemv_rows = 4;
+    EXPECT_EQ(cuda::launch_moe_grouped_gemm(args, nullptr), cudaErrorInvalidValue);
+    args.tile = cuda::MoeGemmTile::kNarrow;
+    args.gemv_rows = 1;
+    EXPECT_EQ(cuda::launch_moe_grouped_gemm(args, nullptr), cudaErrorInvalidValue);
+}
 
 TEST_F(CudaTest, SplitKWithoutTileCountersIsRejected) {
     float partials = 0.0f;

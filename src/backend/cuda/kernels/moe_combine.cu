@@ -21,6 +21,13 @@ __device__ __forceinline__ void load8(const bf16* src, float (&v)[8]) {
     }
 }
 
+// Pick mode: the y row of pick (t, k), or −1 when it is not one of this rank's experts.
+__device__ __forceinline__ int32_t pick_slot(const MoeCombineArgs& args, int64_t t, int64_t k) {
+    const int64_t pick = t * args.top_k + k;
+    const int64_t e = args.topk_ids[pick] - args.first_expert;
+    return e >= 0 && e < args.num_experts ? static_cast<int32_t>(pick) : -1;
+}
+
 __global__ void __launch_bounds__(kThreads) moe_combine_kernel(MoeCombineArgs args) {
     pdl_begin();
     __shared__ int32_t slots[kMaxTopK];
@@ -29,10 +36,10 @@ __global__ void __launch_bounds__(kThreads) moe_combine_kernel(MoeCombineArgs ar
     const int64_t top_k = args.top_k;
     const int32_t* slot_row = args.slot_of_token_k + t * top_k;  // [K]
     const float* weight_row = args.topk_weights + t * top_k;     // [K]
-    const bool cached = top_k <= kMaxTopK;
+    const bool cached = top_k <= kMaxTopK;  // always in pick mode (launch_moe_combine)
     if (cached) {
         for (int k = threadIdx.x; k < top_k; k += blockDim.x) {
-            slots[k] = slot_row[k];
+            slots[k] = args.slot_of_token_k != nullptr ? slot_row[k] : pick_slot(args, t, k);
             weights[k] = weight_row[k];
         }
         __syncthreads();
@@ -77,6 +84,9 @@ __global__ void __launch_bounds__(kThreads) moe_combine_kernel(MoeCombineArgs ar
 
 cudaError_t launch_moe_combine(const MoeCombineArgs& args, cudaStream_t stream) {
     if (args.hidden % 8 != 0) return cudaErrorInvalidValue;
+    if (args.slot_of_token_k == nullptr && (args.topk_ids == nullptr || args.top_k > kMaxTopK)) {
+        return cudaErrorInvalidValue;
+    }
     if (args.num_tokens == 0) return cudaSuccess;
     const dim3 grid(static_cast<unsigned>(args.num_tokens),
                     static_cast<unsigned>(ceil_div<int64_t>(args.hidden, int64_t{kThreads} * 8)));

@@ -317,6 +317,10 @@ cudaError_t launch_moe_grouped_gemm(const MoeGroupedGemmArgs& args, cudaStream_t
     if (split && (args.tile != MoeGemmTile::kNarrow || args.partials == nullptr || args.tile_counters == nullptr)) {
         return cudaErrorInvalidValue;
     }
+    if (args.picks.expert_ids != nullptr &&
+        (args.tile != MoeGemmTile::kGemv || args.gemv_rows != 1 || args.x_row_of_row != nullptr)) {
+        return cudaErrorInvalidValue;
+    }
     if (args.tile == MoeGemmTile::kGemv) return launch_moe_grouped_gemv(args, stream);
     const bool swiglu = args.epilogue == MoeGemmEpilogue::kSwiGlu;
     if (args.tile == MoeGemmTile::kWide) {

@@ -40,6 +40,20 @@ int64_t moe_gemm_tile_rows(MoeGemmTile tile);
 // outputs); kWide: of the 256-row tile; kGemv: of one block.
 int64_t moe_gemm_tile_features(MoeGemmTile tile);
 
+// Pick mode (kGemv tiles of one row only): the GEMM rows are the (token, k) picks themselves, so the step
+// needs no permutation plan (moe_permute.cuh) — for one token, whose K picks are K distinct experts, so no
+// weights are read twice. Row r < T·K is pick r, of group expert_ids[r] − first_expert (an id outside
+// [first_expert, first_expert + G_w), e.g. −1 or another rank's expert: the row is skipped and its output
+// not written); row T·K + t is token t's row of the extra group (when extra_weights). GEMM row r reads x row
+// r, or with x_per_token its token's (r / K, or r − T·K).
+struct MoeGemmPicks {
+    const int32_t* expert_ids = nullptr;  // [T, K] int32, device; nullptr: the plan's groups (group_* arrays)
+    int64_t first_expert = 0;
+    int64_t num_tokens = 0;  // T
+    int64_t top_k = 0;       // K
+    bool x_per_token = false;
+};
+
 struct MoeGroupedGemmArgs {
     // Weights of group g: g < num_weight_groups: weights + g·weight_group_stride; else extra_weights.
     const void* weights = nullptr;        // [G_w, N_w, Kd] bf16, device (N_w = 2·N for kSwiGlu, else N)
@@ -66,6 +80,9 @@ struct MoeGroupedGemmArgs {
     MoeGemmTile tile = MoeGemmTile::kNarrow;
     MoeGemmKernel kernel = MoeGemmKernel::kAuto;
     int gemv_rows = 4;  // kGemv: rows per tile, 1, 2 or 4 (moe_gemv_tile_rows; group_tile_offsets for it)
+    // Pick mode instead of the group_* arrays (x_row_of_row then nullptr); max_row_tiles = T·K (+ T with an
+    // extra group).
+    MoeGemmPicks picks;
     // Split-K (kNarrow only): split_k > 1 writes fp32 partial sums to partials; the CTA of a tile's last
     // split to finish sums them in split order (deterministic) and applies the epilogue, counting the
     // tile's finished splits in tile_counters (which it leaves at zero again).
@@ -85,7 +102,8 @@ int64_t moe_gemm_num_tiles(const MoeGroupedGemmArgs& args);
 
 // Device workspace (none: partials are passed explicitly).
 // Errors: cudaErrorInvalidValue for shapes the kernels do not take (Kd or N not a multiple of 8,
-// split_k > 1 with kWide or kGemv, split_k > 1 without partials or tile_counters).
+// split_k > 1 with kWide or kGemv, split_k > 1 without partials or tile_counters, pick mode other than on
+// kGemv tiles of one row or with x_row_of_row).
 cudaError_t launch_moe_grouped_gemm(const MoeGroupedGemmArgs& args, cudaStream_t stream);
 
 // split_k for a launch with about `num_tiles` tiles of in_features Kd on a GPU of num_sms

@@ -5,8 +5,10 @@
 // ≤ kRows bf16 x rows of its tile (read through L1/L2), fp32 accumulation; a shuffle tree sums the lanes
 // and lane 0 applies the epilogue (silu(g)·u, or the store) and writes bf16 — the same epilogue as the MMA
 // kernels. The tile height kRows (1, 2 or 4: args.gemv_rows) sizes the accumulators, so a one-token step
-// keeps few registers and more blocks resident: at one token that alone took the layer from 0.29 to
-// 0.33 SOL (Qwen3-30B-A3B) and 0.64 to 0.72 (DeepSeek-V3) on the H200 (docs/benchmarks/moe_h200.md).
+// keeps few registers and more blocks resident (with the loads below, the layer at one token went from
+// 0.29 to 0.34 SOL for Qwen3-30B-A3B and 0.64 to 0.73 for DeepSeek-V3 on the H200,
+// docs/benchmarks/moe_h200.md). A tile is found from the permutation plan (locate_tile) or, in pick mode,
+// from the pick's expert id alone.
 #include "backend/cuda/kernels/moe_grouped_gemm_tiles.cuh"
 #include "backend/cuda/kernels/moe_grouped_gemv.cuh"
 #include "backend/cuda/kernels/pdl.cuh"
@@ -35,11 +37,45 @@ __device__ __forceinline__ uint4 load_weight_chunk(const bf16* src) {
     return v;
 }
 
-template <bool kSwiGlu, int kRows>
+// Tile `tile` of a pick-mode launch (MoeGemmPicks): row tile / n_tiles, one row. False for a skipped row.
+__device__ __forceinline__ bool pick_tile(const MoeGroupedGemmArgs& args, int64_t tile, int64_t n_tiles,
+                                          TileCoord& tc) {
+    const MoeGemmPicks& p = args.picks;
+    const int64_t r = tile / n_tiles, picks = p.num_tokens * p.top_k;
+    int64_t g = args.num_weight_groups;  // the extra group
+    if (r < picks) {
+        g = p.expert_ids[r] - p.first_expert;
+        if (g < 0 || g >= args.num_weight_groups) return false;
+    } else if (args.extra_weights == nullptr || r >= picks + p.num_tokens) {
+        return false;
+    }
+    tc.group = g;
+    tc.n_tile = tile - r * n_tiles;
+    tc.row0 = r;
+    tc.rows_valid = 1;
+    return true;
+}
+
+// The x row GEMM row r reads.
+template <bool kPicks>
+__device__ __forceinline__ int64_t x_row_of(const MoeGroupedGemmArgs& args, int64_t r) {
+    if constexpr (kPicks) {
+        const MoeGemmPicks& p = args.picks;
+        const int64_t picks = p.num_tokens * p.top_k;
+        return !p.x_per_token ? r : (r < picks ? r / p.top_k : r - picks);
+    } else {
+        return args.x_row_of_row != nullptr ? args.x_row_of_row[r] : r;
+    }
+}
+
+// kPicks: pick mode (MoeGemmPicks, kRows 1), else the plan's groups.
+template <bool kSwiGlu, int kRows, bool kPicks>
 __global__ void __launch_bounds__(kWarps * 32) moe_grouped_gemv_kernel(MoeGroupedGemmArgs args, int64_t n_tiles) {
     pdl_begin();
     TileCoord tc;
-    if (!locate_tile<kRows>(args, blockIdx.x, n_tiles, tc)) return;
+    const bool in_launch = kPicks ? pick_tile(args, blockIdx.x, n_tiles, tc)
+                                  : locate_tile<kRows>(args, blockIdx.x, n_tiles, tc);
+    if (!in_launch) return;
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     const int64_t n = args.out_features, kd = args.in_features;
     constexpr int kOutPerWarp = kSwiGlu ? kWeightRowsPerWarp / 2 : kWeightRowsPerWarp;
@@ -58,7 +94,7 @@ __global__ void __launch_bounds__(kWarps * 32) moe_grouped_gemv_kernel(MoeGroupe
 #pragma unroll
     for (int t = 0; t < kRows; ++t) {
         const int64_t r = tc.row0 + min(t, tc.rows_valid - 1);  // past the group: reread, not stored
-        x_row[t] = x + (args.x_row_of_row != nullptr ? args.x_row_of_row[r] : r) * kd;
+        x_row[t] = x + x_row_of<kPicks>(args, r) * kd;
     }
     float acc[kWeightRowsPerWarp][kRows] = {};
     const int64_t chunks = kd / 8;
@@ -113,17 +149,18 @@ __global__ void __launch_bounds__(kWarps * 32) moe_grouped_gemv_kernel(MoeGroupe
     }
 }
 
-template <bool kSwiGlu, int kRows>
+template <bool kSwiGlu, int kRows, bool kPicks = false>
 cudaError_t launch(const MoeGroupedGemmArgs& args, cudaStream_t stream) {
     const int64_t n_tiles = ceil_div<int64_t>(args.out_features, outputs_per_block<kSwiGlu>());
     const int64_t num_blocks = n_tiles * args.max_row_tiles;
     if (num_blocks == 0) return cudaSuccess;
-    return launch_pdl(moe_grouped_gemv_kernel<kSwiGlu, kRows>, dim3(static_cast<unsigned>(num_blocks)),
+    return launch_pdl(moe_grouped_gemv_kernel<kSwiGlu, kRows, kPicks>, dim3(static_cast<unsigned>(num_blocks)),
                       dim3(kWarps * 32), 0, stream, args, n_tiles);
 }
 
 template <bool kSwiGlu>
 cudaError_t launch_rows(const MoeGroupedGemmArgs& args, cudaStream_t stream) {
+    if (args.picks.expert_ids != nullptr) return launch<kSwiGlu, 1, true>(args, stream);  // gemv_rows 1
     switch (args.gemv_rows) {
         case 1: return launch<kSwiGlu, 1>(args, stream);
         case 2: return launch<kSwiGlu, 2>(args, stream);
