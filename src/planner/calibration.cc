@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <algorithm>
 #include <cmath>
 #include <nlohmann/json.hpp>
 
@@ -150,6 +151,48 @@ Result<MoeEngineFit> fit_moe_engine(const std::vector<MeasuredMoeLayer>& layers,
     return MoeEngineFit{fit, first->tokens, first->kernels, per_node_us - graph_kernel_us};
 }
 
+Result<std::vector<RowsEfficiencyPoint>> expert_memory_efficiency_by_rows(
+    const std::vector<MeasuredMoeLayer>& layers, double kernel_fixed_us, double memory_bandwidth_gbps) {
+    if (!(memory_bandwidth_gbps > 0) || !std::isfinite(memory_bandwidth_gbps) || !(kernel_fixed_us >= 0) ||
+        !std::isfinite(kernel_fixed_us)) {
+        return invalid_argument(fmt::format(
+            "expert efficiency by rows: needs a bandwidth > 0 and a kernel time >= 0 (got {} GB/s, {} us)",
+            memory_bandwidth_gbps, kernel_fixed_us));
+    }
+    std::vector<RowsEfficiencyPoint> points;
+    for (const MeasuredMoeLayer& l : layers) {
+        if (l.tokens > kMoeFitMaxMemoryBoundTokens) continue;
+        if (!(l.rows_per_expert > 0) || l.kernels < 1) {
+            return invalid_argument(fmt::format(
+                "expert efficiency by rows: the layer of T {} has no rows per expert or kernel count (got "
+                "{}, {})",
+                l.tokens, l.rows_per_expert, l.kernels));
+        }
+        const double stream_us = l.time_us - static_cast<double>(l.kernels) * kernel_fixed_us;
+        const double efficiency =
+            stream_us > 0 ? std::min(1.0, l.weight_bytes / (stream_us * memory_bandwidth_gbps * 1e3)) : 1.0;
+        points.push_back({l.rows_per_expert, efficiency});
+    }
+    if (points.empty()) {
+        return invalid_argument(
+            fmt::format("expert efficiency by rows: no layer of T <= {}", kMoeFitMaxMemoryBoundTokens));
+    }
+    std::stable_sort(points.begin(), points.end(),
+                     [](const auto& a, const auto& b) { return a.rows_per_expert < b.rows_per_expert; });
+    std::vector<RowsEfficiencyPoint> merged;
+    int same = 0;  // points averaged into merged.back()
+    for (const RowsEfficiencyPoint& p : points) {
+        if (!merged.empty() && p.rows_per_expert == merged.back().rows_per_expert) {
+            ++same;
+            merged.back().efficiency += (p.efficiency - merged.back().efficiency) / same;
+            continue;
+        }
+        merged.push_back(p);
+        same = 1;
+    }
+    return merged;
+}
+
 Result<double> engine_kernel_latency_us(const std::vector<double>& durations_us, double bytes,
                                         double bandwidth_gbps) {
     if (durations_us.empty() || !(bandwidth_gbps > 0)) {
@@ -208,8 +251,8 @@ Result<std::string> calibrated_profile_json(const std::string& base_json, const 
                                                        "MoE layer GB/s", "memory_bandwidth_gbps"));
         EPI_ASSIGN_OR_RETURN(double experts, efficiency(fit.layers.expert_tflops, gpu.bf16_tflops,
                                                         "MoE grouped GEMM TFLOP/s", "bf16_tflops"));
-        std::vector<int64_t> tokens, nodes_tokens, nodes;
-        std::vector<double> times_us, gbytes;
+        std::vector<int64_t> tokens, nodes_tokens, nodes, fitted_nodes;
+        std::vector<double> times_us, gbytes, rows;
         const MeasuredMoeLayer* compute = nullptr;
         for (const MeasuredMoeLayer& l : m.layers) {
             nodes_tokens.push_back(l.tokens);
@@ -219,6 +262,8 @@ Result<std::string> calibrated_profile_json(const std::string& base_json, const 
             tokens.push_back(l.tokens);
             times_us.push_back(l.time_us);
             gbytes.push_back(l.weight_bytes / 1e9);
+            rows.push_back(l.rows_per_expert);
+            fitted_nodes.push_back(l.kernels);
         }
         std::string node_counts;
         for (size_t i = 0; i < nodes.size(); ++i) {
@@ -245,6 +290,27 @@ Result<std::string> calibrated_profile_json(const std::string& base_json, const 
                         layer, kMoeFitComputeBoundTokens, compute->time_us, compute->flops,
                         fit.layers.latency_us, compute->time_us - fit.layers.latency_us,
                         fit.layers.expert_tflops, gpu.bf16_tflops.value, calibration.source));
+        const double kernel_fixed_us = gpu.graph_kernel_us.value + fit.kernel_latency_us;
+        EPI_ASSIGN_OR_RETURN(
+            std::vector<RowsEfficiencyPoint> by_rows,
+            expert_memory_efficiency_by_rows(m.layers, kernel_fixed_us, gpu.memory_bandwidth_gbps.value));
+        OrderedJson points = OrderedJson::array();
+        for (const RowsEfficiencyPoint& p : by_rows) {
+            points.push_back({{"rows_per_expert", p.rows_per_expert}, {"efficiency", p.efficiency}});
+        }
+        doc["gpu"]["expert_memory_efficiency_by_rows"] = OrderedJson{
+            {"points", points},
+            {"provenance", "measured"},
+            {"source",
+             fmt::format(
+                 "{}, T = {} (rows per touched expert {:.4g}): {:.1f} us less the fixed time of their {} "
+                 "graph nodes at gpu.graph_kernel_us {:.2f} + gpu.kernel_latency_us {:.2f} (the planner's "
+                 "price of a kernel in a decode graph) for {:.4f} GB of touched experts, over "
+                 "gpu.memory_bandwidth_gbps {:.1f}, capped at 1 (planner/calibration.h "
+                 "expert_memory_efficiency_by_rows); {}",
+                 layer, fmt::join(tokens, ", "), fmt::join(rows, ", "), fmt::join(times_us, ", "),
+                 fmt::join(fitted_nodes, ", "), gpu.graph_kernel_us.value, fit.kernel_latency_us,
+                 fmt::join(gbytes, ", "), gpu.memory_bandwidth_gbps.value, calibration.source)}};
         doc["gpu"]["kernel_latency_us"] = measured_figure(
             fit.kernel_latency_us,
             fmt::format(
@@ -277,7 +343,9 @@ Result<std::string> calibrated_profile_json(const std::string& base_json, const 
     }
     if (!calibration.gpu_ceilings.empty()) replaced += ", gpu.matmul_efficiency";
     if (!calibration.moe_engine.empty()) {
-        replaced += ", gpu.expert_matmul_efficiency, gpu.kernel_latency_us (the engine's MoE layer)";
+        replaced +=
+            ", gpu.expert_matmul_efficiency, gpu.kernel_latency_us, gpu.expert_memory_efficiency_by_rows "
+            "(the engine's MoE layer)";
     }
     doc["note_calibration"] =
         fmt::format("{} with {} measured by: {}", base_source, replaced, calibration.source);

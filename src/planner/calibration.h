@@ -33,7 +33,8 @@ struct MeasuredMoeLayer {
     double weight_bytes = 0.0;  // distinct experts touched × bytes of one expert (the bench's "weight GB")
     double flops = 0.0;         // 2 · expert params · T · K (the bench's "GFLOP")
     double time_us = 0.0;
-    int64_t kernels = 0;  // nodes (kernels, memsets) of the layer's CUDA graph; 0: not counted
+    int64_t kernels = 0;           // nodes (kernels, memsets) of the layer's CUDA graph; 0: not counted
+    double rows_per_expert = 0.0;  // T·K / distinct experts touched (pairs per touched expert); 0: unknown
 };
 
 // What the engine's own kernels reach, from MoE layer times (gpu.memory_efficiency,
@@ -76,6 +77,19 @@ struct MoeEngineFit {
 // Errors: those of fit_moe_layers; kInvalidArgument when that layer has no kernel count or the latency per
 // node is below graph_kernel_us.
 Result<MoeEngineFit> fit_moe_engine(const std::vector<MeasuredMoeLayer>& layers, double graph_kernel_us);
+
+// gpu.expert_memory_efficiency_by_rows from MoE layer times. In each layer of T ≤ kMoeFitMaxMemoryBoundTokens
+// the expert weights stream for the layer's time less the fixed time the planner prices for its graph
+// nodes, kernels · kernel_fixed_us (graph_kernel_us + kernel_latency_us: a kernel in a decode graph,
+// cost_model.h), so efficiency = weight_bytes / ((time − kernels · kernel_fixed_us) · memory_bandwidth_gbps)
+// at the layer's rows_per_expert, capped at 1 (a layer faster than its fixed time plus its bytes at the
+// peak: the fixed time over-counts it). Points sorted by rows; layers of equal rows give their mean.
+// Example (one H200, Qwen3-30B-A3B, 2026-11-30; kernel_fixed_us 0.5 + 2.18): T 1, 8 experts of 9,437,184 B,
+// 1 row each, 57.312 µs over 5 nodes: 75,497,472 B / ((57.312 − 5 · 2.68) µs · 4800 GB/s) = 0.358.
+// Errors: kInvalidArgument for no layer of T ≤ kMoeFitMaxMemoryBoundTokens, one of them without
+// rows_per_expert or kernels, a bandwidth not > 0 or a kernel_fixed_us not ≥ 0.
+Result<std::vector<RowsEfficiencyPoint>> expert_memory_efficiency_by_rows(
+    const std::vector<MeasuredMoeLayer>& layers, double kernel_fixed_us, double memory_bandwidth_gbps);
 
 // A kernel's fixed time beyond its bytes: (Σ durations_us − bytes / bandwidth) / number of kernels, from
 // the measured durations of a step's kernels (Nsight Compute) that together read `bytes`.
@@ -121,14 +135,16 @@ struct Calibration {
 //    scale alike), "provenance": "measured";
 //  - for measured MoE layers, fit_moe_engine with the base's gpu.graph_kernel_us: gpu.memory_efficiency =
 //    fitted GB/s / gpu.memory_bandwidth_gbps (in place of the stream's, which its source then quotes),
-//    gpu.expert_matmul_efficiency = fitted TFLOP/s / gpu.bf16_tflops and gpu.kernel_latency_us, each
-//    source naming the shape, the sizes, times, bytes or FLOPs, node counts and fitted numbers;
+//    gpu.expert_matmul_efficiency = fitted TFLOP/s / gpu.bf16_tflops, gpu.kernel_latency_us and
+//    gpu.expert_memory_efficiency_by_rows (expert_memory_efficiency_by_rows at graph_kernel_us + that
+//    kernel_latency_us), each source naming the shape, the sizes, times, bytes or FLOPs, rows, node counts
+//    and fitted numbers;
 //  - name "<base name>_measured" (the base's name when it already ends so) and a note_calibration naming
 //    the source; the base's own note_calibration is kept as note_calibration_base (…base2, … when taken).
 // The result is checked with parse_hardware_profile. Errors: kInvalidArgument for a base that does not
 // parse (naming `base_source`), a collective with ranks < 2 or no points, more than one set of ceilings or
-// of MoE layers, those of fit_moe_engine, or a ceiling or fitted rate above the base's peak (efficiency > 1:
-// a base profile of another GPU).
+// of MoE layers, those of fit_moe_engine and expert_memory_efficiency_by_rows, or a ceiling or fitted rate
+// above the base's peak (efficiency > 1: a base profile of another GPU).
 Result<std::string> calibrated_profile_json(const std::string& base_json, const std::string& base_source,
                                             const Calibration& calibration);
 

@@ -148,11 +148,17 @@ public:
             pairs = mean_pairs + std::sqrt(mean_pairs * (1.0 - q)) * max_normal_;
             expert_bytes = touched * bytes_of(static_cast<double>(share_.expert_slice_params),
                                               in_.weights.routed_experts);
-            expert_roof = roofline(expert_bytes, 2.0 * pairs * share_.expert_slice_params, bw_, expert_rate_);
+            // The weights stream at the rate of the rows each touched expert computes (gemv-like when few).
+            const double rows_per_expert = touched > 0 ? pairs / touched : 0.0;
+            const GpuSpec& gpu = in_.hardware->gpu;
+            const double expert_efficiency = expert_memory_efficiency(gpu, rows_per_expert);
+            expert_roof = roofline(expert_bytes, 2.0 * pairs * share_.expert_slice_params,
+                                   gpu.memory_bandwidth_gbps.value * expert_efficiency, expert_rate_);
             out.local_experts = share_.local_experts;
             out.experts_touched_per_rank = touched;
             out.expert_bytes_per_layer = expert_bytes;
-            out.tokens_per_touched_expert = touched > 0 ? pairs / touched : 0.0;
+            out.tokens_per_touched_expert = rows_per_expert;
+            out.experts_memory_efficiency = expert_efficiency;
             out.experts_memory_bound = expert_roof.memory_bound();
         }
         // Dispatch/combine volume per rank under DP attention: each of the a ranks of an attention group
@@ -564,6 +570,20 @@ double effective_expert_tflops(const GpuSpec& gpu, MathRate rate) {
     GpuSpec experts = gpu;  // a GpuSpec built in code may leave the optional figure at 0: matmul_efficiency
     if (gpu.expert_matmul_efficiency.value > 0) experts.matmul_efficiency = gpu.expert_matmul_efficiency;
     return effective_tflops(experts, rate);
+}
+
+double expert_memory_efficiency(const GpuSpec& gpu, double rows_per_expert) {
+    const std::vector<RowsEfficiencyPoint>& points = gpu.expert_memory_efficiency_by_rows.points;
+    if (points.empty()) return gpu.memory_efficiency.value;
+    if (rows_per_expert <= points.front().rows_per_expert) return points.front().efficiency;
+    if (rows_per_expert >= points.back().rows_per_expert) return points.back().efficiency;
+    auto hi = std::lower_bound(points.begin(), points.end(), rows_per_expert,
+                               [](const RowsEfficiencyPoint& p, double r) { return p.rows_per_expert < r; });
+    auto lo = hi - 1;
+    // Linear in log(rows): the bench's sizes, and so its points, are spaced geometrically.
+    const double f =
+        std::log(rows_per_expert / lo->rows_per_expert) / std::log(hi->rows_per_expert / lo->rows_per_expert);
+    return lo->efficiency + f * (hi->efficiency - lo->efficiency);
 }
 
 double kernel_fixed_us(const GpuSpec& gpu, bool decode_graph) {

@@ -7,7 +7,9 @@
 //   collective (nccl-tests busbw convention)                  latency + size · f(n) / busbw,
 //       f = 2(n−1)/n all_reduce, (n−1)/n all_gather and all_to_all, 1 send_recv; a measured table replaces
 //       it at the group size it was measured at
-//   roofline of one op: max(bytes / (BW · mem_eff), FLOPs / (rate · mm_eff))
+//   roofline of one op: max(bytes / (BW · mem_eff), FLOPs / (rate · mm_eff)); the routed experts' bytes
+//       at BW · expert_memory_efficiency(rows per touched expert) (the profile's table by rows, when it has
+//       one) and their FLOPs at expert_matmul_efficiency
 //   pipeline as the engine runs it (engine_facts.h): micro-batch j leaves stage s at
 //       done(s, j) = max(arrival(s, j), free(s)) + t(s, j), then the send of c(s, j) starts when stage s + 1
 //       is done with j − 1 (its stream reaches the receive) and holds both GPUs; step = the last stage's
@@ -90,6 +92,13 @@ double effective_bandwidth_gbps(const GpuSpec& gpu);
 double effective_tflops(const GpuSpec& gpu, MathRate rate);
 double effective_expert_tflops(const GpuSpec& gpu, MathRate rate);
 
+// The fraction of memory_bandwidth_gbps the routed experts' weights stream at when each touched expert
+// computes `rows_per_expert` rows (token-expert pairs): gpu.expert_memory_efficiency_by_rows interpolated
+// between its points linearly in log(rows), its first point's efficiency below them and its last's above;
+// gpu.memory_efficiency when the table has no points. Example, points (1, 0.4), (4, 0.8): 2 rows → 0.6;
+// 0.5 rows → 0.4; 64 rows → 0.8.
+double expert_memory_efficiency(const GpuSpec& gpu, double rows_per_expert);
+
 // Fixed time of one kernel of a step: kernel_latency_us + graph_kernel_us when it runs inside a decode
 // CUDA graph, else + eager_kernel_us (engine_facts.h engine_uses_decode_graph says which).
 double kernel_fixed_us(const GpuSpec& gpu, bool decode_graph);
@@ -148,6 +157,7 @@ struct StepBreakdown {
     double experts_touched_per_rank = 0.0;  // on the busiest EP rank (expected maximum)
     double expert_bytes_per_layer = 0.0;
     double tokens_per_touched_expert = 0.0;
+    double experts_memory_efficiency = 0.0;  // expert_memory_efficiency at tokens_per_touched_expert
     bool experts_memory_bound = false;
 
     double collectives_us() const;

@@ -161,6 +161,33 @@ Result<std::vector<SizeTable>> parse_tables(const ObjectReader& coll) {
     return tables;
 }
 
+// gpu.expert_memory_efficiency_by_rows: {"points": [{"rows_per_expert", "efficiency"}, ...], "provenance",
+// "source"}, rows strictly ascending.
+Result<RowsEfficiencyTable> parse_rows_efficiency(const ObjectReader& reader) {
+    EPI_RETURN_IF_ERROR(reader.check_keys({"points", "provenance", "source"}));
+    RowsEfficiencyTable table;
+    EPI_ASSIGN_OR_RETURN(table.provenance, reader.provenance());
+    EPI_ASSIGN_OR_RETURN(table.source, reader.string("source", false));
+    const char* point_form = "{\"rows_per_expert\": r, \"efficiency\": e}";
+    if (!reader.has("points") || !reader.at("points").is_array() || reader.at("points").empty()) {
+        return reader.error("points", fmt::format("expected a non-empty array of {}", point_form));
+    }
+    const json& points = reader.at("points");
+    for (size_t i = 0; i < points.size(); ++i) {
+        std::string key = fmt::format("points[{}]", i);
+        if (!points[i].is_object()) return reader.error(key, fmt::format("expected {}", point_form));
+        ObjectReader point(points[i], reader.source(), reader.key_path(key));
+        EPI_RETURN_IF_ERROR(point.check_keys({"rows_per_expert", "efficiency"}));
+        EPI_ASSIGN_OR_RETURN(Figure rows, point.figure("rows_per_expert", 0.0, true));
+        EPI_ASSIGN_OR_RETURN(Figure efficiency, point.figure("efficiency", 0.0, true, 1.0));
+        if (!table.points.empty() && rows.value <= table.points.back().rows_per_expert) {
+            return point.error("rows_per_expert", "must be strictly ascending");
+        }
+        table.points.push_back({rows.value, efficiency.value});
+    }
+    return table;
+}
+
 Result<LinkSpec> parse_link(const ObjectReader& reader, std::initializer_list<LinkKind> allowed_kinds) {
     EPI_RETURN_IF_ERROR(reader.check_keys({"kind", "all_reduce", "all_gather", "all_to_all", "send_recv"}));
     LinkSpec link;
@@ -204,7 +231,7 @@ Result<GpuSpec> parse_gpu(const ObjectReader& r) {
         {"name", "memory_bytes", "usable_memory_fraction", "memory_bandwidth_gbps", "bf16_tflops",
          "fp8_tflops", "fp4_tflops", "kernel_launch_us", "graph_kernel_us", "kernel_latency_us",
          "eager_kernel_us", "host_round_trip_us", "memory_efficiency", "matmul_efficiency",
-         "expert_matmul_efficiency"}));
+         "expert_matmul_efficiency", "expert_memory_efficiency_by_rows"}));
     GpuSpec gpu;
     EPI_ASSIGN_OR_RETURN(gpu.name, r.string("name"));
     EPI_ASSIGN_OR_RETURN(gpu.memory_bytes, r.figure("memory_bytes", 0.0, true));
@@ -238,6 +265,10 @@ Result<GpuSpec> parse_gpu(const ObjectReader& r) {
                              r.figure("expert_matmul_efficiency", 0.0, true, 1.0));
     } else {
         gpu.expert_matmul_efficiency = gpu.matmul_efficiency;
+    }
+    if (r.has("expert_memory_efficiency_by_rows")) {
+        EPI_ASSIGN_OR_RETURN(ObjectReader table, r.object("expert_memory_efficiency_by_rows"));
+        EPI_ASSIGN_OR_RETURN(gpu.expert_memory_efficiency_by_rows, parse_rows_efficiency(table));
     }
     return gpu;
 }

@@ -71,6 +71,19 @@ struct LinkSpec {
     const CollectiveSpec& operator[](Collective c) const { return collectives[static_cast<int>(c)]; }
 };
 
+// gpu.expert_memory_efficiency_by_rows: the fraction of memory_bandwidth_gbps the routed experts' GEMMs
+// stream weights at, by the rows (token-expert pairs) each touched expert computes. At few rows per expert
+// the engine runs a gemv-like tile whose ramp and waves hold it below the rate of large batches.
+struct RowsEfficiencyPoint {
+    double rows_per_expert = 0.0;  // token-expert pairs per touched expert, > 0
+    double efficiency = 0.0;       // (0, 1]
+};
+struct RowsEfficiencyTable {
+    std::vector<RowsEfficiencyPoint> points;  // rows_per_expert strictly ascending; empty = none
+    Provenance provenance = Provenance::kUnspecified;
+    std::string source;
+};
+
 struct GpuSpec {
     std::string name;
     Figure memory_bytes;            // device memory
@@ -98,6 +111,10 @@ struct GpuSpec {
     Figure matmul_efficiency;  // achievable fraction of the tensor-core rates in GEMMs
     // Optional (absent: matmul_efficiency). The fraction the routed experts' grouped GEMMs reach.
     Figure expert_matmul_efficiency;
+    // Optional (absent: no points, memory_efficiency at any rows). The routed experts' weight bytes stream
+    // at memory_bandwidth_gbps × this table at the step's rows per touched expert (cost_model.h
+    // expert_memory_efficiency: interpolated, clamped at the ends).
+    RowsEfficiencyTable expert_memory_efficiency_by_rows;
 
     // memory_bytes · usable_memory_fraction.
     int64_t usable_bytes() const;
@@ -117,7 +134,8 @@ struct HardwareProfile {
 // Errors: kInvalidArgument, one line "SOURCE: KEY.PATH: problem", for malformed JSON, a missing or
 // unknown key, a wrong type, a value out of range (memory ≤ 0, a fraction outside (0, 1], a negative
 // rate, a link kind not allowed where it is, table sizes not ascending, two tables of one collective at
-// one group size or out of order, the single "table" key of earlier profiles).
+// one group size or out of order, the single "table" key of earlier profiles, an expert efficiency table
+// with no points, rows not strictly ascending or an efficiency outside (0, 1]).
 Result<HardwareProfile> parse_hardware_profile(const std::string& json_text, const std::string& source);
 
 // Reads and parses one profile file. Errors: kNotFound when it cannot be read; otherwise as above.

@@ -71,6 +71,7 @@ Json step_json(const StepBreakdown& s) {
                                  {"touched_per_rank_per_layer", s.experts_touched_per_rank},
                                  {"bytes_per_layer", s.expert_bytes_per_layer},
                                  {"tokens_per_touched_expert", s.tokens_per_touched_expert},
+                                 {"memory_efficiency", s.experts_memory_efficiency},
                                  {"memory_bound", s.experts_memory_bound}}},
                 {"collectives", collectives}};
 }

@@ -7,9 +7,10 @@
 // row per (shape, routing, tokens). Without a GPU (or without -DEPINFER_CUDA=ON) it exits with one line.
 // --profile-out writes the base profile with gpu.matmul_efficiency = GEMM TFLOP/s / bf16_tflops and, from
 // the layers of one --model-config under uniform routing at ≥ 2 sizes ≤ 256 tokens and at 1024, the
-// engine fit (planner/calibration.h fit_moe_engine): gpu.memory_efficiency, gpu.expert_matmul_efficiency
-// and gpu.kernel_latency_us; without those rows gpu.memory_efficiency = stream GB/s /
-// memory_bandwidth_gbps and one line says what was not fitted and why (profile_out.h, docs/planner.md).
+// engine fit (planner/calibration.h fit_moe_engine): gpu.memory_efficiency, gpu.expert_matmul_efficiency,
+// gpu.kernel_latency_us and gpu.expert_memory_efficiency_by_rows (at each size's rows per touched expert);
+// without those rows gpu.memory_efficiency = stream GB/s / memory_bandwidth_gbps and one line says what was
+// not fitted and why (profile_out.h, docs/planner.md).
 // e.g. --model-config tests/data/configs/qwen3_30b_a3b.json --routing uniform --tokens 1,8,64,256,1024.
 #include <algorithm>
 #include <cstdio>
@@ -154,7 +155,9 @@ Result<planner::MeasuredMoeEngine> engine_layers(const std::vector<cuda::MoeBenc
     planner::MeasuredMoeEngine engine{shapes[0].name, {}};
     for (const MoeBenchRow& r : rows) {
         if (r.routing != cuda::MoeBenchRouting::kUniform) continue;
-        engine.layers.push_back({r.tokens, r.weight_bytes, r.flops, r.time_us, r.graph_nodes});
+        const double pairs = static_cast<double>(r.tokens * shapes[0].layer.top_k);
+        const double rows_per_expert = r.experts_touched > 0 ? pairs / static_cast<double>(r.experts_touched) : 0;
+        engine.layers.push_back({r.tokens, r.weight_bytes, r.flops, r.time_us, r.graph_nodes, rows_per_expert});
     }
     if (engine.layers.empty()) return invalid_argument("no uniform routing (--routing uniform)");
     std::sort(engine.layers.begin(), engine.layers.end(),

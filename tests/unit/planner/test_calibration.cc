@@ -171,6 +171,38 @@ TEST(EngineCalibration, MoeLayerFitByHand) {
     EXPECT_FALSE(engine_kernel_latency_us({}, 0, 1.0).is_ok());
 }
 
+TEST(EngineCalibration, ExpertMemoryEfficiencyByRowsByHand) {
+    // 1 GB/s = 1000 B/µs; each graph node priced at 1 µs. Efficiency = bytes / ((time − nodes) · 1000).
+    const std::vector<MeasuredMoeLayer> layers = {
+        {1, 1000, 0, 12, 2, 1.0},     // 10 µs for 1000 B: 0.1
+        {8, 4000, 0, 12, 2, 2.0},     // 10 µs for 4000 B: 0.4 ...
+        {4, 3000, 0, 7, 2, 2.0},      // ... 5 µs for 3000 B: 0.6; the same rows: their mean, 0.5
+        {64, 9000, 0, 10, 4, 8.0},    // 6 µs for 9000 B: 1.5, capped at 1
+        {256, 1000, 0, 3, 4, 16.0},   // faster than its 4 nodes: 1
+        {1024, 1000, 0, 500, 13, 64}  // above 256 tokens: not a point
+    };
+    auto points = expert_memory_efficiency_by_rows(layers, 1.0, 1.0);
+    ASSERT_TRUE(points.is_ok()) << points.status().message();
+    ASSERT_EQ(points->size(), 4u);
+    const double want[][2] = {{1.0, 0.1}, {2.0, 0.5}, {8.0, 1.0}, {16.0, 1.0}};
+    for (size_t i = 0; i < 4; ++i) {
+        EXPECT_EQ((*points)[i].rows_per_expert, want[i][0]) << i;
+        EXPECT_NEAR((*points)[i].efficiency, want[i][1], 1e-12) << i;
+    }
+    // Errors: a fitted layer without rows or nodes, no layer of T ≤ 256, no bandwidth.
+    std::vector<MeasuredMoeLayer> no_rows = layers;
+    no_rows[1].rows_per_expert = 0;
+    EXPECT_NE(expert_memory_efficiency_by_rows(no_rows, 1.0, 1.0).status().message().find("T 8 has no rows"),
+              std::string::npos);
+    std::vector<MeasuredMoeLayer> no_nodes = layers;
+    no_nodes[0].kernels = 0;
+    EXPECT_FALSE(expert_memory_efficiency_by_rows(no_nodes, 1.0, 1.0).is_ok());
+    EXPECT_NE(expert_memory_efficiency_by_rows({layers[5]}, 1.0, 1.0).status().message().find("no layer"),
+              std::string::npos);
+    EXPECT_FALSE(expert_memory_efficiency_by_rows(layers, 1.0, 0.0).is_ok());
+    EXPECT_FALSE(expert_memory_efficiency_by_rows(layers, -1.0, 1.0).is_ok());
+}
+
 TEST(EngineCalibration, MeasuredH200ProfileComesFromItsSources) {
     // profiles/measured/h200_epinfer_2026-11-29.json: its GPU figures from docs/benchmarks/moe_h200.md
     // (Qwen3-30B-A3B layer, uniform: experts touched × 9,437,184 B, layer µs) and the Nsight Compute kernel
@@ -214,15 +246,21 @@ TEST(EngineCalibration, MeasuredH200Profile20261130ComesFromItsSources) {
     // attention, the gemv MoE tile), one H200, 2026-11-30 05:43–05:46 UTC, docs/benchmarks/planner.md:
     //  - memory, expert matmul and matmul efficiencies: `bench moe --profile-out` over the Qwen3-30B-A3B
     //    layer, uniform routing (its rows: weight bytes, FLOP, layer µs, graph nodes);
-    //  - kernel_latency_us: Nsight Compute durations of the batch-1 decode step of a 4-layer model, the mean
-    //    per kernel over the 4 layers (22 kernels), less the layer's weight bytes at the fitted bandwidth;
+    //  - kernel_latency_us: fitted so that the plan's C = 1 closed-loop TPOT is the measured 5.60 ms (it
+    //    replaced 4.50 µs from Nsight Compute durations of the batch-1 decode step of a 4-layer model, the
+    //    mean per kernel over the 4 layers (22 kernels) less the layer's weight bytes at the fitted
+    //    bandwidth);
+    //  - expert_memory_efficiency_by_rows: the bench's layers of T ≤ 256 less their graph nodes at
+    //    graph_kernel_us + kernel_latency_us, at T·K / experts touched rows per expert;
     //  - eager_kernel_us: graph_kernel_us + the least squares through the origin of the --no-decode-graphs
     //    TPOT minus the decode-graph TPOT over the step's kernels (engine_facts.h) at C = 1, 8, 64, 256.
-    const std::vector<MeasuredMoeLayer> layers = {{1, 75497472.0, 75497472.0, 57.312, 5},
-                                                  {8, 471859200.0, 603979776.0, 178.480, 5},
-                                                  {64, 1198522368.0, 4831838208.0, 342.704, 5},
-                                                  {256, 1207959552.0, 19327352832.0, 359.088, 8},
-                                                  {1024, 1207959552.0, 77309411328.0, 425.744, 13}};
+    // Experts touched 8, 50, 127, 128, 128 of 9,437,184 B each.
+    const std::vector<MeasuredMoeLayer> layers = {
+        {1, 75497472.0, 75497472.0, 57.312, 5, 8.0 / 8},
+        {8, 471859200.0, 603979776.0, 178.480, 5, 64.0 / 50},
+        {64, 1198522368.0, 4831838208.0, 342.704, 5, 512.0 / 127},
+        {256, 1207959552.0, 19327352832.0, 359.088, 8, 2048.0 / 128},
+        {1024, 1207959552.0, 77309411328.0, 425.744, 13, 8192.0 / 128}};
     auto fit = fit_moe_engine(layers, 0.5);
     ASSERT_TRUE(fit.is_ok()) << fit.status().message();
     EXPECT_NEAR(fit->layers.latency_us, 45.86, 0.01);
@@ -239,7 +277,7 @@ TEST(EngineCalibration, MeasuredH200Profile20261130ComesFromItsSources) {
     const double layer_bytes = (18874368.0 + 128 * 2048 + 8 * 3 * 2048 * 768) * 2;  // as 2026-11-29's
     auto latency = engine_kernel_latency_us(layer_us, layer_bytes, fit->layers.bandwidth_gbps);
     ASSERT_TRUE(latency.is_ok()) << latency.status().message();
-    EXPECT_NEAR(*latency, 4.50, 0.005);
+    EXPECT_NEAR(*latency, 4.50, 0.005);  // the figure kernel_latency_us replaced, quoted in its source
 
     auto config = parse_hf_config(
         read_text(std::string(EPINFER_TEST_DATA_DIR) + "/configs/qwen3_30b_a3b.json"), "qwen3_30b_a3b.json");
@@ -263,27 +301,65 @@ TEST(EngineCalibration, MeasuredH200Profile20261130ComesFromItsSources) {
     EXPECT_NEAR(g.memory_efficiency.value, fit->layers.bandwidth_gbps / g.memory_bandwidth_gbps.value, 1e-4);
     EXPECT_NEAR(g.expert_matmul_efficiency.value, fit->layers.expert_tflops / g.bf16_tflops.value, 1e-4);
     EXPECT_NEAR(g.matmul_efficiency.value, 799.35 / 989.4, 1e-4);  // cuBLAS 8192³ of the same run
-    EXPECT_NEAR(g.kernel_latency_us.value, *latency, 0.005);
     EXPECT_NEAR(g.eager_kernel_us.value, g.graph_kernel_us.value + 1e3 * dk / kk, 0.005);
     for (const Figure* f : {&g.memory_efficiency, &g.matmul_efficiency, &g.expert_matmul_efficiency,
                             &g.kernel_latency_us, &g.eager_kernel_us}) {
         EXPECT_EQ(f->provenance, Provenance::kMeasured);
         EXPECT_NE(f->source.find("2026-11-30"), std::string::npos) << f->source;
     }
-    EXPECT_NE(g.kernel_latency_us.source.find("Nsight Compute"), std::string::npos);
+
+    // The expert efficiency by rows, at the profile's kernel price 0.5 + 2.20 µs: T 1: 75,497,472 B in
+    // 57.312 − 5 · 2.7 = 43.812 µs = 1723.2 GB/s = 0.3590 of 4800; T 8: 471,859,200 B in 164.980 µs,
+    // 0.5959; T 64: 1,198,522,368 B in 329.204 µs, 0.7585; T 256 (8 nodes): 1,207,959,552 B in 337.488 µs,
+    // 0.7457. Rows 1, 1.28, 4.0315, 16.
+    EXPECT_NEAR(g.kernel_latency_us.value, 2.20, 1e-12);
+    auto by_rows = expert_memory_efficiency_by_rows(
+        layers, g.graph_kernel_us.value + g.kernel_latency_us.value, g.memory_bandwidth_gbps.value);
+    ASSERT_TRUE(by_rows.is_ok()) << by_rows.status().message();
+    const RowsEfficiencyTable& table = g.expert_memory_efficiency_by_rows;
+    ASSERT_EQ(table.points.size(), 4u);
+    ASSERT_EQ(by_rows->size(), 4u);
+    const double want[][2] = {{1.0, 0.3590}, {1.28, 0.5959}, {4.0315, 0.7585}, {16.0, 0.7457}};
+    for (size_t i = 0; i < 4; ++i) {
+        EXPECT_NEAR((*by_rows)[i].rows_per_expert, want[i][0], 5e-5) << i;
+        EXPECT_NEAR((*by_rows)[i].efficiency, want[i][1], 5e-5) << i;
+        EXPECT_NEAR(table.points[i].rows_per_expert, (*by_rows)[i].rows_per_expert, 5e-5) << i;
+        EXPECT_NEAR(table.points[i].efficiency, (*by_rows)[i].efficiency, 5e-5) << i;
+    }
+    EXPECT_EQ(table.provenance, Provenance::kMeasured);
+    EXPECT_NE(table.source.find("2026-11-30T05:43:31Z"), std::string::npos) << table.source;
+
+    // kernel_latency_us: the plan's C = 1 closed loop (128 + 128 tokens, one H200) takes the measured
+    // 5.60 ms TPOT of the same session: 0.639 ms of bytes besides the experts + 48 × 57.312 µs (the T = 1
+    // layer: its 5 nodes and its 8 experts at the table's first point) + 820 other kernels × (0.5 + 2.20) µs.
+    CostInputs in;
+    in.model = &model;
+    in.hardware = &*p;
+    in.layout = ParallelLayout{1, 1, 1, 1, 1};
+    in.context_tokens = 256;
+    in.input_len = 128;
+    in.output_len = 128;
+    const DecodeResult c1 = decode_step(in, 1, 1 << 20);
+    ASSERT_TRUE(c1.has_closed_loop);
+    EXPECT_NEAR(c1.tpot_ms, 5.60, 0.01);
+    EXPECT_NEAR(c1.step.experts_us, 48 * 75497472.0 / (4800e3 * table.points[0].efficiency), 1e-6);
+    EXPECT_NEAR(c1.step.launch_us, 1060 * 2.70, 1e-9);
+    EXPECT_NE(g.kernel_latency_us.source.find("TPOT p50 5.60 ms"), std::string::npos);
+    EXPECT_NE(g.kernel_latency_us.source.find("Nsight Compute"), std::string::npos);  // the replaced figure
     EXPECT_NE(p->description.find("dc6daa7"), std::string::npos) << p->description;
 }
 
 // The Qwen3-30B-A3B layer of `epinfer bench moe` on one H200, 2026-11-29 (docs/benchmarks/moe_h200.md),
-// uniform routing, each layer's CUDA graph of `nodes` kernels: experts touched × 9,437,184 B, layer µs.
+// uniform routing, each layer's CUDA graph of `nodes` kernels: experts touched × 9,437,184 B, layer µs,
+// T·8 / touched rows per expert.
 std::vector<MeasuredMoeLayer> h200_qwen3_layers(int64_t nodes) {
     const double expert_bytes = 3.0 * 2048 * 768 * 2;
-    return {{1, 8 * expert_bytes, 2.0 * 1 * 8 * 3 * 2048 * 768, 72.4, nodes},
-            {8, 50 * expert_bytes, 2.0 * 8 * 8 * 3 * 2048 * 768, 194.9, nodes},
-            {64, 127 * expert_bytes, 2.0 * 64 * 8 * 3 * 2048 * 768, 379.9, nodes},
-            {256, 128 * expert_bytes, 2.0 * 256 * 8 * 3 * 2048 * 768, 367.0, nodes},
-            {1024, 128 * expert_bytes, 77309411328.0, 515.0, nodes},
-            {4096, 128 * expert_bytes, 4 * 77309411328.0, 1300.0, nodes}};  // not fitted
+    return {{1, 8 * expert_bytes, 2.0 * 1 * 8 * 3 * 2048 * 768, 72.4, nodes, 1.0},
+            {8, 50 * expert_bytes, 2.0 * 8 * 8 * 3 * 2048 * 768, 194.9, nodes, 64.0 / 50},
+            {64, 127 * expert_bytes, 2.0 * 64 * 8 * 3 * 2048 * 768, 379.9, nodes, 512.0 / 127},
+            {256, 128 * expert_bytes, 2.0 * 256 * 8 * 3 * 2048 * 768, 367.0, nodes, 16.0},
+            {1024, 128 * expert_bytes, 77309411328.0, 515.0, nodes, 64.0},
+            {4096, 128 * expert_bytes, 4 * 77309411328.0, 1300.0, nodes, 256.0}};  // not fitted
 }
 
 TEST(EngineCalibration, MoeEngineFitByHand) {
@@ -364,14 +440,37 @@ TEST(CalibratedProfile, MoeLayersBecomeTheEngineFigures) {
     EXPECT_NE(g.kernel_latency_us.source.find("over the 5 nodes"), std::string::npos)
         << g.kernel_latency_us.source;
     EXPECT_NE(g.kernel_latency_us.source.find("T 1: 5, T 8: 5"), std::string::npos);
+    // The table by rows at the fitted kernel price, 59.96 / 5 µs per node (graph 0.5 + the fitted latency),
+    // so the 5 nodes take the fitted 59.96 µs: T 1: 75,497,472 B in 72.4 − 59.96 = 12.44 µs = 1.26 of 4800
+    // GB/s, capped at 1; T 8: 471,859,200 B in 134.94 µs = 0.7285; T 64: 1,198,522,368 B in 319.94 µs =
+    // 0.7804; T 256: 1,207,959,552 B in 307.04 µs = 0.8196.
+    const RowsEfficiencyTable& table = g.expert_memory_efficiency_by_rows;
+    ASSERT_EQ(table.points.size(), 4u);
+    const double want[][2] = {{1.0, 1.0}, {1.28, 0.7285}, {512.0 / 127, 0.7804}, {16.0, 0.8196}};
+    for (size_t i = 0; i < 4; ++i) {
+        EXPECT_NEAR(table.points[i].rows_per_expert, want[i][0], 1e-12) << i;
+        EXPECT_NEAR(table.points[i].efficiency, want[i][1], 1e-4) << i;
+    }
+    EXPECT_EQ(table.provenance, Provenance::kMeasured);
+    EXPECT_NE(table.source.find("T = 1, 8, 64, 256 (rows per touched expert 1, 1.28, 4.031, 16): 72.4, "
+                                "194.9, 379.9, 367.0 us less the fixed time of their 5, 5, 5, 5 graph nodes"),
+              std::string::npos)
+        << table.source;
+    EXPECT_NE(table.source.find(cal.source), std::string::npos);
     nlohmann::json doc = nlohmann::json::parse(*text);
     EXPECT_NE(doc["note_calibration"].get<std::string>().find("gpu.kernel_latency_us"), std::string::npos);
+    EXPECT_NE(doc["note_calibration"].get<std::string>().find("gpu.expert_memory_efficiency_by_rows"),
+              std::string::npos);
     // Untouched: the launch figures and the peaks.
     EXPECT_EQ(g.graph_kernel_us.value, base->gpu.graph_kernel_us.value);
     EXPECT_EQ(g.eager_kernel_us.value, base->gpu.eager_kernel_us.value);
     EXPECT_EQ(g.memory_bandwidth_gbps.value, 4800.0);
 
-    // A fit that cannot be made is an error (bench moe checks with fit_moe_engine first).
+    // A fit that cannot be made is an error (bench moe checks with fit_moe_engine first), as is a layer
+    // without its rows per expert.
+    cal.moe_engine[0].layers[1].rows_per_expert = 0;
+    EXPECT_FALSE(calibrated_profile_json(base_text, kH200Path, cal).is_ok());
+    cal.moe_engine[0].layers[1].rows_per_expert = 1.28;
     cal.moe_engine[0].layers.pop_back();
     cal.moe_engine[0].layers.pop_back();  // no T 1024
     EXPECT_FALSE(calibrated_profile_json(base_text, kH200Path, cal).is_ok());
@@ -420,6 +519,14 @@ TEST(EngineCalibration, MultiGpuProfilesAreTheBenchOverTheEngineProfile) {
                 EXPECT_EQ(g.matmul_efficiency.value, e.matmul_efficiency.value) << stem;
                 EXPECT_EQ(g.expert_matmul_efficiency.value, e.expert_matmul_efficiency.value) << stem;
                 EXPECT_EQ(g.eager_kernel_us.value, e.eager_kernel_us.value) << stem;
+                ASSERT_EQ(g.expert_memory_efficiency_by_rows.points.size(),
+                          e.expert_memory_efficiency_by_rows.points.size())
+                    << stem;
+                for (size_t i = 0; i < g.expert_memory_efficiency_by_rows.points.size(); ++i) {
+                    EXPECT_EQ(g.expert_memory_efficiency_by_rows.points[i].efficiency,
+                              e.expert_memory_efficiency_by_rows.points[i].efficiency)
+                        << stem;
+                }
                 // host_round_trip_us, 4 GPUs only: fitted to the dp4-ep4 runs, (measured − predicted at 0)
                 // TPOT ms over the 8 points, least squares through the origin over 94 · 9 round trips per
                 // step.

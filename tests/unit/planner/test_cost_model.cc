@@ -179,6 +179,30 @@ TEST_F(RoundModel, ClosedLoopReplaysTheScheduler) {
     EXPECT_NEAR(d.decode_step_ms, d.step.step_us / 1e3, 1e-12);
 }
 
+TEST_F(RoundModel, ExpertBytesAtTheEfficiencyOfTheirRows) {
+    // tp1, two requests: 2 tokens touch 8 · (1 − (6/8)²) = 3.5 experts with 4 pairs, 4 / 3.5 = 8/7 rows per
+    // touched expert. Table (1, 0.5), ((8/7)², 1.0): half way in log(rows), 0.75 of 1000 GB/s. Bytes per
+    // layer 3.5 · 3·1024·512 · 2 B = 11,010,048 B at 750 GB/s = 14.680064 µs; 4 layers. (Compute: 4 pairs ·
+    // 2 · 1,572,864 FLOP at 100 TFLOP/s = 0.13 µs, below.)
+    const ParallelLayout tp1{1, 1, 1, 1, 1};
+    const DecodeResult flat = decode_step(inputs(tp1), 2, 1 << 30);
+    EXPECT_NEAR(flat.step.tokens_per_touched_expert, 8.0 / 7.0, 1e-12);
+    EXPECT_DOUBLE_EQ(flat.step.experts_memory_efficiency, 1.0);  // no table: memory_efficiency
+    EXPECT_NEAR(flat.step.experts_us, 4 * 11.010048, 1e-9);
+    hw_.gpu.expert_memory_efficiency_by_rows.points = {{1.0, 0.5}, {64.0 / 49.0, 1.0}};
+    const DecodeResult r = decode_step(inputs(tp1), 2, 1 << 30);
+    EXPECT_NEAR(r.step.experts_memory_efficiency, 0.75, 1e-12);
+    EXPECT_NEAR(r.step.experts_us, 4 * 14.680064, 1e-9);
+    EXPECT_TRUE(r.step.experts_memory_bound);
+    // Only the experts' bytes: attention and the rest are priced at memory_efficiency as before.
+    EXPECT_NEAR(r.step.step_us - flat.step.step_us, 4 * (14.680064 - 11.010048), 1e-9);
+    // One request: 2 experts of 1 row each, the first point (0.5): 2 · 3,145,728 B at 500 GB/s per layer.
+    const DecodeResult one = decode_step(inputs(tp1), 1, 1 << 30);
+    EXPECT_NEAR(one.step.experts_us, 4 * 12.582912, 1e-9);
+    // Prefill of 1000 tokens, 250 rows per expert: above the last point (1.0), so compute-bound as before.
+    EXPECT_FALSE(prefill_step(inputs(tp1), 1000).step.experts_memory_bound);
+}
+
 TEST_F(RoundModel, MixedStepSumsDecodeAndPromptRows) {
     // A pure decode mixed step is decode_step's step; prompt rows add their work on top.
     CostInputs in = inputs(ParallelLayout{1, 2, 1, 2, 1});

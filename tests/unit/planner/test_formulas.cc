@@ -1,6 +1,8 @@
 // Each cost-model formula against a hand calculation (the arithmetic is in the comments).
 #include <gtest/gtest.h>
 
+#include <cmath>
+
 #include "planner/cost_model.h"
 #include "planner/layouts.h"
 #include "planner/model_costs.h"
@@ -149,6 +151,28 @@ TEST(CostFormula, Roofline) {
     EXPECT_DOUBLE_EQ(r.compute_us, 10000.0);
     EXPECT_DOUBLE_EQ(r.time_us(), 10000.0);
     EXPECT_FALSE(r.memory_bound());
+}
+
+TEST(CostFormula, ExpertMemoryEfficiencyByRows) {
+    GpuSpec gpu;
+    gpu.memory_efficiency.value = 0.8;
+    // No table: memory_efficiency at any rows.
+    EXPECT_DOUBLE_EQ(expert_memory_efficiency(gpu, 1.0), 0.8);
+    EXPECT_DOUBLE_EQ(expert_memory_efficiency(gpu, 64.0), 0.8);
+    // Points (1, 0.4), (4, 0.8), (16, 0.7): linear in log(rows) between them, the end points outside.
+    gpu.expert_memory_efficiency_by_rows.points = {{1.0, 0.4}, {4.0, 0.8}, {16.0, 0.7}};
+    EXPECT_DOUBLE_EQ(expert_memory_efficiency(gpu, 0.5), 0.4);  // below the first point
+    EXPECT_DOUBLE_EQ(expert_memory_efficiency(gpu, 1.0), 0.4);
+    EXPECT_NEAR(expert_memory_efficiency(gpu, std::sqrt(2.0)), 0.4 + 0.25 * 0.4, 1e-12);  // log(√2)/log(4)
+    EXPECT_NEAR(expert_memory_efficiency(gpu, 2.0), 0.6, 1e-12);                          // half way in log
+    EXPECT_NEAR(expert_memory_efficiency(gpu, 3.0), 0.4 + std::log(3.0) / std::log(4.0) * 0.4, 1e-12);
+    EXPECT_NEAR(expert_memory_efficiency(gpu, 4.0), 0.8, 1e-12);   // on a point
+    EXPECT_NEAR(expert_memory_efficiency(gpu, 8.0), 0.75, 1e-12);  // falling
+    EXPECT_DOUBLE_EQ(expert_memory_efficiency(gpu, 64.0), 0.7);    // above the last point
+    // One point: that efficiency everywhere.
+    gpu.expert_memory_efficiency_by_rows.points = {{4.0, 0.5}};
+    EXPECT_DOUBLE_EQ(expert_memory_efficiency(gpu, 1.0), 0.5);
+    EXPECT_DOUBLE_EQ(expert_memory_efficiency(gpu, 100.0), 0.5);
 }
 
 TEST(CostFormula, PipelineBubble) {

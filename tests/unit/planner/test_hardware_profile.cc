@@ -85,6 +85,21 @@ TEST(HardwareProfile, OptionalKernelFigures) {
     ASSERT_TRUE(both.is_ok()) << both.status().message();
     EXPECT_EQ(both->gpu.kernel_latency_us.value, 2.5);
     EXPECT_EQ(both->gpu.expert_matmul_efficiency.value, 0.25);
+    // The expert efficiency by rows: absent, no points; present, its points, provenance and source.
+    EXPECT_TRUE(round->gpu.expert_memory_efficiency_by_rows.points.empty());
+    doc["gpu"]["expert_memory_efficiency_by_rows"] = {
+        {"points",
+         {{{"rows_per_expert", 1}, {"efficiency", 0.36}}, {{"rows_per_expert", 16}, {"efficiency", 0.75}}}},
+        {"provenance", "measured"},
+        {"source", "bench moe"}};
+    auto table = parse_hardware_profile(doc.dump(), "table.json");
+    ASSERT_TRUE(table.is_ok()) << table.status().message();
+    const RowsEfficiencyTable& t = table->gpu.expert_memory_efficiency_by_rows;
+    ASSERT_EQ(t.points.size(), 2u);
+    EXPECT_EQ(t.points[1].rows_per_expert, 16.0);
+    EXPECT_EQ(t.points[1].efficiency, 0.75);
+    EXPECT_EQ(t.provenance, Provenance::kMeasured);
+    EXPECT_EQ(t.source, "bench moe");
     // The shipped H200 carries the measured floor of a kernel that touches memory.
     auto h200 = load_hardware_profile_file(kProfilesDir + "/h200_sxm.json");
     ASSERT_TRUE(h200.is_ok());
@@ -115,6 +130,37 @@ TEST(HardwareProfile, ErrorsNameFileAndKey) {
               "bad.json: gpu.kernel_latency_us: must be >= 0 (got -1)");
     EXPECT_EQ(error_after([](json& d) { d["gpu"]["expert_matmul_efficiency"] = 0; }),
               "bad.json: gpu.expert_matmul_efficiency: must be > 0 and <= 1 (got 0)");
+    // gpu.expert_memory_efficiency_by_rows of two points (r1, e1), (r2, e2).
+    auto rows = [](double r1, double e1, double r2, double e2) {
+        return [=](json& d) {
+            d["gpu"]["expert_memory_efficiency_by_rows"] =
+                json{{"points",
+                      {{{"rows_per_expert", r1}, {"efficiency", e1}},
+                       {{"rows_per_expert", r2}, {"efficiency", e2}}}}};
+        };
+    };
+    EXPECT_EQ(error_after(rows(4, 0.7, 1, 0.4)),
+              "bad.json: gpu.expert_memory_efficiency_by_rows.points[1].rows_per_expert: must be strictly "
+              "ascending");
+    EXPECT_EQ(error_after(rows(1, 0.4, 4, 1.2)),
+              "bad.json: gpu.expert_memory_efficiency_by_rows.points[1].efficiency: must be > 0 and <= 1 "
+              "(got 1.2)");
+    EXPECT_EQ(error_after(rows(0, 0.4, 4, 0.7)),
+              "bad.json: gpu.expert_memory_efficiency_by_rows.points[0].rows_per_expert: must be > 0 "
+              "(got 0)");
+    EXPECT_EQ(error_after(rows(1, 0.4, 4, 0.7)), "(parsed)");
+    EXPECT_EQ(error_after([](json& d) {
+                  d["gpu"]["expert_memory_efficiency_by_rows"] = json{{"points", json::array()}};
+              }),
+              "bad.json: gpu.expert_memory_efficiency_by_rows.points: expected a non-empty array of "
+              "{\"rows_per_expert\": r, \"efficiency\": e}");
+    EXPECT_EQ(error_after([](json& d) {
+                  d["gpu"]["expert_memory_efficiency_by_rows"] =
+                      json{{"points", {{{"rows", 1}, {"efficiency", 0.4}}}}};
+              }),
+              "bad.json: gpu.expert_memory_efficiency_by_rows.points[0].rows: unknown key");
+    EXPECT_EQ(error_after([](json& d) { d["gpu"]["expert_memory_efficiency_by_rows"] = 0.5; }),
+              "bad.json: gpu.expert_memory_efficiency_by_rows: expected an object");
     EXPECT_EQ(error_after([](json& d) { d["intra_node"]["kind"] = "infiniband"; }),
               "bad.json: intra_node.kind: 'infiniband' is not one of nvlink, pcie_p2p, pcie_no_p2p");
     EXPECT_EQ(error_after([](json& d) { d["intra_node"]["all_to_all"]["latency_us"] = "fast"; }),
