@@ -57,24 +57,21 @@ __device__ __forceinline__ bool pick_tile(const MoeGroupedGemmArgs& args, int64_
 }
 
 // The x row GEMM row r reads.
-template <bool kPicks>
-__device__ __forceinline__ int64_t x_row_of(const MoeGroupedGemmArgs& args, int64_t r) {
-    if constexpr (kPicks) {
-        const MoeGemmPicks& p = args.picks;
-        const int64_t picks = p.num_tokens * p.top_k;
-        return !p.x_per_token ? r : (r < picks ? r / p.top_k : r - picks);
-    } else {
-        return args.x_row_of_row != nullptr ? args.x_row_of_row[r] : r;
-    }
+__device__ __forceinline__ int64_t x_row_of(const MoeGroupedGemmArgs& args, bool picks, int64_t r) {
+    if (!picks) return args.x_row_of_row != nullptr ? args.x_row_of_row[r] : r;
+    const MoeGemmPicks& p = args.picks;
+    const int64_t num_picks = p.num_tokens * p.top_k;
+    return !p.x_per_token ? r : (r < num_picks ? r / p.top_k : r - num_picks);
 }
 
-// kPicks: pick mode (MoeGemmPicks, kRows 1), else the plan's groups.
-template <bool kSwiGlu, int kRows, bool kPicks>
+// Pick mode (MoeGemmPicks) is a launch of the one-row kernel; the others compile without its branches.
+template <bool kSwiGlu, int kRows>
 __global__ void __launch_bounds__(kWarps * 32) moe_grouped_gemv_kernel(MoeGroupedGemmArgs args, int64_t n_tiles) {
     pdl_begin();
     TileCoord tc;
-    const bool in_launch = kPicks ? pick_tile(args, blockIdx.x, n_tiles, tc)
-                                  : locate_tile<kRows>(args, blockIdx.x, n_tiles, tc);
+    const bool picks = kRows == 1 && args.picks.expert_ids != nullptr;
+    const bool in_launch =
+        picks ? pick_tile(args, blockIdx.x, n_tiles, tc) : locate_tile<kRows>(args, blockIdx.x, n_tiles, tc);
     if (!in_launch) return;
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     const int64_t n = args.out_features, kd = args.in_features;
@@ -94,7 +91,7 @@ __global__ void __launch_bounds__(kWarps * 32) moe_grouped_gemv_kernel(MoeGroupe
 #pragma unroll
     for (int t = 0; t < kRows; ++t) {
         const int64_t r = tc.row0 + min(t, tc.rows_valid - 1);  // past the group: reread, not stored
-        x_row[t] = x + x_row_of<kPicks>(args, r) * kd;
+        x_row[t] = x + x_row_of(args, picks, r) * kd;
     }
     float acc[kWeightRowsPerWarp][kRows] = {};
     const int64_t chunks = kd / 8;
@@ -149,18 +146,17 @@ __global__ void __launch_bounds__(kWarps * 32) moe_grouped_gemv_kernel(MoeGroupe
     }
 }
 
-template <bool kSwiGlu, int kRows, bool kPicks = false>
+template <bool kSwiGlu, int kRows>
 cudaError_t launch(const MoeGroupedGemmArgs& args, cudaStream_t stream) {
     const int64_t n_tiles = ceil_div<int64_t>(args.out_features, outputs_per_block<kSwiGlu>());
     const int64_t num_blocks = n_tiles * args.max_row_tiles;
     if (num_blocks == 0) return cudaSuccess;
-    return launch_pdl(moe_grouped_gemv_kernel<kSwiGlu, kRows, kPicks>, dim3(static_cast<unsigned>(num_blocks)),
+    return launch_pdl(moe_grouped_gemv_kernel<kSwiGlu, kRows>, dim3(static_cast<unsigned>(num_blocks)),
                       dim3(kWarps * 32), 0, stream, args, n_tiles);
 }
 
 template <bool kSwiGlu>
 cudaError_t launch_rows(const MoeGroupedGemmArgs& args, cudaStream_t stream) {
-    if (args.picks.expert_ids != nullptr) return launch<kSwiGlu, 1, true>(args, stream);  // gemv_rows 1
     switch (args.gemv_rows) {
         case 1: return launch<kSwiGlu, 1>(args, stream);
         case 2: return launch<kSwiGlu, 2>(args, stream);
