@@ -37,6 +37,14 @@ __device__ __forceinline__ void warp_best(float& value, int& idx) {
     }
 }
 
+// The order key of a choice score, so that ranks_before is a larger key, then a lower index: NaN (not
+// choosable) → 0, below every number's key; −0 as +0 (equal scores tie by index, as a != b is false).
+__device__ __forceinline__ uint32_t order_key(float v) {
+    if (isnan(v)) return 0u;
+    const uint32_t bits = __float_as_uint(v == 0.0f ? 0.0f : v);
+    return (bits & 0x80000000u) != 0u ? ~bits : (bits | 0x80000000u);
+}
+
 __device__ __forceinline__ float nan_to_neg_inf(float v) {
     return isnan(v) ? -INFINITY : v;
 }
@@ -141,26 +149,33 @@ __global__ void moe_router_topk_kernel(MoeRouterTopkArgs args, int warps_per_blo
         __syncwarp();
     }
 
-    // Top-K by c, in output order (descending c, ties to the lower id): lane k keeps the k-th choice's id
-    // and weight in registers (top_k ≤ 32), so the renormalisation reads no memory back.
+    // Top-K by c, in output order (descending c, ties to the lower id), over the scores' order keys (in
+    // place of c): a round is each lane's best key, then the warp's largest key and the lowest id holding
+    // it, two redux instructions (it was a five-step shuffle tree of ranks_before; the Qwen3-30B-A3B layer
+    // at one token took 40.5 µs with it, 38.3 without, on the H200). Lane k keeps the k-th choice's id and
+    // weight in registers (top_k ≤ 32), so the renormalisation reads no memory back.
+    uint32_t* key = reinterpret_cast<uint32_t*>(c);  // [E]
+    for (int e = lane; e < num_experts; e += kWarpSize) key[e] = order_key(c[e]);
+    __syncwarp();
     int my_id = -1;
     float my_weight = 0.0f;
     for (int k = 0; k < top_k; ++k) {
-        float best = NAN;
+        uint32_t best = 0u;
         int best_idx = INT_MAX;
-        for (int e = lane; e < num_experts; e += kWarpSize) {
-            if (ranks_before(c[e], e, best, best_idx)) {
-                best = c[e];
+        for (int e = lane; e < num_experts; e += kWarpSize) {  // e ascending: a tie keeps the lower id
+            if (key[e] > best) {
+                best = key[e];
                 best_idx = e;
             }
         }
-        warp_best(best, best_idx);
-        if (isnan(best)) break;  // fewer than K choosable experts: the rest stay −1 with weight 0
+        const uint32_t warp_key = __reduce_max_sync(0xffffffffu, best);
+        if (warp_key == 0u) break;  // fewer than K choosable experts: the rest stay −1 with weight 0
+        best_idx = __reduce_min_sync(0xffffffffu, best == warp_key ? best_idx : INT_MAX);
         if (lane == k) {
             my_id = best_idx;
             my_weight = p[best_idx];
         }
-        if (lane == 0) c[best_idx] = NAN;
+        if (lane == 0) key[best_idx] = 0u;
         __syncwarp();
     }
     if (args.norm_topk_prob) {
