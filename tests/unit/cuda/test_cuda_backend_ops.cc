@@ -134,12 +134,12 @@ TEST_F(CudaBackendTest, EmbeddingBadTokenIdFailsAtSynchronize) {
     EXPECT_TRUE(gpu_->synchronize().is_ok()) << "the error is reported once";
 }
 
-// Row padding 0 and 4 with W a multiple of 4 runs the register kernel (rows up to 8192), padding 3 and
-// W = 8196 the general one.
+// Row padding 0 and 4 with W a multiple of 4 runs the register kernel (each of its 1, 2, 4, 8 float4 per
+// thread; rows up to 8192), padding 3 and W = 8196 the general one.
 TEST_F(CudaBackendTest, RmsNorm) {
     for (DType dtype : kWeightDtypes) {
         for (int64_t R : {1, 7, 33}) {
-            for (int64_t W : {64, 72, 136, 256, 257, 2048, 7168, 8192, 8196}) {
+            for (int64_t W : {64, 72, 136, 256, 257, 2048, 4096, 7168, 8192, 8196}) {
                 for (const int64_t pad : {0, 3, 4}) {
                     for (bool in_place : {false, true}) {
                         const int64_t x_stride = W + pad, out_stride = in_place ? x_stride : W + 2 * pad;
