@@ -15,14 +15,17 @@
 // the fraction of the read-only stream ceiling measured in the same run, and the FLOPs with SOL = FLOPs /
 // 989 TFLOP/s / time. Issue 4's targets: decode SOL on bf16 bytes ≥ 0.7, prefill SOL on FLOPs ≥ 0.35.
 // Without a GPU (or without -DEPINFER_CUDA=ON) it exits with one line.
+#include <algorithm>
 #include <cstdio>
 #include <fstream>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 
 #include "commands.h"
@@ -39,27 +42,48 @@ namespace {
 constexpr int kMaxRepeats = 10000;
 constexpr double kDecodeTargetSol = 0.7;    // on bf16 KV bytes
 constexpr double kPrefillTargetSol = 0.35;  // on causal FLOPs
+constexpr std::string_view kCaseNames[] = {"default", "decode", "prefill", "mla"};  // default: all three
 
 struct BenchAttentionOptions {
     std::string device = "cuda";
-    std::vector<std::string> cases = {"default"};  // default (all), decode, prefill, mla
+    std::vector<std::string> cases = {"default"};  // --cases as given: each a comma-separated list of kCaseNames
     int repeats = 20;
     std::string kv_dtype = "bf16";  // bf16 or fp32
     std::string json_path;
 };
 
+// The case names of every --cases value (each split at its commas), in order.
+// Errors: kInvalidArgument naming the value as given and its empty item or unknown name (exact, lower case).
+Result<std::vector<std::string>> parse_cases(const std::vector<std::string>& given) {
+    const std::string expected = fmt::format("expected a comma-separated list of: {}", fmt::join(kCaseNames, ", "));
+    std::vector<std::string> names;
+    for (const std::string& text : given) {
+        size_t begin = 0;
+        for (;;) {
+            const size_t end = std::min(text.find(',', begin), text.size());
+            const std::string name = text.substr(begin, end - begin);
+            if (name.empty())
+                return invalid_argument(
+                    fmt::format("bench attention: --cases '{}': empty case name ({})", text, expected));
+            if (std::find(std::begin(kCaseNames), std::end(kCaseNames), name) == std::end(kCaseNames))
+                return invalid_argument(
+                    fmt::format("bench attention: --cases '{}': unknown case name '{}' ({})", text, name, expected));
+            names.push_back(name);
+            if (end == text.size()) break;
+            begin = end + 1;
+        }
+    }
+    return names;
+}
+
+// Every flag, before any GPU work and in every build: one line naming the flag and its value.
 Status check_options(const BenchAttentionOptions& opts) {
     if (opts.device != "cuda") {
         return invalid_argument(fmt::format(
             "bench attention: --device {}: only cuda (the benchmark times the CUDA backend's attention op)",
             opts.device));
     }
-    for (const std::string& c : opts.cases) {
-        if (c != "default" && c != "decode" && c != "prefill" && c != "mla") {
-            return invalid_argument(
-                fmt::format("bench attention: --cases '{}': expected default, decode, prefill or mla", c));
-        }
-    }
+    EPI_RETURN_IF_ERROR(parse_cases(opts.cases).status());
     if (opts.kv_dtype != "bf16" && opts.kv_dtype != "fp32") {
         return invalid_argument(
             fmt::format("bench attention: --kv-dtype '{}': expected bf16 or fp32", opts.kv_dtype));
@@ -90,26 +114,27 @@ constexpr int64_t kMlaLatent = 512, kMlaRope = 64;  // kv_lora_rank, qk_rope_hea
 constexpr int64_t kDecodeSizes[][2] = {{64, 4096}, {8, 32768}};  // {batch, context}
 constexpr int64_t kPrefillTokens[] = {4096, 16384};
 
-bool wanted(const BenchAttentionOptions& opts, const char* phase) {
-    for (const std::string& c : opts.cases)
+// Whether the case names (parse_cases) select `phase`.
+bool wanted(const std::vector<std::string>& names, const char* phase) {
+    for (const std::string& c : names)
         if (c == "default" || c == phase) return true;
     return false;
 }
 
-std::vector<AttentionBenchCase> cases_of(const BenchAttentionOptions& opts) {
+std::vector<AttentionBenchCase> cases_of(const std::vector<std::string>& names) {
     std::vector<AttentionBenchCase> cases;
     auto add = [&](const GqaShape& s, AttentionBenchPhase phase, int64_t batch, int64_t context) {
         cases.push_back({s.name, phase, s.num_heads, s.num_kv_heads, s.head_dim, s.head_dim, batch, context});
     };
-    if (wanted(opts, "decode")) {
+    if (wanted(names, "decode")) {
         for (const GqaShape& s : kShapes)
             for (const auto& size : kDecodeSizes) add(s, AttentionBenchPhase::kDecode, size[0], size[1]);
     }
-    if (wanted(opts, "prefill")) {
+    if (wanted(names, "prefill")) {
         for (const GqaShape& s : kShapes)
             for (int64_t t : kPrefillTokens) add(s, AttentionBenchPhase::kPrefill, 1, t);
     }
-    if (wanted(opts, "mla")) {
+    if (wanted(names, "mla")) {
         for (const MlaShape& s : kMlaShapes) {
             for (const auto& size : kDecodeSizes) {
                 cases.push_back({s.name, AttentionBenchPhase::kDecode, s.num_heads, 1, kMlaLatent + kMlaRope,
@@ -184,7 +209,8 @@ Status run_bench_attention(const BenchAttentionOptions& opts) {
     bench.repeats = opts.repeats;
     bench.kv_block_size = EngineOptions{}.block_size;
     bench.kv_dtype = opts.kv_dtype == "fp32" ? DType::kF32 : DType::kBF16;
-    const std::vector<AttentionBenchCase> cases = cases_of(opts);
+    EPI_ASSIGN_OR_RETURN(const std::vector<std::string> names, parse_cases(opts.cases));
+    const std::vector<AttentionBenchCase> cases = cases_of(names);
     auto ceilings = cuda::cuda_bench_ceilings();
     if (!ceilings.is_ok()) return ceilings.status().with_context("bench attention");
     const cuda::MoeBenchCeilings& ceil = ceilings.value();
@@ -229,8 +255,8 @@ void add_bench_attention_command(CLI::App& bench) {
     CLI::App* attn =
         bench.add_subcommand("attention", "the CUDA attention op (decode, prefill) vs the H200's speed of light");
     attn->add_option("--device", opts->device, "cuda (the only one benchmarked)")->capture_default_str();
+    // Split by parse_cases, not CLI11 (whose ',' delimiter dropped empty items): errors name the value as given.
     attn->add_option("--cases", opts->cases, "default (all), decode, prefill or mla (comma-separated)")
-        ->delimiter(',')
         ->capture_default_str();
     attn->add_option("--repeats", opts->repeats, "timed repeats per case (median reported)")->capture_default_str();
     attn->add_option("--kv-dtype", opts->kv_dtype, "the KV cache's dtype: bf16 (the engine's on GPUs) or fp32")

@@ -263,7 +263,7 @@ TEST(BenchCli, BenchCommSizesAreDecimalByteCounts) {
     expect_one_line_error(run_epinfer("bench moe --base-profile h200_sxm"),
                           "--base-profile is used only with --profile-out");
     // A usage error of a bench command points at that command's help.
-    expect_one_line_error(run_epinfer("bench attention --cases ,"), "(see 'epinfer bench attention --help')");
+    expect_one_line_error(run_epinfer("bench attention --cases"), "(see 'epinfer bench attention --help')");
     const auto dir = cli_scratch_dir("epinfer_bench_comm_sizes");
     const auto json_path = dir / "comm.json";
     const CliResult r = run_epinfer("bench comm --ranks 1 --min-bytes 0004 --max-bytes 1k --iters 1 --json " +
@@ -276,6 +276,23 @@ TEST(BenchCli, BenchCommSizesAreDecimalByteCounts) {
     std::filesystem::remove_all(dir);
 }
 
+// A --cases value with an empty item or a name that is not exactly a case's is refused in one line naming
+// the value as given, before any GPU work, in every build (CLI11's ',' delimiter dropped empty items: 'decode,'
+// ran the decode cases, ',' said only "--cases: 1 required TEXT missing").
+TEST(BenchCli, BenchAttentionCasesHaveNoEmptyOrUnknownNames) {
+    const std::string expected = " (expected a comma-separated list of: default, decode, prefill, mla)";
+    for (const char* value : {",", "decode,", "", ",,", ",decode", "decode,,mla"}) {
+        expect_one_line_error(run_epinfer(std::string("bench attention --cases '") + value + "'"),
+                              std::string("bench attention: --cases '") + value + "': empty case name" + expected);
+    }
+    expect_one_line_error(run_epinfer("bench attention --cases decode --cases mla,"),
+                          "bench attention: --cases 'mla,': empty case name" + expected);
+    expect_one_line_error(run_epinfer("bench attention --cases DECODE"),
+                          "bench attention: --cases 'DECODE': unknown case name 'DECODE'" + expected);
+    expect_one_line_error(run_epinfer("bench attention --cases 'decode, prefill'"),
+                          "bench attention: --cases 'decode, prefill': unknown case name ' prefill'" + expected);
+}
+
 // Bad flag values are refused in one line before any GPU work, in every build; without the CUDA backend, or
 // without a GPU, the benchmark is refused in one line (with a GPU it runs for minutes: not here).
 TEST(BenchCli, BenchAttentionRefusals) {
@@ -284,7 +301,8 @@ TEST(BenchCli, BenchAttentionRefusals) {
     expect_one_line_error(run_epinfer("bench attention --repeats 10001"),
                           "bench attention: --repeats 10001: must be in [1, 10000]");
     expect_one_line_error(run_epinfer("bench attention --cases decode,gqa"),
-                          "bench attention: --cases 'gqa': expected default, decode, prefill or mla");
+                          "bench attention: --cases 'decode,gqa': unknown case name 'gqa' (expected a "
+                          "comma-separated list of: default, decode, prefill, mla)");
     expect_one_line_error(run_epinfer("bench attention --device cpu"), "bench attention: --device cpu: only cuda");
     expect_one_line_error(run_epinfer("bench attention --kv-dtype fp16"),
                           "bench attention: --kv-dtype 'fp16': expected bf16 or fp32");
