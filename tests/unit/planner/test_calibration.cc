@@ -349,6 +349,108 @@ TEST(EngineCalibration, MeasuredH200Profile20261130ComesFromItsSources) {
     EXPECT_NE(p->description.find("dc6daa7"), std::string::npos) << p->description;
 }
 
+TEST(EngineCalibration, MeasuredH200Profile20261130bComesFromItsSources) {
+    // profiles/measured/h200_epinfer_2026-11-30b.json (engine 7dc5532: the gemv tile height by tokens,
+    // weights read before the PDL wait, pick mode at one token, the warp-reduction top-k, register RMSNorm),
+    // one H200, 2026-11-30 11:23–11:29 UTC, docs/benchmarks/planner.md:
+    //  - memory, expert matmul and matmul efficiencies: `bench moe --repeats 20 --profile-out` over the
+    //    Qwen3-30B-A3B layer, uniform routing (its rows: weight bytes, FLOP, layer µs, graph nodes; one token
+    //    runs pick mode, 4 nodes);
+    //  - kernel_latency_us: fitted so that the plan's C = 1 closed-loop TPOT is the measured 4.17 ms of the
+    //    same binaries (it replaces the bench's chain figure);
+    //  - expert_memory_efficiency_by_rows: the bench's layers of T ≤ 256 less their graph nodes at
+    //    graph_kernel_us + kernel_latency_us;
+    //  - eager_kernel_us: the 2026-11-30 morning profile's, not re-measured.
+    // Experts touched 8, 50, 80, 109, 127, 128, 128 of 9,437,184 B each; T · 75,497,472 FLOP.
+    const double expert_bytes = 3.0 * 2048 * 768 * 2;
+    const double flops_per_token = 2.0 * 8 * 3 * 2048 * 768;
+    const std::vector<MeasuredMoeLayer> layers = {
+        {1, 8 * expert_bytes, 1 * flops_per_token, 38.512, 4, 8.0 / 8},
+        {8, 50 * expert_bytes, 8 * flops_per_token, 175.344, 5, 64.0 / 50},
+        {16, 80 * expert_bytes, 16 * flops_per_token, 229.376, 5, 128.0 / 80},
+        {32, 109 * expert_bytes, 32 * flops_per_token, 293.360, 5, 256.0 / 109},
+        {64, 127 * expert_bytes, 64 * flops_per_token, 337.152, 5, 512.0 / 127},
+        {256, 128 * expert_bytes, 256 * flops_per_token, 352.992, 8, 2048.0 / 128},
+        {1024, 128 * expert_bytes, 1024 * flops_per_token, 417.616, 13, 8192.0 / 128}};
+    auto fit = fit_moe_engine(layers, 0.5);
+    ASSERT_TRUE(fit.is_ok()) << fit.status().message();
+    EXPECT_NEAR(fit->layers.latency_us, 31.28, 0.005);
+    EXPECT_NEAR(fit->layers.bandwidth_gbps, 3823.4, 0.05);
+    EXPECT_NEAR(fit->layers.expert_tflops, 200.1, 0.05);
+    EXPECT_EQ(fit->kernels, 4);
+    EXPECT_NEAR(fit->kernel_latency_us, 7.32, 0.005);  // the chain's figure, quoted in the source, not used
+
+    auto p = load_hardware_profile_file(std::string(EPINFER_TEST_DATA_DIR) +
+                                        "/../../profiles/measured/h200_epinfer_2026-11-30b.json");
+    auto morning = load_hardware_profile_file(std::string(EPINFER_TEST_DATA_DIR) +
+                                              "/../../profiles/measured/h200_epinfer_2026-11-30.json");
+    ASSERT_TRUE(p.is_ok()) << p.status().message();
+    ASSERT_TRUE(morning.is_ok()) << morning.status().message();
+    const GpuSpec& g = p->gpu;
+    EXPECT_NEAR(g.memory_efficiency.value, fit->layers.bandwidth_gbps / g.memory_bandwidth_gbps.value, 1e-6);
+    EXPECT_NEAR(g.expert_matmul_efficiency.value, fit->layers.expert_tflops / g.bf16_tflops.value, 1e-6);
+    EXPECT_NEAR(g.matmul_efficiency.value, 799.57 / 989.4, 1e-5);  // cuBLAS 8192³ of the same run
+    EXPECT_EQ(g.eager_kernel_us.value, morning->gpu.eager_kernel_us.value);
+    EXPECT_NE(g.eager_kernel_us.source.find("not measured for this engine"), std::string::npos);
+    for (const Figure* f : {&g.memory_efficiency, &g.matmul_efficiency, &g.expert_matmul_efficiency,
+                            &g.kernel_latency_us, &g.eager_kernel_us}) {
+        EXPECT_EQ(f->provenance, Provenance::kMeasured);
+        EXPECT_NE(f->source.find("2026-11-30"), std::string::npos) << f->source;
+    }
+    for (const Figure* f :
+         {&g.memory_efficiency, &g.matmul_efficiency, &g.expert_matmul_efficiency, &g.kernel_latency_us}) {
+        EXPECT_NE(f->source.find("7dc5532"), std::string::npos) << f->source;
+    }
+
+    // The expert efficiency by rows at the profile's kernel price 0.5 + 1.42 µs: T 1: 75,497,472 B in
+    // 38.512 − 4 · 1.92 = 30.832 µs = 2448.7 GB/s = 0.5101 of 4800; T 8: 471,859,200 B in 165.744 µs, 0.5931;
+    // T 16: 754,974,720 B in 219.776 µs, 0.7157; T 32: 1,028,653,056 B in 283.760 µs, 0.7552; T 64:
+    // 1,198,522,368 B in 327.552 µs, 0.7623; T 256 (8 nodes): 1,207,959,552 B in 337.632 µs, 0.7454.
+    EXPECT_NEAR(g.kernel_latency_us.value, 1.42, 1e-12);
+    auto by_rows = expert_memory_efficiency_by_rows(
+        layers, g.graph_kernel_us.value + g.kernel_latency_us.value, g.memory_bandwidth_gbps.value);
+    ASSERT_TRUE(by_rows.is_ok()) << by_rows.status().message();
+    const RowsEfficiencyTable& table = g.expert_memory_efficiency_by_rows;
+    ASSERT_EQ(table.points.size(), 6u);
+    ASSERT_EQ(by_rows->size(), 6u);
+    const double want[][2] = {{1.0, 0.5101},    {1.28, 0.5931},   {1.6, 0.7157},
+                              {2.3486, 0.7552}, {4.0315, 0.7623}, {16.0, 0.7454}};
+    for (size_t i = 0; i < 6; ++i) {
+        EXPECT_NEAR((*by_rows)[i].rows_per_expert, want[i][0], 5e-5) << i;
+        EXPECT_NEAR((*by_rows)[i].efficiency, want[i][1], 5e-5) << i;
+        EXPECT_NEAR(table.points[i].rows_per_expert, (*by_rows)[i].rows_per_expert, 1e-12) << i;
+        EXPECT_NEAR(table.points[i].efficiency, (*by_rows)[i].efficiency, 5e-5) << i;
+    }
+    EXPECT_EQ(table.provenance, Provenance::kMeasured);
+    EXPECT_NE(table.source.find("2026-11-30T11:29:01Z"), std::string::npos) << table.source;
+
+    // kernel_latency_us: the plan's C = 1 closed loop (128 + 128 tokens, one H200) takes the measured 4.17 ms
+    // TPOT of the same binaries: 0.655 ms of bytes besides the experts + 48 × 38.512 µs (the T = 1 layer: its
+    // 4 nodes and its 8 experts at the table's first point) + 868 other kernels × (0.5 + 1.42) µs. The
+    // planner counts 1060 kernels at one row (22 per layer, the permute included); pick mode launches 21.
+    auto config = parse_hf_config(
+        read_text(std::string(EPINFER_TEST_DATA_DIR) + "/configs/qwen3_30b_a3b.json"), "qwen3_30b_a3b.json");
+    ASSERT_TRUE(config.is_ok()) << config.status().message();
+    const ModelCosts model = model_costs(*config);
+    CostInputs in;
+    in.model = &model;
+    in.hardware = &*p;
+    in.layout = ParallelLayout{1, 1, 1, 1, 1};
+    in.context_tokens = 256;
+    in.input_len = 128;
+    in.output_len = 128;
+    const DecodeResult c1 = decode_step(in, 1, 1 << 20);
+    ASSERT_TRUE(c1.has_closed_loop);
+    EXPECT_NEAR(c1.tpot_ms, 4.17, 0.005);
+    EXPECT_EQ(c1.step.kernels, 1060);
+    EXPECT_NEAR(c1.step.experts_us, 48 * 8 * expert_bytes / (4800e3 * table.points[0].efficiency), 1e-6);
+    // The bench layer, to the table's 4 digits (5e-5 of 0.51: 0.15 µs over 48 layers).
+    EXPECT_NEAR(c1.step.experts_us + 48 * 4 * 1.92, 48 * 38.512, 0.15);
+    EXPECT_NEAR(c1.step.launch_us, 1060 * 1.92, 1e-9);
+    EXPECT_NE(g.kernel_latency_us.source.find("TPOT p50 4.17 ms"), std::string::npos);
+    EXPECT_NE(p->description.find("7dc5532"), std::string::npos) << p->description;
+}
+
 // The Qwen3-30B-A3B layer of `epinfer bench moe` on one H200, 2026-11-29 (docs/benchmarks/moe_h200.md),
 // uniform routing, each layer's CUDA graph of `nodes` kernels: experts touched × 9,437,184 B, layer µs,
 // T·8 / touched rows per expert.
