@@ -71,8 +71,9 @@ struct MoeEngineFit {
 // the layer's chain of graph nodes, each costing graph_kernel_us + kernel_latency_us in the cost model, so
 // kernel_latency_us = latency / kernels − graph_kernel_us. The chain is that of the fitted layer with the
 // fewest tokens (the intercept is the time at few bytes: the decode chain); the layer's node count can grow
-// with T (Qwen3-30B-A3B, CUDA 13: 5 nodes up to 128 tokens, 8 at 256 where the permute sorts with CUB, 13
-// at 1024), which the sources written by calibrated_profile_json list.
+// with T (Qwen3-30B-A3B, CUDA 13: 4 nodes at one token, pick mode launching no permute, 5 up to 128 tokens,
+// 8 at 256 where the permute sorts with CUB, 13 at 1024), which the sources written by
+// calibrated_profile_json list.
 // Example (2026-11-29, a 7-node chain): 59.96 µs / 7 − 0.5 µs = 8.07 µs.
 // Errors: those of fit_moe_layers; kInvalidArgument when that layer has no kernel count or the latency per
 // node is below graph_kernel_us.

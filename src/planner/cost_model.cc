@@ -172,7 +172,7 @@ public:
 
         // The engine's kernels and activation traffic (engine_facts.h), at the memory roofline.
         const int64_t rows_per_rank = rows.per_rank();
-        const EngineKernels engine = engine_kernels(m_, rows_per_rank);
+        const EngineKernels engine = engine_kernels(m_, rows_per_rank, rows.tokens);
         const EngineActivationBytes act =
             engine_activation_bytes(m_, a, l_.moe_tp, share_.kv_heads_per_rank, act_bytes_, rows_per_rank);
         const double attn_act_us = Tr * act.attention_per_token / (bw_ * 1e3);
@@ -227,7 +227,7 @@ public:
             const EngineActivationBytes head =
                 engine_activation_bytes(m_, a, l_.moe_tp, share_.kv_heads_per_rank, act_bytes_, rows.lm_rows);
             activations += lm_rows * head.head_per_row / (bw_ * 1e3);
-            kernels += engine_kernels(m_, rows.lm_rows).head;
+            kernels += engine_kernels(m_, rows.lm_rows, rows.tokens).head;
         }
         const double launch =
             static_cast<double>(kernels) * (decode_graph ? graph_kernel_us_ : eager_kernel_us_);

@@ -4,7 +4,7 @@
 
 namespace epinfer::planner {
 
-EngineKernels engine_kernels(const ModelCosts& m, int64_t rows) {
+EngineKernels engine_kernels(const ModelCosts& m, int64_t rows, int64_t moe_tokens) {
     const int64_t big = rows > kEngineSmallMatmulMaxRows ? 1 : 0;
     EngineKernels k;
     if (m.mla) {
@@ -12,7 +12,9 @@ EngineKernels engine_kernels(const ModelCosts& m, int64_t rows) {
     } else {
         k.attention = 11 + (m.qk_norm ? 2 : 0) + 4 * big;
     }
-    k.moe = 8 + big + engine_moe_permute_kernels(rows * m.top_k, m.n_experts);
+    k.moe = 8 + big;
+    // One token: pick mode (CudaMoeTiling::picks), the gemv reads the top-k ids, no permutation plan.
+    if (moe_tokens != 1) k.moe += engine_moe_permute_kernels(rows * m.top_k, m.n_experts);
     if (m.shared_width > 0) k.moe += 5 + 3 * big + (m.shared_expert_gate ? 1 + big : 0);
     k.dense_mlp = 6 + 3 * big;
     k.head = 4 + big;

@@ -29,7 +29,10 @@
 //                                       run_grouped; split-K partials are reduced inside the GEMM
 //                                       kernels); the permute of p = rows·K picks (kernels/moe_permute.cu,
 //                                       engine_moe_permute_kernels): 1 kernel up to 1024 picks, 4 up to
-//                                       4864, 7 + 2·passes beyond
+//                                       4864, 7 + 2·passes beyond; none when the MoE step has one token:
+//                                       pick mode (b47ccaa; cuda_moe_layer.cc moe_step_tiling,
+//                                       CudaMoeTiling::picks) makes its K picks the gemv's rows, each
+//                                       reading its expert from the top-k ids, with no permutation plan
 //                  + 5 + 3·big per layer with shared experts (gate, up, silu·mul, down, add; + 1 + big
 //                                       with a sigmoid shared-expert gate)
 //   dense MLP      6 + 3·big            post norm, gate, up, silu·mul, down, add
@@ -42,9 +45,10 @@
 //     per layer at every row count up to 256 once the longest context passes 256 tokens, none at 1024 rows;
 //   - the split-K tile counters' memset, one node when the narrow MoE tile splits K (a grid under 4 waves:
 //     Qwen3-30B-A3B at 5–10 rows on 132 SMs; never with the ≤ 4-row kGemv tile or the wide tile).
-// Qwen3-30B-A3B (contexts ≤ 256): 13 + 9 = 22 kernels per layer at 1 and 8 rows, 17 + 10 = 27 at 64,
-// 17 + 13 = 30 at 256, 17 + 18 = 35 at 1024. Nsight Compute listed 23 at batch 1 on 2026-11-29 (engine
-// 6c868cd: a separate split-K reduction kernel after gate_up; the kGemv tile came on 2026-11-30).
+// Qwen3-30B-A3B (contexts ≤ 256): 13 + 8 = 21 kernels per layer at 1 row (pick mode), 13 + 9 = 22 at 8,
+// 17 + 10 = 27 at 64, 17 + 13 = 30 at 256, 17 + 18 = 35 at 1024. Nsight Compute listed 23 at batch 1 on
+// 2026-11-29 (engine 6c868cd: the permute and a separate split-K reduction kernel after gate_up; the kGemv
+// tile came on 2026-11-30, pick mode with b47ccaa).
 //
 // How a step is launched and synchronised (cost_model.h prices each of these):
 //   decode graphs     a micro-batch replays a captured CUDA graph only when the model runs on one rank
@@ -138,14 +142,17 @@ inline constexpr int64_t kEngineSortOneTilePicks = 4864;
 bool engine_uses_decode_graph(const ModelCosts& model, int world_size, int64_t decode_rows,
                               int64_t prefill_rows);
 
-// Kernels one layer (or the head) launches on one rank for `rows` token rows.
+// Kernels one layer (or the head) launches on one rank for `rows` token rows of the rank; `moe_tokens`:
+// the tokens of the MoE step over the EP group (`rows` without DP attention; under it the rows of every DP
+// group, which bound the rows a rank's experts receive). At one MoE token the experts run in pick mode: no
+// permute. The permute's picks are counted at rows·K (under DP attention a rank may receive more).
 struct EngineKernels {
     int64_t attention = 0;  // GQA or MLA block, input norm to residual add
     int64_t moe = 0;        // MoE block, post-attention norm to residual add, shared experts included
     int64_t dense_mlp = 0;  // dense MLP block, post-attention norm to residual add
     int64_t head = 0;       // embedding, final norm, LM head, sampling
 };
-EngineKernels engine_kernels(const ModelCosts& model, int64_t rows);
+EngineKernels engine_kernels(const ModelCosts& model, int64_t rows, int64_t moe_tokens);
 
 // Kernels and memsets the MoE permute launches for `picks` = rows · K picks over `num_experts` experts
 // (the model's E; a rank's block under EP may need fewer key bits): 1 (≤ kEnginePermuteOneBlockPicks),

@@ -8,12 +8,11 @@
 #include <string>
 #include <vector>
 
-#include "checkpoint/hf_config.h"
 #include "planner/calibration.h"
 #include "planner/cost_model.h"
-#include "planner/engine_facts.h"
 #include "planner/hardware_profile.h"
 #include "planner/model_costs.h"
+#include "planner_test_util.h"
 
 namespace epinfer::planner {
 namespace {
@@ -241,6 +240,43 @@ TEST(EngineCalibration, MeasuredH200ProfileComesFromItsSources) {
     }
 }
 
+// A profile's gpu.expert_memory_efficiency_by_rows against expert_memory_efficiency_by_rows of the bench
+// `layers` at the profile's kernel price (graph_kernel_us + kernel_latency_us), both against the hand
+// figures `want` (rows per touched expert, efficiency: the 4 digits of the source); the profile's rows to
+// `rows_tolerance` of the computed ones; its source names the bench run `run_stamp`.
+void expect_by_rows_from_layers(const GpuSpec& g, const std::vector<MeasuredMoeLayer>& layers,
+                                const std::vector<RowsEfficiencyPoint>& want, double rows_tolerance,
+                                const std::string& run_stamp) {
+    auto by_rows = expert_memory_efficiency_by_rows(
+        layers, g.graph_kernel_us.value + g.kernel_latency_us.value, g.memory_bandwidth_gbps.value);
+    ASSERT_TRUE(by_rows.is_ok()) << by_rows.status().message();
+    const RowsEfficiencyTable& table = g.expert_memory_efficiency_by_rows;
+    ASSERT_EQ(table.points.size(), want.size());
+    ASSERT_EQ(by_rows->size(), want.size());
+    for (size_t i = 0; i < want.size(); ++i) {
+        EXPECT_NEAR((*by_rows)[i].rows_per_expert, want[i].rows_per_expert, 5e-5) << i;
+        EXPECT_NEAR((*by_rows)[i].efficiency, want[i].efficiency, 5e-5) << i;
+        EXPECT_NEAR(table.points[i].rows_per_expert, (*by_rows)[i].rows_per_expert, rows_tolerance) << i;
+        EXPECT_NEAR(table.points[i].efficiency, (*by_rows)[i].efficiency, 5e-5) << i;
+    }
+    EXPECT_EQ(table.provenance, Provenance::kMeasured);
+    EXPECT_NE(table.source.find(run_stamp), std::string::npos) << table.source;
+}
+
+// The plan's closed loop at C = 1 on one GPU of `hardware`: Qwen3-30B-A3B, 128 prompt + 128 output tokens
+// (`epinfer plan --gpus 1 --concurrency 1 --input-len 128 --output-len 128`).
+DecodeResult qwen3_30b_closed_loop_c1(const HardwareProfile& hardware) {
+    const ModelCosts model = testing::config_file_costs("qwen3_30b_a3b.json");
+    CostInputs in;
+    in.model = &model;
+    in.hardware = &hardware;
+    in.layout = ParallelLayout{1, 1, 1, 1, 1};
+    in.context_tokens = 256;
+    in.input_len = 128;
+    in.output_len = 128;
+    return decode_step(in, 1, 1 << 20);
+}
+
 TEST(EngineCalibration, MeasuredH200Profile20261130ComesFromItsSources) {
     // profiles/measured/h200_epinfer_2026-11-30.json (engine dc6daa7 + working tree: bf16 KV cache, flash
     // attention, the gemv MoE tile), one H200, 2026-11-30 05:43–05:46 UTC, docs/benchmarks/planner.md:
@@ -253,7 +289,8 @@ TEST(EngineCalibration, MeasuredH200Profile20261130ComesFromItsSources) {
     //  - expert_memory_efficiency_by_rows: the bench's layers of T ≤ 256 less their graph nodes at
     //    graph_kernel_us + kernel_latency_us, at T·K / experts touched rows per expert;
     //  - eager_kernel_us: graph_kernel_us + the least squares through the origin of the --no-decode-graphs
-    //    TPOT minus the decode-graph TPOT over the step's kernels (engine_facts.h) at C = 1, 8, 64, 256.
+    //    TPOT minus the decode-graph TPOT over the step's kernels at C = 1, 8, 64, 256 (that engine's counts,
+    //    as its source names them: it launched the MoE permute at one token, which pick mode now skips).
     // Experts touched 8, 50, 127, 128, 128 of 9,437,184 B each.
     const std::vector<MeasuredMoeLayer> layers = {
         {1, 75497472.0, 75497472.0, 57.312, 5, 8.0 / 8},
@@ -279,19 +316,13 @@ TEST(EngineCalibration, MeasuredH200Profile20261130ComesFromItsSources) {
     ASSERT_TRUE(latency.is_ok()) << latency.status().message();
     EXPECT_NEAR(*latency, 4.50, 0.005);  // the figure kernel_latency_us replaced, quoted in its source
 
-    auto config = parse_hf_config(
-        read_text(std::string(EPINFER_TEST_DATA_DIR) + "/configs/qwen3_30b_a3b.json"), "qwen3_30b_a3b.json");
-    ASSERT_TRUE(config.is_ok()) << config.status().message();
-    const ModelCosts model = model_costs(*config);
+    // C = 1, 8, 64, 256: 48 × 22 + 4, 48 × 22 + 4, 48 × 27 + 5, 48 × 30 + 5 kernels per decode step.
     const double graph_ms[] = {5.60, 13.94, 22.04, 28.96}, eager_ms[] = {7.00, 15.49, 23.74, 30.59};
-    const int64_t rows[] = {1, 8, 64, 256}, want_kernels[] = {1060, 1060, 1301, 1445};
+    const double kernels[] = {1060, 1060, 1301, 1445};
     double dk = 0, kk = 0;
     for (int i = 0; i < 4; ++i) {
-        const EngineKernels k = engine_kernels(model, rows[i]);
-        const double kernels = static_cast<double>(model.num_layers * (k.attention + k.moe) + k.head);
-        EXPECT_EQ(kernels, want_kernels[i]) << "C = " << rows[i];  // the counts its source names
-        dk += (eager_ms[i] - graph_ms[i]) * kernels;
-        kk += kernels * kernels;
+        dk += (eager_ms[i] - graph_ms[i]) * kernels[i];
+        kk += kernels[i] * kernels[i];
     }
 
     auto p = load_hardware_profile_file(std::string(EPINFER_TEST_DATA_DIR) +
@@ -302,6 +333,7 @@ TEST(EngineCalibration, MeasuredH200Profile20261130ComesFromItsSources) {
     EXPECT_NEAR(g.expert_matmul_efficiency.value, fit->layers.expert_tflops / g.bf16_tflops.value, 1e-4);
     EXPECT_NEAR(g.matmul_efficiency.value, 799.35 / 989.4, 1e-4);  // cuBLAS 8192³ of the same run
     EXPECT_NEAR(g.eager_kernel_us.value, g.graph_kernel_us.value + 1e3 * dk / kk, 0.005);
+    EXPECT_NE(g.eager_kernel_us.source.find("1060 / 1060 / 1301 / 1445 kernels"), std::string::npos);
     for (const Figure* f : {&g.memory_efficiency, &g.matmul_efficiency, &g.expert_matmul_efficiency,
                             &g.kernel_latency_us, &g.eager_kernel_us}) {
         EXPECT_EQ(f->provenance, Provenance::kMeasured);
@@ -313,37 +345,22 @@ TEST(EngineCalibration, MeasuredH200Profile20261130ComesFromItsSources) {
     // 0.5959; T 64: 1,198,522,368 B in 329.204 µs, 0.7585; T 256 (8 nodes): 1,207,959,552 B in 337.488 µs,
     // 0.7457. Rows 1, 1.28, 4.0315, 16.
     EXPECT_NEAR(g.kernel_latency_us.value, 2.20, 1e-12);
-    auto by_rows = expert_memory_efficiency_by_rows(
-        layers, g.graph_kernel_us.value + g.kernel_latency_us.value, g.memory_bandwidth_gbps.value);
-    ASSERT_TRUE(by_rows.is_ok()) << by_rows.status().message();
+    expect_by_rows_from_layers(g, layers, {{1.0, 0.3590}, {1.28, 0.5959}, {4.0315, 0.7585}, {16.0, 0.7457}},
+                               5e-5, "2026-11-30T05:43:31Z");
     const RowsEfficiencyTable& table = g.expert_memory_efficiency_by_rows;
-    ASSERT_EQ(table.points.size(), 4u);
-    ASSERT_EQ(by_rows->size(), 4u);
-    const double want[][2] = {{1.0, 0.3590}, {1.28, 0.5959}, {4.0315, 0.7585}, {16.0, 0.7457}};
-    for (size_t i = 0; i < 4; ++i) {
-        EXPECT_NEAR((*by_rows)[i].rows_per_expert, want[i][0], 5e-5) << i;
-        EXPECT_NEAR((*by_rows)[i].efficiency, want[i][1], 5e-5) << i;
-        EXPECT_NEAR(table.points[i].rows_per_expert, (*by_rows)[i].rows_per_expert, 5e-5) << i;
-        EXPECT_NEAR(table.points[i].efficiency, (*by_rows)[i].efficiency, 5e-5) << i;
-    }
-    EXPECT_EQ(table.provenance, Provenance::kMeasured);
-    EXPECT_NE(table.source.find("2026-11-30T05:43:31Z"), std::string::npos) << table.source;
 
     // kernel_latency_us: the plan's C = 1 closed loop (128 + 128 tokens, one H200) takes the measured
     // 5.60 ms TPOT of the same session: 0.639 ms of bytes besides the experts + 48 × 57.312 µs (the T = 1
-    // layer: its 5 nodes and its 8 experts at the table's first point) + 820 other kernels × (0.5 + 2.20) µs.
-    CostInputs in;
-    in.model = &model;
-    in.hardware = &*p;
-    in.layout = ParallelLayout{1, 1, 1, 1, 1};
-    in.context_tokens = 256;
-    in.input_len = 128;
-    in.output_len = 128;
-    const DecodeResult c1 = decode_step(in, 1, 1 << 20);
+    // layer: its 5 nodes and its 8 experts at the table's first point) + 820 other kernels × (0.5 + 2.20) µs,
+    // 1060 in all. Today's planner counts 1012 (pick mode skips the permute that engine launched at one
+    // token): the fit is its step plus those 48 kernels.
+    const DecodeResult c1 = qwen3_30b_closed_loop_c1(*p);
     ASSERT_TRUE(c1.has_closed_loop);
-    EXPECT_NEAR(c1.tpot_ms, 5.60, 0.01);
+    const int64_t morning_kernels = 1060;  // the count the source names (48 × 22 + 4)
+    EXPECT_EQ(c1.step.kernels, morning_kernels - 48);
+    EXPECT_NEAR(c1.tpot_ms + 48 * 2.70e-3, 5.60, 0.01);
     EXPECT_NEAR(c1.step.experts_us, 48 * 75497472.0 / (4800e3 * table.points[0].efficiency), 1e-6);
-    EXPECT_NEAR(c1.step.launch_us, 1060 * 2.70, 1e-9);
+    EXPECT_NEAR(c1.step.launch_us + 48 * 2.70, morning_kernels * 2.70, 1e-9);
     EXPECT_NE(g.kernel_latency_us.source.find("TPOT p50 5.60 ms"), std::string::npos);
     EXPECT_NE(g.kernel_latency_us.source.find("Nsight Compute"), std::string::npos);  // the replaced figure
     EXPECT_NE(p->description.find("dc6daa7"), std::string::npos) << p->description;
@@ -402,52 +419,32 @@ TEST(EngineCalibration, MeasuredH200Profile20261130bComesFromItsSources) {
         EXPECT_NE(f->source.find("7dc5532"), std::string::npos) << f->source;
     }
 
-    // The expert efficiency by rows at the profile's kernel price 0.5 + 1.42 µs: T 1: 75,497,472 B in
-    // 38.512 − 4 · 1.92 = 30.832 µs = 2448.7 GB/s = 0.5101 of 4800; T 8: 471,859,200 B in 165.744 µs, 0.5931;
-    // T 16: 754,974,720 B in 219.776 µs, 0.7157; T 32: 1,028,653,056 B in 283.760 µs, 0.7552; T 64:
-    // 1,198,522,368 B in 327.552 µs, 0.7623; T 256 (8 nodes): 1,207,959,552 B in 337.632 µs, 0.7454.
-    EXPECT_NEAR(g.kernel_latency_us.value, 1.42, 1e-12);
-    auto by_rows = expert_memory_efficiency_by_rows(
-        layers, g.graph_kernel_us.value + g.kernel_latency_us.value, g.memory_bandwidth_gbps.value);
-    ASSERT_TRUE(by_rows.is_ok()) << by_rows.status().message();
+    // The expert efficiency by rows at the profile's kernel price 0.5 + 1.53 µs: T 1: 75,497,472 B in
+    // 38.512 − 4 · 2.03 = 30.392 µs = 2484.1 GB/s = 0.5175 of 4800; T 8: 471,859,200 B in 165.194 µs, 0.5951;
+    // T 16: 754,974,720 B in 219.226 µs, 0.7175; T 32: 1,028,653,056 B in 283.210 µs, 0.7567; T 64:
+    // 1,198,522,368 B in 327.002 µs, 0.7636; T 256 (8 nodes): 1,207,959,552 B in 336.752 µs, 0.7473.
+    EXPECT_NEAR(g.kernel_latency_us.value, 1.53, 1e-12);
+    expect_by_rows_from_layers(
+        g, layers,
+        {{1.0, 0.5175}, {1.28, 0.5951}, {1.6, 0.7175}, {2.3486, 0.7567}, {4.0315, 0.7636}, {16.0, 0.7473}},
+        1e-12, "2026-11-30T11:29:01Z");
     const RowsEfficiencyTable& table = g.expert_memory_efficiency_by_rows;
-    ASSERT_EQ(table.points.size(), 6u);
-    ASSERT_EQ(by_rows->size(), 6u);
-    const double want[][2] = {{1.0, 0.5101},    {1.28, 0.5931},   {1.6, 0.7157},
-                              {2.3486, 0.7552}, {4.0315, 0.7623}, {16.0, 0.7454}};
-    for (size_t i = 0; i < 6; ++i) {
-        EXPECT_NEAR((*by_rows)[i].rows_per_expert, want[i][0], 5e-5) << i;
-        EXPECT_NEAR((*by_rows)[i].efficiency, want[i][1], 5e-5) << i;
-        EXPECT_NEAR(table.points[i].rows_per_expert, (*by_rows)[i].rows_per_expert, 1e-12) << i;
-        EXPECT_NEAR(table.points[i].efficiency, (*by_rows)[i].efficiency, 5e-5) << i;
-    }
-    EXPECT_EQ(table.provenance, Provenance::kMeasured);
-    EXPECT_NE(table.source.find("2026-11-30T11:29:01Z"), std::string::npos) << table.source;
 
     // kernel_latency_us: the plan's C = 1 closed loop (128 + 128 tokens, one H200) takes the measured 4.17 ms
     // TPOT of the same binaries: 0.655 ms of bytes besides the experts + 48 × 38.512 µs (the T = 1 layer: its
-    // 4 nodes and its 8 experts at the table's first point) + 868 other kernels × (0.5 + 1.42) µs. The
-    // planner counts 1060 kernels at one row (22 per layer, the permute included); pick mode launches 21.
-    auto config = parse_hf_config(
-        read_text(std::string(EPINFER_TEST_DATA_DIR) + "/configs/qwen3_30b_a3b.json"), "qwen3_30b_a3b.json");
-    ASSERT_TRUE(config.is_ok()) << config.status().message();
-    const ModelCosts model = model_costs(*config);
-    CostInputs in;
-    in.model = &model;
-    in.hardware = &*p;
-    in.layout = ParallelLayout{1, 1, 1, 1, 1};
-    in.context_tokens = 256;
-    in.input_len = 128;
-    in.output_len = 128;
-    const DecodeResult c1 = decode_step(in, 1, 1 << 20);
+    // 4 nodes and its 8 experts at the table's first point) + 820 other kernels × (0.5 + 1.53) µs: 1012 in
+    // all, 21 per layer (pick mode: no permute) and the head's 4. (1.42 µs when the planner still counted
+    // the permute at one row: 1060 kernels, 868 others.)
+    const DecodeResult c1 = qwen3_30b_closed_loop_c1(*p);
     ASSERT_TRUE(c1.has_closed_loop);
     EXPECT_NEAR(c1.tpot_ms, 4.17, 0.005);
-    EXPECT_EQ(c1.step.kernels, 1060);
+    EXPECT_EQ(c1.step.kernels, 1012);
     EXPECT_NEAR(c1.step.experts_us, 48 * 8 * expert_bytes / (4800e3 * table.points[0].efficiency), 1e-6);
-    // The bench layer, to the table's 4 digits (5e-5 of 0.51: 0.15 µs over 48 layers).
-    EXPECT_NEAR(c1.step.experts_us + 48 * 4 * 1.92, 48 * 38.512, 0.15);
-    EXPECT_NEAR(c1.step.launch_us, 1060 * 1.92, 1e-9);
+    // The bench layer, to the table's 4 digits (5e-5 of 0.52: 0.15 µs over 48 layers).
+    EXPECT_NEAR(c1.step.experts_us + 48 * 4 * 2.03, 48 * 38.512, 0.15);
+    EXPECT_NEAR(c1.step.launch_us, 1012 * 2.03, 1e-9);
     EXPECT_NE(g.kernel_latency_us.source.find("TPOT p50 4.17 ms"), std::string::npos);
+    EXPECT_NE(g.kernel_latency_us.source.find("1012 - 48 x 4 = 820"), std::string::npos);
     EXPECT_NE(p->description.find("7dc5532"), std::string::npos) << p->description;
 }
 

@@ -21,33 +21,48 @@ ModelCosts qwen3_30b() {
     return testing::config_file_costs("qwen3_30b_a3b.json");
 }
 
+// Kernels of one rank's `rows` rows when the MoE step has as many tokens (no DP attention).
+EngineKernels kernels_of_rows(const ModelCosts& m, int64_t rows) {
+    return engine_kernels(m, rows, rows);
+}
+
 TEST(EngineFacts, KernelsPerLayerQwen3) {
     // Batch 1: input norm, q, k, v, q_norm, k_norm, 2 rope, 2 kv store, flash attention, o_proj, add = 13;
-    // post norm, router, top-k, f32→bf16, permute (one block), gate_up, down (kGemv: no split-K), combine,
-    // add = 9.
+    // post norm, router, top-k, f32→bf16, gate_up, down (kGemv in pick mode: no permute, no split-K),
+    // combine, add = 8.
     ModelCosts m = qwen3_30b();
-    EngineKernels one = engine_kernels(m, 1);
+    EngineKernels one = kernels_of_rows(m, 1);
     EXPECT_EQ(one.attention, 13);
-    EXPECT_EQ(one.moe, 9);
+    EXPECT_EQ(one.moe, 8);
     EXPECT_EQ(one.head, 4);
+    // 2 rows: the permute (one block) plans the rows: 9.
+    EXPECT_EQ(kernels_of_rows(m, 2).moe, 9);
     // 8 rows: the narrow tile (its split-K memset at 5–10 rows is not counted).
-    EXPECT_EQ(engine_kernels(m, 8).attention, 13);
-    EXPECT_EQ(engine_kernels(m, 8).moe, 9);
+    EXPECT_EQ(kernels_of_rows(m, 8).attention, 13);
+    EXPECT_EQ(kernels_of_rows(m, 8).moe, 9);
     // Past 16 rows each projection (q, k, v, o, router, LM head) adds its f32→bf16 conversion.
-    EXPECT_EQ(engine_kernels(m, 16).attention, 13);
-    EngineKernels big = engine_kernels(m, 17);
+    EXPECT_EQ(kernels_of_rows(m, 16).attention, 13);
+    EngineKernels big = kernels_of_rows(m, 17);
     EXPECT_EQ(big.attention, 17);
     EXPECT_EQ(big.moe, 10);
     EXPECT_EQ(big.head, 5);
-    EXPECT_EQ(engine_kernels(m, 64).moe, 10);
-    EXPECT_EQ(engine_kernels(m, 128).moe, 10);  // 1024 picks: still the one-block permute
+    EXPECT_EQ(kernels_of_rows(m, 64).moe, 10);
+    EXPECT_EQ(kernels_of_rows(m, 128).moe, 10);  // 1024 picks: still the one-block permute
     // 256 rows, 2048 picks: keys, CUB's one-tile sort, slots, finalize.
-    EXPECT_EQ(engine_kernels(m, 256).attention, 17);
-    EXPECT_EQ(engine_kernels(m, 256).moe, 8 + 1 + 4);
+    EXPECT_EQ(kernels_of_rows(m, 256).attention, 17);
+    EXPECT_EQ(kernels_of_rows(m, 256).moe, 8 + 1 + 4);
     // 1024 rows, 8192 picks: keys, 2 memsets, histogram, exclusive sum, memset + onesweep (keys 0..128 in
     // 8 bits: one pass), slots, finalize.
-    EXPECT_EQ(engine_kernels(m, 1024).attention, 17);
-    EXPECT_EQ(engine_kernels(m, 1024).moe, 8 + 1 + 9);
+    EXPECT_EQ(kernels_of_rows(m, 1024).attention, 17);
+    EXPECT_EQ(kernels_of_rows(m, 1024).moe, 8 + 1 + 9);
+}
+
+TEST(EngineFacts, PickModeNeedsOneMoeToken) {
+    // DP attention, one row on this rank and one on another DP group's: the experts receive both, the
+    // permute plans them (9); one MoE token over the group runs pick mode (8).
+    ModelCosts m = qwen3_30b();
+    EXPECT_EQ(engine_kernels(m, 1, 2).moe, 9);
+    EXPECT_EQ(engine_kernels(m, 1, 1).moe, 8);
 }
 
 TEST(EngineFacts, MoePermuteKernels) {
@@ -80,13 +95,15 @@ TEST(EngineFacts, DpAttentionMoeOnTheHost) {
 
 TEST(EngineFacts, KernelsPerLayerKimiK2) {
     // MLA with q_lora: 12 + the absorbed form's 5 more (two packs, two batched GEMMs, the q_pe copy; the
-    // attention op counted in the 12); MoE 9 + one shared expert's gate, up, silu·mul, down, add; dense MLP 6.
+    // attention op counted in the 12); MoE 8 at one token (pick mode: no permute) + one shared expert's
+    // gate, up, silu·mul, down, add; dense MLP 6. At 64 rows: + the router's f32→bf16, + the permute
+    // (512 picks: one block), + 3 shared-expert conversions.
     ModelCosts m = model_costs(testing::kimi_k2_config());
-    EngineKernels one = engine_kernels(m, 1);
+    EngineKernels one = kernels_of_rows(m, 1);
     EXPECT_EQ(one.attention, 17);
-    EXPECT_EQ(one.moe, 14);
+    EXPECT_EQ(one.moe, 8 + 5);
     EXPECT_EQ(one.dense_mlp, 6);
-    EngineKernels big = engine_kernels(m, 64);
+    EngineKernels big = kernels_of_rows(m, 64);
     EXPECT_EQ(big.attention, 21);
     EXPECT_EQ(big.moe, 18);
     EXPECT_EQ(big.dense_mlp, 9);
@@ -133,10 +150,11 @@ protected:
 };
 
 TEST_F(Qwen3OnMeasuredH200, KernelsAtTheMeasuredLatency) {
-    // 48 layers · 22 + head 4 = 1060 kernels, each graph_kernel_us 0.5 + kernel_latency_us 7.42.
+    // 48 layers · 21 (pick mode: no permute) + head 4 = 1012 kernels, each graph_kernel_us 0.5 +
+    // kernel_latency_us 7.42 (that profile's engine, 6c868cd, launched the permute: 1060).
     DecodeResult one = decode_step(in_, 1, 1 << 30);
-    EXPECT_EQ(one.step.kernels, 1060);
-    EXPECT_NEAR(one.step.launch_us, 1060 * 7.92, 1e-6);
+    EXPECT_EQ(one.step.kernels, 1012);
+    EXPECT_NEAR(one.step.launch_us, 1012 * 7.92, 1e-6);
     // 1024 rows: 48 · (17 + 18) + 5 = 1685 kernels.
     DecodeResult big = decode_step(in_, 1024, 1 << 30);
     EXPECT_EQ(big.step.kernels, 1685);
