@@ -28,6 +28,7 @@
 #include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 
+#include "comma_list.h"
 #include "commands.h"
 #include "engine/engine.h"
 #if EPINFER_WITH_CUDA
@@ -55,22 +56,17 @@ struct BenchAttentionOptions {
 // The case names of every --cases value (each split at its commas), in order.
 // Errors: kInvalidArgument naming the value as given and its empty item or unknown name (exact, lower case).
 Result<std::vector<std::string>> parse_cases(const std::vector<std::string>& given) {
-    const std::string expected = fmt::format("expected a comma-separated list of: {}", fmt::join(kCaseNames, ", "));
+    const std::string expected = fmt::format("a comma-separated list of: {}", fmt::join(kCaseNames, ", "));
     std::vector<std::string> names;
     for (const std::string& text : given) {
-        size_t begin = 0;
-        for (;;) {
-            const size_t end = std::min(text.find(',', begin), text.size());
-            const std::string name = text.substr(begin, end - begin);
-            if (name.empty())
-                return invalid_argument(
-                    fmt::format("bench attention: --cases '{}': empty case name ({})", text, expected));
-            if (std::find(std::begin(kCaseNames), std::end(kCaseNames), name) == std::end(kCaseNames))
-                return invalid_argument(
-                    fmt::format("bench attention: --cases '{}': unknown case name '{}' ({})", text, name, expected));
+        EPI_ASSIGN_OR_RETURN(const std::vector<std::string> items,
+                             split_comma_lists({text}, "bench attention", "--cases", expected));
+        for (const std::string& name : items) {
+            if (std::find(std::begin(kCaseNames), std::end(kCaseNames), name) == std::end(kCaseNames)) {
+                return invalid_argument(fmt::format("bench attention: --cases '{}': unknown case name '{}' (expected {})",
+                                                    text, name, expected));
+            }
             names.push_back(name);
-            if (end == text.size()) break;
-            begin = end + 1;
         }
     }
     return names;

@@ -13,6 +13,7 @@
 // not fitted and why (profile_out.h, docs/planner.md).
 // e.g. --model-config tests/data/configs/qwen3_30b_a3b.json --routing uniform --tokens 1,8,64,256,1024.
 #include <algorithm>
+#include <charconv>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -26,6 +27,7 @@
 #include <nlohmann/json.hpp>
 
 #include "checkpoint/hf_config.h"
+#include "comma_list.h"
 #include "commands.h"
 #include "planner/calibration.h"
 #include "planner/hardware_profile.h"
@@ -42,8 +44,9 @@ struct BenchMoeOptions {
     std::vector<std::string> model_configs = {
         "tests/data/configs/kimi_k2_instruct_0905.json", "tests/data/configs/deepseek_v3.json",
         "tests/data/configs/qwen3_30b_a3b.json", "tests/data/configs/mixtral_8x7b.json"};
-    std::vector<int64_t> tokens = {1, 8, 64, 256, 1024, 4096, 16384};
-    std::vector<std::string> routings = {"uniform", "zipf"};
+    // --tokens and --routing as given (comma-separated lists, split by check_options).
+    std::vector<std::string> tokens = {"1,8,64,256,1024,4096,16384"};
+    std::vector<std::string> routings = {"uniform,zipf"};
     int repeats = 20;
     uint64_t seed = 1;
     int64_t narrow_max_rows = -1;  // -1: the layer's default
@@ -52,19 +55,39 @@ struct BenchMoeOptions {
     std::string base_profile;  // ... starting from this one (name or file), required with profile_out
 };
 
+// The flags, checked and parsed.
+struct CheckedOptions {
+    std::vector<int64_t> tokens;
+    std::vector<std::string> routings;  // each "uniform" or "zipf"
+    BaseProfile base;                   // of --profile-out
+};
+
 // The flags every build checks before any GPU work: routings, token counts, repeats, and the base profile
 // of --profile-out (read here). Errors: kInvalidArgument naming the flag; load_base_profile's.
-Result<BaseProfile> check_options(const BenchMoeOptions& opts) {
-    for (const std::string& r : opts.routings) {
+Result<CheckedOptions> check_options(const BenchMoeOptions& opts) {
+    CheckedOptions c;
+    EPI_ASSIGN_OR_RETURN(c.routings, split_comma_lists(opts.routings, "bench moe", "--routing",
+                                                       "uniform, zipf, or both, comma-separated"));
+    for (const std::string& r : c.routings) {
         if (r != "uniform" && r != "zipf") return invalid_argument(fmt::format("--routing {}: expected uniform or zipf", r));
     }
-    for (int64_t t : opts.tokens) {
+    EPI_ASSIGN_OR_RETURN(const std::vector<std::string> tokens,
+                         split_comma_lists(opts.tokens, "bench moe", "--tokens", "token counts, comma-separated"));
+    for (const std::string& item : tokens) {
+        int64_t t = 0;
+        const char* last = item.data() + item.size();
+        const auto [ptr, ec] = std::from_chars(item.data(), last, t);
+        if (ec != std::errc() || ptr != last) return invalid_argument(fmt::format("--tokens '{}' is not an integer", item));
         if (t < 1) return invalid_argument(fmt::format("--tokens {}: must be at least 1", t));
+        c.tokens.push_back(t);
     }
     if (opts.repeats < 1) return invalid_argument(fmt::format("--repeats {}: must be at least 1", opts.repeats));
-    if (!opts.profile_out.empty()) return load_base_profile(opts.profile_out, opts.base_profile);
-    if (!opts.base_profile.empty()) return invalid_argument("--base-profile is used only with --profile-out FILE.json");
-    return BaseProfile{};
+    if (!opts.profile_out.empty()) {
+        EPI_ASSIGN_OR_RETURN(c.base, load_base_profile(opts.profile_out, opts.base_profile));
+    } else if (!opts.base_profile.empty()) {
+        return invalid_argument("--base-profile is used only with --profile-out FILE.json");
+    }
+    return c;
 }
 
 #if EPINFER_WITH_CUDA
@@ -198,13 +221,14 @@ Status write_profile(const BenchMoeOptions& opts, const BaseProfile& base, const
 }
 
 Status run_bench_moe(const BenchMoeOptions& opts) {
-    EPI_ASSIGN_OR_RETURN(const BaseProfile base, check_options(opts));
+    EPI_ASSIGN_OR_RETURN(const CheckedOptions checked, check_options(opts));
+    const BaseProfile& base = checked.base;
     cuda::MoeBenchOptions bench;
-    bench.tokens = opts.tokens;
+    bench.tokens = checked.tokens;
     bench.repeats = opts.repeats;
     bench.seed = opts.seed;
     bench.routings.clear();
-    for (const std::string& r : opts.routings) {
+    for (const std::string& r : checked.routings) {
         bench.routings.push_back(r == "uniform" ? cuda::MoeBenchRouting::kUniform : cuda::MoeBenchRouting::kZipf);
     }
     std::vector<cuda::MoeBenchShape> shapes;
@@ -253,10 +277,9 @@ void add_bench_moe_command(CLI::App& bench) {
     CLI::App* moe = bench.add_subcommand("moe", "one MoE layer on the GPU vs the H200's speed of light");
     moe->add_option("--model-config", opts->model_configs, "config.json of a model (repeatable)")
         ->capture_default_str();
-    moe->add_option("--tokens", opts->tokens, "token counts, comma-separated")->delimiter(',')->capture_default_str();
-    moe->add_option("--routing", opts->routings, "uniform, zipf, or both (comma-separated)")
-        ->delimiter(',')
-        ->capture_default_str();
+    // Split by check_options, not CLI11 (whose ',' delimiter drops empty items: `--tokens 8,` ran as 8).
+    moe->add_option("--tokens", opts->tokens, "token counts, comma-separated")->capture_default_str();
+    moe->add_option("--routing", opts->routings, "uniform, zipf, or both (comma-separated)")->capture_default_str();
     moe->add_option("--repeats", opts->repeats, "timed repeats per size (median reported)")->capture_default_str();
     moe->add_option("--seed", opts->seed, "routing seed (bench/moe_peers.py uses the same)")
         ->check(CLI::Validator(  // before CLI11's strtoull, which takes "-1" as 2^64 - 1

@@ -259,6 +259,14 @@ TEST(BenchCli, BenchCommSizesAreDecimalByteCounts) {
     // bench moe's flags are checked in every build, before the GPU is looked for.
     expect_one_line_error(run_epinfer("bench moe --routing flat"), "--routing flat: expected uniform or zipf");
     expect_one_line_error(run_epinfer("bench moe --tokens 0"), "--tokens 0: must be at least 1");
+    // Lists are split by the command, not CLI11 (which dropped empty items: '--tokens 8,' ran as 8).
+    for (const char* value : {"8,", ",8", "8,,64", ""}) {
+        expect_one_line_error(run_epinfer(std::string("bench moe --tokens '") + value + "'"),
+                              std::string("bench moe: --tokens '") + value + "': empty item");
+    }
+    expect_one_line_error(run_epinfer("bench moe --tokens 8,x"), "--tokens 'x' is not an integer");
+    expect_one_line_error(run_epinfer("bench moe --routing uniform,"),
+                          "bench moe: --routing 'uniform,': empty item");
     expect_one_line_error(run_epinfer("bench moe --profile-out x.json"), "--profile-out x.json needs --base-profile");
     expect_one_line_error(run_epinfer("bench moe --base-profile h200_sxm"),
                           "--base-profile is used only with --profile-out");
@@ -283,10 +291,10 @@ TEST(BenchCli, BenchAttentionCasesHaveNoEmptyOrUnknownNames) {
     const std::string expected = " (expected a comma-separated list of: default, decode, prefill, mla)";
     for (const char* value : {",", "decode,", "", ",,", ",decode", "decode,,mla"}) {
         expect_one_line_error(run_epinfer(std::string("bench attention --cases '") + value + "'"),
-                              std::string("bench attention: --cases '") + value + "': empty case name" + expected);
+                              std::string("bench attention: --cases '") + value + "': empty item" + expected);
     }
     expect_one_line_error(run_epinfer("bench attention --cases decode --cases mla,"),
-                          "bench attention: --cases 'mla,': empty case name" + expected);
+                          "bench attention: --cases 'mla,': empty item" + expected);
     expect_one_line_error(run_epinfer("bench attention --cases DECODE"),
                           "bench attention: --cases 'DECODE': unknown case name 'DECODE'" + expected);
     expect_one_line_error(run_epinfer("bench attention --cases 'decode, prefill'"),
