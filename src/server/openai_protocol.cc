@@ -21,8 +21,11 @@ std::string type_name(const json& j) {
     return "null";
 }
 
+// "'<field>' must be <want>, got <type>", with the value when it is a number (an integer past uint64 parses
+// as a float: "got a number 1e+20").
 Status wrong_type(const std::string& field, const std::string& want, const json& got) {
-    return invalid_argument("'" + field + "' must be " + want + ", got " + type_name(got));
+    return invalid_argument("'" + field + "' must be " + want + ", got " + type_name(got) +
+                            (got.is_number() ? " " + got.dump() : ""));
 }
 
 std::string format_number(double value) {

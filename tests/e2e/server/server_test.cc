@@ -211,6 +211,8 @@ TEST_F(TinyServer, BadRequestsGetStatusAndJsonError) {
         {R"({"prompt": [1], "max_tokens": 0})", 400, "'max_tokens' must be ≥ 1"},
         {R"({"prompt": [1], "max_tokens": -3})", 400, "'max_tokens' must be ≥ 1"},
         {R"({"prompt": [1], "max_tokens": "4"})", 400, "'max_tokens' must be an integer, got a string"},
+        {R"({"prompt": [1], "max_tokens": 99999999999999999999})", 400,
+         "'max_tokens' must be an integer, got a number 1e+20"},
         {R"({"prompt": [1], "max_tokens": 1.5})", 400, "'max_tokens' must be an integer"},
         {too_long, 400, "exceeds the model's context of 512 tokens"},
         {whole_context, 400, "the prompt has 512 tokens"},
