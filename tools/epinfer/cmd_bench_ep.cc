@@ -18,7 +18,6 @@
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
-#include <charconv>
 #include <chrono>
 #include <cstdio>
 #include <memory>
@@ -29,6 +28,7 @@
 #include <vector>
 
 #include "backend/cpu/cpu_backend.h"
+#include "comma_list.h"
 #include "commands.h"
 #include "core/env.h"
 #include "layers/moe/ep_device.h"
@@ -186,26 +186,11 @@ Status outside(const char* flag, int64_t v, int64_t lo, int64_t hi) {
 
 // --tokens: comma-separated integers in [0, kMaxTokens]. Errors: one line naming the value and the item.
 Result<std::vector<int64_t>> parse_token_counts(const std::string& text) {
-    std::vector<int64_t> counts;
-    size_t begin = 0;
-    for (;;) {
-        const size_t end = std::min(text.find(',', begin), text.size());
-        const std::string item = text.substr(begin, end - begin);
-        if (item.empty())
-            return invalid_argument(fmt::format(
-                "bench ep: --tokens '{}' has an empty item (give integers separated by single commas)",
-                text));
-        int64_t value = 0;
-        const char* last = item.data() + item.size();
-        const auto [ptr, ec] = std::from_chars(item.data(), last, value);
-        if (ec != std::errc() || ptr != last)
-            return invalid_argument(
-                fmt::format("bench ep: --tokens '{}': '{}' is not an integer", text, item));
+    EPI_ASSIGN_OR_RETURN(std::vector<int64_t> counts, parse_comma_ints({text}, "bench ep", "--tokens"));
+    for (int64_t value : counts) {
         if (value < 0 || value > kMaxTokens) return outside("--tokens", value, 0, kMaxTokens);
-        counts.push_back(value);
-        if (end == text.size()) return counts;
-        begin = end + 1;
     }
+    return counts;
 }
 
 // Every flag, before any rank starts: one line naming the flag and its bound.

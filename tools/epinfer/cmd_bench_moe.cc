@@ -13,7 +13,6 @@
 // not fitted and why (profile_out.h, docs/planner.md).
 // e.g. --model-config tests/data/configs/qwen3_30b_a3b.json --routing uniform --tokens 1,8,64,256,1024.
 #include <algorithm>
-#include <charconv>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -71,15 +70,9 @@ Result<CheckedOptions> check_options(const BenchMoeOptions& opts) {
     for (const std::string& r : c.routings) {
         if (r != "uniform" && r != "zipf") return invalid_argument(fmt::format("--routing {}: expected uniform or zipf", r));
     }
-    EPI_ASSIGN_OR_RETURN(const std::vector<std::string> tokens,
-                         split_comma_lists(opts.tokens, "bench moe", "--tokens", "token counts, comma-separated"));
-    for (const std::string& item : tokens) {
-        int64_t t = 0;
-        const char* last = item.data() + item.size();
-        const auto [ptr, ec] = std::from_chars(item.data(), last, t);
-        if (ec != std::errc() || ptr != last) return invalid_argument(fmt::format("--tokens '{}' is not an integer", item));
+    EPI_ASSIGN_OR_RETURN(c.tokens, parse_comma_ints(opts.tokens, "bench moe", "--tokens"));
+    for (int64_t t : c.tokens) {
         if (t < 1) return invalid_argument(fmt::format("--tokens {}: must be at least 1", t));
-        c.tokens.push_back(t);
     }
     if (opts.repeats < 1) return invalid_argument(fmt::format("--repeats {}: must be at least 1", opts.repeats));
     if (!opts.profile_out.empty()) {

@@ -262,11 +262,12 @@ TEST(BenchCli, BenchCommSizesAreDecimalByteCounts) {
     // Lists are split by the command, not CLI11 (which dropped empty items: '--tokens 8,' ran as 8).
     for (const char* value : {"8,", ",8", "8,,64", ""}) {
         expect_one_line_error(run_epinfer(std::string("bench moe --tokens '") + value + "'"),
-                              std::string("bench moe: --tokens '") + value + "': empty item");
+                              std::string("bench moe: --tokens '") + value + "' has an empty item");
     }
-    expect_one_line_error(run_epinfer("bench moe --tokens 8,x"), "--tokens 'x' is not an integer");
+    expect_one_line_error(run_epinfer("bench moe --tokens 8,x"),
+                          "bench moe: --tokens '8,x': 'x' is not an integer");
     expect_one_line_error(run_epinfer("bench moe --routing uniform,"),
-                          "bench moe: --routing 'uniform,': empty item");
+                          "bench moe: --routing 'uniform,' has an empty item");
     expect_one_line_error(run_epinfer("bench moe --profile-out x.json"), "--profile-out x.json needs --base-profile");
     expect_one_line_error(run_epinfer("bench moe --base-profile h200_sxm"),
                           "--base-profile is used only with --profile-out");
@@ -290,11 +291,12 @@ TEST(BenchCli, BenchCommSizesAreDecimalByteCounts) {
 TEST(BenchCli, BenchAttentionCasesHaveNoEmptyOrUnknownNames) {
     const std::string expected = " (expected a comma-separated list of: default, decode, prefill, mla)";
     for (const char* value : {",", "decode,", "", ",,", ",decode", "decode,,mla"}) {
-        expect_one_line_error(run_epinfer(std::string("bench attention --cases '") + value + "'"),
-                              std::string("bench attention: --cases '") + value + "': empty item" + expected);
+        expect_one_line_error(
+            run_epinfer(std::string("bench attention --cases '") + value + "'"),
+            std::string("bench attention: --cases '") + value + "' has an empty item" + expected);
     }
     expect_one_line_error(run_epinfer("bench attention --cases decode --cases mla,"),
-                          "bench attention: --cases 'mla,': empty item" + expected);
+                          "bench attention: --cases 'mla,' has an empty item" + expected);
     expect_one_line_error(run_epinfer("bench attention --cases DECODE"),
                           "bench attention: --cases 'DECODE': unknown case name 'DECODE'" + expected);
     expect_one_line_error(run_epinfer("bench attention --cases 'decode, prefill'"),
