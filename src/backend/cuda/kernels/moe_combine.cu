@@ -24,8 +24,8 @@ __device__ __forceinline__ void load8(const bf16* src, float (&v)[8]) {
 // Pick mode: the y row of pick (t, k), or −1 when it is not one of this rank's experts.
 __device__ __forceinline__ int32_t pick_slot(const MoeCombineArgs& args, int64_t t, int64_t k) {
     const int64_t pick = t * args.top_k + k;
-    const int64_t e = args.topk_ids[pick] - args.first_expert;
-    return e >= 0 && e < args.num_experts ? static_cast<int32_t>(pick) : -1;
+    return local_expert(args.topk_ids[pick], args.first_expert, args.num_experts) >= 0 ? static_cast<int32_t>(pick)
+                                                                                      : -1;
 }
 
 __global__ void __launch_bounds__(kThreads) moe_combine_kernel(MoeCombineArgs args) {

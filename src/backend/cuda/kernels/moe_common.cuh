@@ -18,6 +18,13 @@ __host__ __device__ constexpr T ceil_div(T a, T b) {
     return (a + b - 1) / b;
 }
 
+// The rank-local expert of a pick's global id when the rank holds experts [first_expert, first_expert +
+// num_experts) (MoeExpertsArgs::first_expert), else −1: another rank's expert, or a dropped pick (−1).
+__device__ __forceinline__ int64_t local_expert(int32_t id, int64_t first_expert, int64_t num_experts) {
+    const int64_t e = int64_t{id} - first_expert;
+    return e >= 0 && e < num_experts ? e : -1;
+}
+
 // exp(x) rounded to fp32 from a double-precision exp: correctly rounded except for inputs within ~1e-9
 // of a rounding midpoint. glibc's expf (the CPU reference) agrees with this except on ~1 in 13,000
 // inputs, where it is off by one ulp (measured over 6.4e8 floats in [−104, 89], docs/benchmarks/moe_h200.md).

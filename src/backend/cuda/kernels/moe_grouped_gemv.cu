@@ -44,8 +44,8 @@ __device__ __forceinline__ bool pick_tile(const MoeGroupedGemmArgs& args, int64_
     const int64_t r = tile / n_tiles, picks = p.num_tokens * p.top_k;
     int64_t g = args.num_weight_groups;  // the extra group
     if (r < picks) {
-        g = p.expert_ids[r] - p.first_expert;
-        if (g < 0 || g >= args.num_weight_groups) return false;
+        g = local_expert(p.expert_ids[r], p.first_expert, args.num_weight_groups);
+        if (g < 0) return false;
     } else if (args.extra_weights == nullptr || r >= picks + p.num_tokens) {
         return false;
     }

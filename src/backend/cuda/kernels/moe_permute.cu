@@ -64,9 +64,8 @@ __global__ void permute_keys_kernel(MoePermuteArgs args, uint32_t* keys, int32_t
     const int64_t n = num_picks > args.num_tokens ? num_picks : args.num_tokens;
     for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x) {
         if (i < num_picks) {
-            const int64_t id = int64_t{args.topk_ids[i]} - args.first_expert;
-            keys[i] = (id >= 0 && id < args.num_experts) ? static_cast<uint32_t>(id)
-                                                           : static_cast<uint32_t>(args.num_experts);
+            const int64_t id = local_expert(args.topk_ids[i], args.first_expert, args.num_experts);
+            keys[i] = static_cast<uint32_t>(id >= 0 ? id : args.num_experts);
             vals[i] = static_cast<int32_t>(i);
         }
         if (args.shared_group && i < args.num_tokens) args.token_of_row[num_picks + i] = static_cast<int32_t>(i);
@@ -168,8 +167,8 @@ __global__ void __launch_bounds__(kFinalizeThreads) permute_small_kernel(MoePerm
     for (int64_t e = threadIdx.x; e < num_experts; e += kFinalizeThreads) counts[e] = 0;
     __syncthreads();
     for (int64_t i = threadIdx.x; i < num_picks; i += kFinalizeThreads) {
-        const int64_t id = int64_t{args.topk_ids[i]} - args.first_expert;
-        const bool valid = id >= 0 && id < num_experts;
+        const int64_t id = local_expert(args.topk_ids[i], args.first_expert, num_experts);
+        const bool valid = id >= 0;
         keys[i] = valid ? static_cast<int32_t>(id) : static_cast<int32_t>(num_experts);
         if (valid) atomicAdd(&counts[id], 1);
     }
