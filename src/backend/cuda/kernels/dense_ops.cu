@@ -85,27 +85,26 @@ __device__ __forceinline__ float4 load4_f32(const void* base, DType dtype, int64
 // rms_norm_kernel for rows of at most kThreads · 4 · kChunks elements, held in registers as float4: one
 // read of x, and the weight is read before pdl_begin() (no kernel writes weights), so its DRAM latency
 // overlaps the previous kernel instead of following it. Same per-element arithmetic as rms_norm_kernel.
-// kChunks is the fewest the row needs (1, 2, 4 or kNormMaxChunks): registers sized for the widest row
-// left two blocks per SM and made many-row norms (prefill, batch 1024) 13 % slower end to end.
+// kChunks is the fewest the row needs (1, 2, 4 or kNormMaxChunks): registers sized for the widest row (80)
+// left three blocks per SM and made many-row norms (prefill, batch 1024) 13 % slower end to end.
 constexpr int kNormMaxChunks = 8;
 
 template <int kChunks>
 __global__ void __launch_bounds__(kThreads) rms_norm_vec_kernel(RmsNormArgs a) {
-    constexpr int kNormChunks = kChunks;
     const int64_t n4 = a.width / 4;
-    float4 w[kNormChunks];
+    float4 w[kChunks];
 #pragma unroll
-    for (int j = 0; j < kNormChunks; ++j) {
+    for (int j = 0; j < kChunks; ++j) {
         const int64_t i = threadIdx.x + int64_t{j} * kThreads;
         w[j] = i < n4 ? load4_f32(a.weight, a.weight_dtype, 4 * i) : float4{};
     }
     pdl_begin();
     const float4* x = reinterpret_cast<const float4*>(a.x + static_cast<int64_t>(blockIdx.x) * a.x_row_stride);
     float4* out = reinterpret_cast<float4*>(a.out + static_cast<int64_t>(blockIdx.x) * a.out_row_stride);
-    float4 v[kNormChunks];
+    float4 v[kChunks];
     float sum_sq = 0.0f;
 #pragma unroll
-    for (int j = 0; j < kNormChunks; ++j) {
+    for (int j = 0; j < kChunks; ++j) {
         const int64_t i = threadIdx.x + int64_t{j} * kThreads;
         v[j] = i < n4 ? x[i] : float4{};
         sum_sq += v[j].x * v[j].x + v[j].y * v[j].y + v[j].z * v[j].z + v[j].w * v[j].w;
@@ -113,7 +112,7 @@ __global__ void __launch_bounds__(kThreads) rms_norm_vec_kernel(RmsNormArgs a) {
     sum_sq = block_sum(sum_sq);
     const float inv_rms = 1.0f / sqrtf(sum_sq / static_cast<float>(a.width) + a.eps);
 #pragma unroll
-    for (int j = 0; j < kNormChunks; ++j) {
+    for (int j = 0; j < kChunks; ++j) {
         const int64_t i = threadIdx.x + int64_t{j} * kThreads;
         if (i < n4) {
             out[i] = make_float4(w[j].x * (v[j].x * inv_rms), w[j].y * (v[j].y * inv_rms),
