@@ -5,9 +5,13 @@
   calibration of the engine of 2026-11-29 (h200_epinfer_2026-11-29.json: fp32 KV cache, commit 6c868cd);
   h200x2_nvlink_epinfer_2026-11-30.json, h200x2_no_p2p_epinfer_2026-11-30.json (2 H200s), over the one-GPU
   calibration of the engine of 2026-11-30 (h200_epinfer_2026-11-30.json: bf16 KV cache, flash attention, the
-  gemv MoE tile; commit dc6daa7 + working tree). Both use the same 2026-11-29 NCCL runs (no collective was
-  measured again); no 4-GPU profile is made over the 2026-11-30 base, since the 4-GPU host_round_trip_us
-  was fitted against predictions with the 2026-11-29 base.
+  gemv MoE tile; commit dc6daa7 + working tree);
+  h200x2_nvlink_epinfer_2026-11-30b.json, h200x2_no_p2p_epinfer_2026-11-30b.json (2 H200s), over the one-GPU
+  calibration of the engine of 7dc5532/011e3cc (h200_epinfer_2026-11-30b.json: the gemv tile height by
+  tokens, pick mode at one token; the engine HEAD ccc87c8 runs, whose 2-GPU layouts docs/benchmarks/
+  multi_gpu.md measured at 2026-11-30 12:51 UTC). The 2026-11-30 files stay as the record of dc6daa7's engine.
+  All use the same 2026-11-29 NCCL runs (no collective was measured again); no 4-GPU profile is made over a
+  2026-11-30 base, since the 4-GPU host_round_trip_us was fitted against predictions with the 2026-11-29 base.
 
 Each is what `epinfer bench comm --device cuda --ranks N ... --profile-out OUT --base-profile BASE` writes
 (planner/calibration.h calibrated_profile_json), BASE the one-GPU profile of its date:
@@ -21,11 +25,13 @@ same least-squares fit):
     same link setting), which the planner uses for the 2-rank groups of a 4-GPU layout (tp2-pp2);
 plus what the bench does not measure:
   - gpu.eager_kernel_us: fitted to the one-GPU --no-decode-graphs runs of the base's engine (below; the
-    base's own figure);
+    base's own figure); the 2026-11-30b base's engine has no such runs: its profile keeps the 2026-11-30
+    figure (1.78 us, fitted to dc6daa7's engine, not re-measured) and so do its 2-GPU profiles, as is;
   - gpu.host_round_trip_us: in the 4-GPU profiles FITTED to the dp4-ep4 layout runs these profiles are
     compared with (below); the 2-GPU profiles of 2026-11-29 carry none (dp2-ep2 priced without it), those
-    of 2026-11-30 carry the same 4-GPU figure (the same host type; fitted to the 4-GPU runs, not to the
-    2-GPU points they are compared with);
+    of 2026-11-30 and 2026-11-30b carry the same 4-GPU figure (the same host type; fitted to the 4-GPU
+    runs with the 2026-11-29 base, not to the 2-GPU points they are compared with; not refitted: the
+    2026-11-30b source gives what the 12:51 UTC dp2-ep2 run alone implies, below);
   - intra_node.send_recv: estimated from the measured 2-rank all_gather (a 2-rank all_gather of 2s bytes is
     one send/recv of s bytes per rank), in both the 2- and 4-GPU profiles;
   - intra_node.kind and note of the no-P2P run (NCCL_P2P_DISABLE=1: traffic through host memory);
@@ -79,6 +85,18 @@ HOST_GAPS_MS = [m - p for measured, predicted in DP4EP4_TPOT_MS.values() for m, 
 HOST_ROUND_TRIP_US = round(1e3 * sum(HOST_GAPS_MS) / (len(HOST_GAPS_MS) * ROUND_TRIPS_PER_STEP), 1)
 PER_POINT_US = [1e3 * g / ROUND_TRIPS_PER_STEP for g in HOST_GAPS_MS]
 
+# What the 2-GPU dp2-ep2 run of the 2026-11-30b base's engine implies, quoted in that source and not used:
+# Qwen3-30B-A3B dp2-ep2 on 2 H200 over NVLink, 2026-11-30 12:51-12:56 UTC, binaries of ccc87c8
+# (docs/benchmarks/multi_gpu.md), TPOT p50 at C = 1, 8, 64, 256, against epinfer plan --model
+# tests/data/configs/qwen3_30b_a3b.json --hardware h200x2_nvlink_epinfer_2026-11-30b.json --gpus 2 --layout
+# dp2-ep2 --input-len 128 --output-len 128 --concurrency 1,8,64,256 with host_round_trip_us 0, over 48 x 9
+# round trips per step.
+DP2EP2_TPOT_MS = ([23.83, 31.37, 43.88, 48.24], [10.066, 13.635, 18.210, 20.311])
+DP2EP2_ROUND_TRIPS_PER_STEP = 48 * 9
+DP2EP2_GAPS_MS = [m - p for m, p in zip(*DP2EP2_TPOT_MS)]
+DP2EP2_PER_POINT_US = [1e3 * g / DP2EP2_ROUND_TRIPS_PER_STEP for g in DP2EP2_GAPS_MS]
+DP2EP2_FIT_US = 1e3 * sum(DP2EP2_GAPS_MS) / (len(DP2EP2_GAPS_MS) * DP2EP2_ROUND_TRIPS_PER_STEP)
+
 
 def eager_fit(date):
     """gpu.eager_kernel_us and its source: graph_kernel_us + the least squares through the origin of
@@ -108,7 +126,8 @@ NCCL_FILES = {2: "h200x2_{link}_nccl_queued_2026-11-29.json", 4: "h200x4_{link}_
 RUNS = {2: "2026-11-29 20:39 UTC on 2 H200 SXM, NV18 NVLink (lent kind nvidia-h200-x2)",
         4: "2026-11-29 20:12 UTC on 4 H200 SXM, NV18 NVLink between every pair (lent kind nvidia-h200-x4)"}
 SETUPS = [(2, "nvlink", "2026-11-29"), (2, "no_p2p", "2026-11-29"), (4, "nvlink", "2026-11-29"),
-          (4, "no_p2p", "2026-11-29"), (2, "nvlink", "2026-11-30"), (2, "no_p2p", "2026-11-30")]
+          (4, "no_p2p", "2026-11-29"), (2, "nvlink", "2026-11-30"), (2, "no_p2p", "2026-11-30"),
+          (2, "nvlink", "2026-11-30b"), (2, "no_p2p", "2026-11-30b")]
 
 
 def figure(value, provenance, source):
@@ -151,9 +170,16 @@ def make(gpus, link, date):
     nccl = load(nccl_file)
     two = load(two_file)
     gpu = doc["gpu"]
-    eager_kernel_us, eager_source = eager_fit(date)
-    gpu["eager_kernel_us"] = figure(eager_kernel_us, "measured", eager_source)
+    if date in ENGINES:
+        eager_kernel_us, eager_source = eager_fit(date)
+        gpu["eager_kernel_us"] = figure(eager_kernel_us, "measured", eager_source)
     if gpus == 2 and date != "2026-11-29":
+        two_gpu_run = ("" if date == "2026-11-30" else
+                       "; the dp2-ep2 run of this base's engine (2026-11-30 12:51 UTC, binaries of ccc87c8, NVLink) "
+                       "against this profile's plan with the figure at 0 implies "
+                       + " / ".join(f"{u:.1f}" for u in DP2EP2_PER_POINT_US) + " us at C = 1 / 8 / 64 / 256 over "
+                       f"{DP2EP2_ROUND_TRIPS_PER_STEP} round trips per step (least squares {DP2EP2_FIT_US:.1f} us), "
+                       "quoted, not used")
         gpu["host_round_trip_us"] = figure(
             HOST_ROUND_TRIP_US, "estimate",
             f"the 4-GPU profiles' figure (h200x4_*_epinfer_2026-11-29.json), fitted there to the Qwen3-235B-A22B "
@@ -161,8 +187,8 @@ def make(gpus, link, date):
             f"squares through the origin of TPOT p50 measured minus predicted with the figure at 0 over "
             f"{ROUND_TRIPS_PER_STEP} host round trips per step, {HOST_ROUND_TRIP_US} us. Not fitted to the 2-GPU "
             "runs this profile prices (dp2-ep2 of docs/benchmarks/multi_gpu.md, 2026-11-30); the 4-GPU points "
-            f"alone imply {min(PER_POINT_US):.0f}-{max(PER_POINT_US):.0f} us, growing with the step's rows "
-            f"({SCRIPT})")
+            f"alone imply {min(PER_POINT_US):.0f}-{max(PER_POINT_US):.0f} us, growing with the step's rows"
+            f"{two_gpu_run} ({SCRIPT})")
     if gpus == 4:
         gpu["host_round_trip_us"] = figure(
             HOST_ROUND_TRIP_US, "estimate",
@@ -213,6 +239,8 @@ def make(gpus, link, date):
     two_note = ("" if gpus == 2 else
                 f" and the 2-rank tables of profiles/measured/{two_file} ({RUNS[2]}: the same machine type) "
                 "before each 4-rank one")
+    eager_note = ("fitted as its source says" if date in ENGINES else
+                  "the base's (not re-measured for its engine, as its source says)")
     doc["note_calibration"] = (
         f"{base} (gpu.* of the one-GPU engine calibration, its own note below) with "
         f"intra_node.all_reduce, intra_node.all_gather, intra_node.all_to_all of profiles/measured/{nccl_file} "
@@ -220,7 +248,7 @@ def make(gpus, link, date):
         f"--profile-out OUT --base-profile {base}` writes from those measurements, {RUNS[gpus]}: queued_us, per "
         "op of 20 ops issued back to back and waited for once, of the engine whose NCCL calls return once "
         f"queued){two_note}, intra_node.send_recv estimated from the 2-rank all_gather, gpu.eager_kernel_us "
-        f"fitted as its source says{host_note}; written by {SCRIPT}")
+        f"{eager_note}{host_note}; written by {SCRIPT}")
     doc["note_calibration_base"] = base_note
     with open(os.path.join(HERE, out_file), "w") as f:
         f.write(json.dumps(doc, indent=2, ensure_ascii=False) + "\n")

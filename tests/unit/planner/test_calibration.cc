@@ -2,6 +2,7 @@
 // `epinfer bench comm` / `bench moe --profile-out` write (docs/planner.md §1, "Calibration").
 #include <gtest/gtest.h>
 
+#include <cstdio>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -576,8 +577,9 @@ TEST(CalibratedProfile, MoeLayersBecomeTheEngineFigures) {
 }
 
 TEST(EngineCalibration, MultiGpuProfilesAreTheBenchOverTheEngineProfile) {
-    // profiles/measured/h200x{2,4}_{nvlink,no_p2p}_epinfer_2026-11-29.json and
-    // h200x2_{nvlink,no_p2p}_epinfer_2026-11-30.json: what `bench comm --profile-out --base-profile
+    // profiles/measured/h200x{2,4}_{nvlink,no_p2p}_epinfer_2026-11-29.json,
+    // h200x2_{nvlink,no_p2p}_epinfer_2026-11-30.json and h200x2_{nvlink,no_p2p}_epinfer_2026-11-30b.json
+    // (the 30b base keeps the morning's eager_kernel_us): what `bench comm --profile-out --base-profile
     // profiles/measured/h200_epinfer_<date>.json` writes from the measured tables of the N-GPU run
     // (h200x2_*_nccl_queued_2026-11-29.json, h200x4_*_nccl_2026-11-29.json), the 4-GPU ones with the 2-GPU
     // run's 2-rank tables added, plus the figures the bench does not measure
@@ -596,7 +598,7 @@ TEST(EngineCalibration, MultiGpuProfilesAreTheBenchOverTheEngineProfile) {
         std::string date;
         std::vector<int> gpus;
     };
-    for (const Set& set : {Set{"2026-11-29", {2, 4}}, Set{"2026-11-30", {2}}}) {
+    for (const Set& set : {Set{"2026-11-29", {2, 4}}, Set{"2026-11-30", {2}}, Set{"2026-11-30b", {2}}}) {
         const std::string base_path = dir + "h200_epinfer_" + set.date + ".json";
         auto engine = load_hardware_profile_file(base_path);
         ASSERT_TRUE(engine.is_ok()) << engine.status().message();
@@ -643,6 +645,16 @@ TEST(EngineCalibration, MultiGpuProfilesAreTheBenchOverTheEngineProfile) {
                     EXPECT_EQ(g.host_round_trip_us.provenance, Provenance::kEstimate) << stem;
                     EXPECT_NE(g.host_round_trip_us.source.find("Not fitted to the 2-GPU runs"),
                               std::string::npos);
+                }
+                if (set.date == "2026-11-30b") {
+                    // Quoted, not used: the dp2-ep2 run of 12:51 UTC, (measured − predicted at 0) TPOT ms at
+                    // C = 1, 8, 64, 256 over 48 · 9 round trips per step, least squares through the origin.
+                    const double gaps_ms =
+                        (23.83 - 10.066) + (31.37 - 13.635) + (43.88 - 18.210) + (48.24 - 20.311);
+                    char fit[64];
+                    std::snprintf(fit, sizeof fit, "least squares %.1f us", 1e3 * gaps_ms / (4 * 48 * 9));
+                    EXPECT_NE(g.host_round_trip_us.source.find(fit), std::string::npos)
+                        << fit << " in " << g.host_round_trip_us.source;
                 }
                 EXPECT_EQ(multi->intra_node.kind,
                           std::string(link) == "nvlink" ? LinkKind::kNvlink : LinkKind::kPcieNoP2p)
