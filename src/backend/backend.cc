@@ -21,6 +21,17 @@ DeviceBuffer& DeviceBuffer::operator=(DeviceBuffer&& other) noexcept {
     return *this;
 }
 
+Status Backend::qk_norm_rope_kv_store(const QkNormRopeKvStoreArgs& args) {
+    EPI_RETURN_IF_ERROR(qk_norm_rope_kv_store_check(args));
+    const QkNormRopeKvStoreParts p = qk_norm_rope_kv_store_parts(args);
+    if (p.q_norm.num_rows > 0) EPI_RETURN_IF_ERROR(rms_norm(p.q_norm));
+    if (p.k_norm.num_rows > 0) EPI_RETURN_IF_ERROR(rms_norm(p.k_norm));
+    EPI_RETURN_IF_ERROR(rope(p.q_rope));
+    EPI_RETURN_IF_ERROR(rope(p.k_rope));
+    EPI_RETURN_IF_ERROR(kv_cache_store(p.k_store));
+    return kv_cache_store(p.v_store);
+}
+
 void DeviceBuffer::reset() {
     if (data_ != nullptr) backend_->free(data_);
     data_ = nullptr;

@@ -89,6 +89,9 @@ public:
     virtual Status rope(const RopeArgs& args) = 0;
     virtual Status attention(const AttentionArgs& args) = 0;
     virtual Status kv_cache_store(const KvCacheStoreArgs& args) = 0;
+    // Runs the six ops of qk_norm_rope_kv_store_parts(args) in order (the reference); a backend may fuse
+    // them.
+    virtual Status qk_norm_rope_kv_store(const QkNormRopeKvStoreArgs& args);
     virtual Status argmax(const ArgmaxArgs& args) = 0;
     virtual Status silu_mul(const SiluMulArgs& args) = 0;
     virtual Status add(const AddArgs& args) = 0;

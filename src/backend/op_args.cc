@@ -75,7 +75,15 @@ Status rms_norm_check(const RmsNormArgs& a) {
     if (a.num_rows == 0) return Status::ok();
     EPI_RETURN_IF_ERROR(check_not_null(op, "x", a.x));
     EPI_RETURN_IF_ERROR(check_not_null(op, "weight", a.weight));
-    return check_not_null(op, "out", a.out);
+    EPI_RETURN_IF_ERROR(check_not_null(op, "out", a.out));
+    if (a.residual == nullptr) {
+        if (a.sum_out != nullptr) return bad(op, "sum_out is set without residual");
+        return Status::ok();
+    }
+    EPI_RETURN_IF_ERROR(check_not_null(op, "sum_out", a.sum_out));
+    if (a.out == a.x || a.out == a.residual || a.out == a.sum_out)
+        return bad(op, "with residual, out must not be x, residual or sum_out");
+    return Status::ok();
 }
 
 Status matmul_check(const MatmulArgs& a) {
@@ -194,6 +202,65 @@ Status kv_cache_store_check(const KvCacheStoreArgs& a) {
     EPI_RETURN_IF_ERROR(check_not_null(op, "src", a.src));
     EPI_RETURN_IF_ERROR(check_not_null(op, "pool", a.pool));
     return check_not_null(op, "slot_mapping", a.slot_mapping);
+}
+
+QkNormRopeKvStoreParts qk_norm_rope_kv_store_parts(const QkNormRopeKvStoreArgs& a) {
+    const int64_t D = a.head_dim, kv_row = a.num_kv_heads * D;
+    QkNormRopeKvStoreParts p;
+    const auto norm = [&](RmsNormArgs& n, float* x, const void* weight, int64_t heads) {
+        n.x = n.out = x;
+        n.weight = weight;
+        n.weight_dtype = a.norm_dtype;
+        n.num_rows = weight != nullptr ? a.num_tokens * heads : 0;
+        n.width = n.x_row_stride = n.out_row_stride = D;
+        n.eps = a.norm_eps;
+    };
+    norm(p.q_norm, a.q, a.q_norm, a.num_heads);
+    norm(p.k_norm, a.k, a.k_norm, a.num_kv_heads);
+    const auto rope = [&](RopeArgs& r, float* x, int64_t heads) {
+        r.x = x;
+        r.positions = a.positions;
+        r.inv_freq = a.inv_freq;
+        r.attention_scaling = a.attention_scaling;
+        r.num_tokens = a.num_tokens;
+        r.num_heads = heads;
+        r.token_stride = heads * D;
+        r.head_stride = D;
+        r.rotary_dim = a.rotary_dim;
+        r.interleaved = a.interleaved;
+    };
+    rope(p.q_rope, a.q, a.num_heads);
+    rope(p.k_rope, a.k, a.num_kv_heads);
+    const auto store = [&](KvCacheStoreArgs& s, const float* src, void* pool) {
+        s.src = src;
+        s.pool = pool;
+        s.pool_dtype = a.pool_dtype;
+        s.slot_mapping = a.slot_mapping;
+        s.num_tokens = a.num_tokens;
+        s.width = s.src_row_stride = kv_row;
+        s.num_pool_rows = a.num_pool_rows;
+    };
+    store(p.k_store, a.k, a.k_pool);
+    store(p.v_store, a.v, a.v_pool);
+    return p;
+}
+
+Status qk_norm_rope_kv_store_check(const QkNormRopeKvStoreArgs& a) {
+    const char* op = "qk_norm_rope_kv_store";
+    EPI_RETURN_IF_ERROR(check_positive(op, "head_dim", a.head_dim));
+    if (a.rotary_dim > a.head_dim) {
+        return bad(
+            op, "rotary_dim " + std::to_string(a.rotary_dim) + " > head_dim " + std::to_string(a.head_dim));
+    }
+    if ((a.q_norm == nullptr) != (a.k_norm == nullptr))
+        return bad(op, "q_norm and k_norm must both be set or both null");
+    const QkNormRopeKvStoreParts p = qk_norm_rope_kv_store_parts(a);
+    EPI_RETURN_IF_ERROR(rms_norm_check(p.q_norm));
+    EPI_RETURN_IF_ERROR(rms_norm_check(p.k_norm));
+    EPI_RETURN_IF_ERROR(rope_check(p.q_rope));
+    EPI_RETURN_IF_ERROR(rope_check(p.k_rope));
+    EPI_RETURN_IF_ERROR(kv_cache_store_check(p.k_store));
+    return kv_cache_store_check(p.v_store);
 }
 
 Status argmax_check(const ArgmaxArgs& a) {

@@ -27,6 +27,9 @@ struct EmbeddingArgs {
 
 // RMSNorm over rows of any width (full hidden, per head, whole projection), as transformers *RMSNorm in
 // fp32: out = weight · (x · rsqrt(mean(x²) + eps)).
+// With `residual` (vLLM's fused_add_rms_norm: a decoder layer's residual add and the next norm in one op):
+// s = x + residual (fp32, the add op's sum) is written to sum_out and out = weight · (s · rsqrt(mean(s²) +
+// eps)), so the sum and the norm equal an add followed by rms_norm bit for bit.
 struct RmsNormArgs {
     const float* x = nullptr;      // [R, W] fp32, device, row stride x_row_stride
     const void* weight = nullptr;  // [W] weight_dtype, device
@@ -37,6 +40,9 @@ struct RmsNormArgs {
     int64_t x_row_stride = 0;    // ≥ W
     int64_t out_row_stride = 0;  // ≥ W
     float eps = 1e-6f;
+    const float* residual = nullptr;  // [R, W] fp32, device, row stride x_row_stride, or nullptr
+    float* sum_out = nullptr;  // [R, W] fp32, device, row stride x_row_stride: x + residual (with residual
+                               // only); may equal x; out must not overlap x, residual or sum_out
 };
 
 // y = x · Wᵀ + bias (nn.Linear), accumulated in fp32.
@@ -155,6 +161,44 @@ struct KvCacheStoreArgs {
     int64_t num_pool_rows = 0;              // rows of the pool, ≥ 1
 };
 
+// GQA attention's work between the q/k/v projections and the attention op, as one op (TensorRT-LLM's QKV
+// preprocessing, with Qwen3's per-head q/k RMSNorm first): per-head RMSNorm of q and k when q_norm is set,
+// RoPE of the first rotary_dim elements of every q and k head, then the rows of k and v stored into the KV
+// cache's pools. Defined as the six ops of qk_norm_rope_kv_store_parts() run in order: rms_norm of q and
+// of k, rope of q and of k, kv_cache_store of k and of v (Backend's default implementation runs them).
+struct QkNormRopeKvStoreArgs {
+    float* q = nullptr;            // [T, Nh, D] fp32, device, packed: normed and rotated in place
+    float* k = nullptr;            // [T, Nkv, D] fp32, device, packed: normed and rotated in place
+    const float* v = nullptr;      // [T, Nkv, D] fp32, device, packed
+    int64_t num_tokens = 0;        // T (0 allowed)
+    int64_t num_heads = 0;         // Nh
+    int64_t num_kv_heads = 0;      // Nkv
+    int64_t head_dim = 0;          // D
+    const void* q_norm = nullptr;  // [D] norm_dtype, device, or nullptr: no q/k norm (then k_norm too)
+    const void* k_norm = nullptr;  // [D] norm_dtype, device, or nullptr
+    DType norm_dtype = DType::kBF16;
+    float norm_eps = 1e-6f;
+    const int32_t* positions = nullptr;  // [T] int32, device
+    const float* inv_freq = nullptr;     // [rotary_dim / 2] fp32, device
+    float attention_scaling = 1.0f;
+    int64_t rotary_dim = 0;  // even, ≤ D
+    bool interleaved = false;
+    void* k_pool = nullptr;                 // [num_pool_rows, Nkv · D] pool_dtype, device
+    void* v_pool = nullptr;                 // [num_pool_rows, Nkv · D] pool_dtype, device
+    DType pool_dtype = DType::kF32;         // kF32 or kBF16
+    const int64_t* slot_mapping = nullptr;  // [T] int64, device, each in [0, num_pool_rows)
+    int64_t num_pool_rows = 0;
+};
+
+// The ops QkNormRopeKvStoreArgs is defined as, in the order they run (q_norm/k_norm: num_rows 0 without
+// norm weights).
+struct QkNormRopeKvStoreParts {
+    RmsNormArgs q_norm, k_norm;
+    RopeArgs q_rope, k_rope;
+    KvCacheStoreArgs k_store, v_store;
+};
+QkNormRopeKvStoreParts qk_norm_rope_kv_store_parts(const QkNormRopeKvStoreArgs& args);
+
 // Greedy decoding on the device: out_ids[r] = the index of the largest of logits[r, :], ties to the lower
 // index, NaN never winning unless the whole row is NaN (then 0) — the host sampler's argmax_token
 // (engine/sampler.h). out_non_finite[r] = 1 when row r holds a NaN or ±inf, else 0 (the engine refuses
@@ -213,6 +257,8 @@ Status batched_matmul_check(const BatchedMatmulArgs& args);
 Status rope_check(const RopeArgs& args);
 Status attention_check(const AttentionArgs& args);
 Status kv_cache_store_check(const KvCacheStoreArgs& args);
+// Each part's check, and rotary_dim ≤ head_dim, q_norm and k_norm both set or both null.
+Status qk_norm_rope_kv_store_check(const QkNormRopeKvStoreArgs& args);
 Status argmax_check(const ArgmaxArgs& args);
 Status silu_mul_check(const SiluMulArgs& args);
 Status add_check(const AddArgs& args);

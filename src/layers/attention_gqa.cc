@@ -4,24 +4,6 @@ namespace epinfer {
 
 namespace {
 
-// RoPE on the first rotary_dim of each of `num_heads` heads of x: [T, num_heads, D] fp32.
-Status apply_rope(Backend& backend, const GqaAttentionParams& p, float* x, int64_t num_rows,
-                  int64_t num_heads, const int32_t* positions) {
-    RopeArgs args;
-    args.x = x;
-    args.positions = positions;
-    args.inv_freq = p.inv_freq;
-    args.attention_scaling = p.rope_attention_scaling;
-    args.num_tokens = num_rows;
-    args.num_heads = num_heads;
-    args.token_stride = num_heads * p.head_dim;
-    args.head_stride = p.head_dim;
-    args.rot_offset = 0;
-    args.rotary_dim = p.rotary_dim;
-    args.interleaved = p.rope_interleaved;
-    return backend.rope(args);
-}
-
 // q/k norm in place on x: [T, num_heads, D] fp32.
 Status apply_qk_norm(Backend& backend, const GqaAttentionParams& p, const RmsNormWeight& norm, float* x,
                      int64_t num_rows, int64_t num_heads) {
@@ -73,17 +55,43 @@ Status gqa_attention_forward(Backend& backend, const GqaAttentionWeights& w, con
     } else {
         EPI_RETURN_IF_ERROR_CTX(linear_forward(backend, w.q_proj, x, T, q.f32()), "q_proj");
         EPI_RETURN_IF_ERROR_CTX(linear_forward(backend, w.k_proj, x, T, k.f32()), "k_proj");
+    }
+    EPI_RETURN_IF_ERROR_CTX(linear_forward(backend, w.v_proj, x, T, v.f32()), "v_proj");
+    // Per-head q/k norms run inside the next op when their weights share a dtype and eps (they do in every
+    // checkpoint seen); otherwise, and for whole-projection norms, here.
+    const bool fuse_norms = p.full_num_heads == 0 && p.qk_norm == QkNormMode::kPerHead &&
+                            w.q_norm.dtype == w.k_norm.dtype && w.q_norm.eps == w.k_norm.eps;
+    if (p.full_num_heads == 0 && !fuse_norms) {
         EPI_RETURN_IF_ERROR_CTX(apply_qk_norm(backend, p, w.q_norm, q.f32(), T, Nh), "q_norm");
         EPI_RETURN_IF_ERROR_CTX(apply_qk_norm(backend, p, w.k_norm, k.f32(), T, Nkv), "k_norm");
     }
-    EPI_RETURN_IF_ERROR_CTX(linear_forward(backend, w.v_proj, x, T, v.f32()), "v_proj");
-    EPI_RETURN_IF_ERROR(apply_rope(backend, p, q.f32(), T, Nh, batch.positions));
-    EPI_RETURN_IF_ERROR(apply_rope(backend, p, k.f32(), T, Nkv, batch.positions));
 
     EPI_ASSIGN_OR_RETURN(const LayerKvCache* layer, batch_layer_cache(batch));
-    const int64_t kv_row = Nkv * D;
-    EPI_RETURN_IF_ERROR(kv_cache_store_rows(backend, batch, *layer, layer->k_pool, kv_row, k.f32()));
-    EPI_RETURN_IF_ERROR(kv_cache_store_rows(backend, batch, *layer, layer->v_pool, kv_row, v.f32()));
+    QkNormRopeKvStoreArgs prep;
+    prep.q = q.f32();
+    prep.k = k.f32();
+    prep.v = v.f32();
+    prep.num_tokens = T;
+    prep.num_heads = Nh;
+    prep.num_kv_heads = Nkv;
+    prep.head_dim = D;
+    if (fuse_norms) {
+        prep.q_norm = w.q_norm.weight;
+        prep.k_norm = w.k_norm.weight;
+        prep.norm_dtype = w.q_norm.dtype;
+        prep.norm_eps = w.q_norm.eps;
+    }
+    prep.positions = batch.positions;
+    prep.inv_freq = p.inv_freq;
+    prep.attention_scaling = p.rope_attention_scaling;
+    prep.rotary_dim = p.rotary_dim;
+    prep.interleaved = p.rope_interleaved;
+    prep.k_pool = layer->k_pool;
+    prep.v_pool = layer->v_pool;
+    prep.pool_dtype = layer->dtype;
+    prep.slot_mapping = static_cast<const int64_t*>(batch.kv_metadata->slot_mapping.data());
+    prep.num_pool_rows = layer->num_blocks * layer->block_size;
+    EPI_RETURN_IF_ERROR(backend.qk_norm_rope_kv_store(prep));
 
     AttentionArgs args;
     args.q = q.f32();

@@ -34,4 +34,20 @@ Status rms_norm_forward(Backend& backend, const RmsNormWeight& norm, const float
     return backend.rms_norm(args);
 }
 
+Status add_rms_norm_forward(Backend& backend, const RmsNormWeight& norm, float* hidden, const float* residual,
+                            int64_t num_rows, float* out) {
+    RmsNormArgs args;
+    args.x = hidden;
+    args.residual = residual;
+    args.sum_out = hidden;
+    args.weight = norm.weight;
+    args.weight_dtype = norm.dtype;
+    args.out = out;
+    args.num_rows = num_rows;
+    args.width = norm.width;
+    args.x_row_stride = args.out_row_stride = norm.width;
+    args.eps = norm.eps;
+    return backend.rms_norm(args);
+}
+
 }  // namespace epinfer

@@ -40,4 +40,10 @@ Status linear_forward(Backend& backend, const Linear& linear, const float* x, in
 Status rms_norm_forward(Backend& backend, const RmsNormWeight& norm, const float* x, int64_t num_rows,
                         float* out, int64_t row_stride = 0);
 
+// A decoder layer's residual add and the norm after it, in one op (RmsNormArgs::residual):
+// hidden += residual, then out = norm(hidden). hidden, residual, out: [R, W] fp32 device, contiguous;
+// out must not overlap the others.
+Status add_rms_norm_forward(Backend& backend, const RmsNormWeight& norm, float* hidden, const float* residual,
+                            int64_t num_rows, float* out);
+
 }  // namespace epinfer

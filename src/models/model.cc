@@ -379,6 +379,14 @@ Status Model::run_stage(const ForwardArgs& args, const StageInputs& in, const St
     const MlaAttentionParams mla = mla_params(c, w, backend);
     const MoeRouterParams router = router_params(c);
     std::vector<AttentionSequence> attn_seqs(seqs.size());  // this layer's views of the sequences
+    // The last MLP output waits in `branch` for the next norm, which adds it to `hidden` (one op for the
+    // add and the norm); with an observer, which reads `hidden` after each layer, it is added at once.
+    bool branch_pending = false;
+    const auto norm_hidden = [&](const RmsNormWeight& norm) {
+        if (!branch_pending) return rms_norm_forward(backend, norm, hidden.f32(), T, normed.f32());
+        branch_pending = false;
+        return add_rms_norm_forward(backend, norm, hidden.f32(), branch.f32(), T, normed.f32());
+    };
     for (int64_t l = stage.layers.begin; l < stage.layers.end(); ++l) {
         const DecoderLayerWeights& lw = w.layers[static_cast<size_t>(l)];
         const std::string ctx = "layer " + std::to_string(l);
@@ -389,8 +397,7 @@ Status Model::run_stage(const ForwardArgs& args, const StageInputs& in, const St
         const AttentionBatch batch{in.positions, attn_seqs, in.kv_metadata};
 
         if (T > 0) {
-            EPI_RETURN_IF_ERROR_CTX(
-                rms_norm_forward(backend, lw.input_layernorm, hidden.f32(), T, normed.f32()), ctx);
+            EPI_RETURN_IF_ERROR_CTX(norm_hidden(lw.input_layernorm), ctx);
             if (c.attention == AttentionKind::kMla) {
                 EPI_RETURN_IF_ERROR_CTX(
                     mla_attention_forward(backend, lw.mla, mla, batch, normed.f32(), T, branch.f32()),
@@ -401,9 +408,8 @@ Status Model::run_stage(const ForwardArgs& args, const StageInputs& in, const St
                     ctx + " attention");
             }
             EPI_RETURN_IF_ERROR_CTX(all_reduce_sum_f32(attn_tp, branch.f32(), T * H), ctx + " attention");
-            EPI_RETURN_IF_ERROR(add_in_place(backend, hidden.f32(), branch.f32(), T * H));
-            EPI_RETURN_IF_ERROR_CTX(
-                rms_norm_forward(backend, lw.post_attention_layernorm, hidden.f32(), T, normed.f32()), ctx);
+            branch_pending = true;
+            EPI_RETURN_IF_ERROR_CTX(norm_hidden(lw.post_attention_layernorm), ctx);
             EPI_RETURN_IF_ERROR(observe(backend, args.observer, "mlp_in", l, normed.f32(), T, H));
         }
         if (lw.is_moe) {
@@ -417,12 +423,17 @@ Status Model::run_stage(const ForwardArgs& args, const StageInputs& in, const St
         }
         if (T > 0) {
             EPI_RETURN_IF_ERROR(observe(backend, args.observer, "mlp_out", l, branch.f32(), T, H));
-            EPI_RETURN_IF_ERROR(add_in_place(backend, hidden.f32(), branch.f32(), T * H));
-            EPI_RETURN_IF_ERROR(observe(backend, args.observer, "hidden", l, hidden.f32(), T, H));
+            branch_pending = true;
+            if (args.observer != nullptr) {
+                branch_pending = false;
+                EPI_RETURN_IF_ERROR(add_in_place(backend, hidden.f32(), branch.f32(), T * H));
+                EPI_RETURN_IF_ERROR(observe(backend, args.observer, "hidden", l, hidden.f32(), T, H));
+            }
         }
     }
     if (T == 0) return Status::ok();
     if (!stage.has_lm_head) {
+        if (branch_pending) EPI_RETURN_IF_ERROR(add_in_place(backend, hidden.f32(), branch.f32(), T * H));
         const int next = par->coords.pp_rank + 1;
         return par->pipeline->send(hidden.data(), T * H, DType::kF32, next);
     }
@@ -430,7 +441,7 @@ Status Model::run_stage(const ForwardArgs& args, const StageInputs& in, const St
     // Final norm and LM head on the rows whose logits are wanted (out: [num_out, V] or [2, num_out]).
     int64_t num_out = T;
     const float* head_in = normed.f32();
-    EPI_RETURN_IF_ERROR(rms_norm_forward(backend, w.norm, hidden.f32(), T, normed.f32()));
+    EPI_RETURN_IF_ERROR(norm_hidden(w.norm));
     EPI_RETURN_IF_ERROR(
         observe(backend, args.observer, "final_norm", c.num_hidden_layers, normed.f32(), T, H));
     DeviceBuffer last_rows_dev;  // [num_sequences] int32: the row index of each sequence's last token

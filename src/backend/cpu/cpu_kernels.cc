@@ -68,6 +68,12 @@ void cpu_rms_norm(const RmsNormArgs& a, ThreadPool& pool) {
         for (int64_t r = r0; r < r1; ++r) {
             const float* x = a.x + r * a.x_row_stride;  // [W]
             float* out = a.out + r * a.out_row_stride;  // [W]
+            if (a.residual != nullptr) {                // s = x + residual, then the norm of s
+                const float* res = a.residual + r * a.x_row_stride;  // [W]
+                float* sum = a.sum_out + r * a.x_row_stride;         // [W]
+                for (int64_t i = 0; i < W; ++i) sum[i] = x[i] + res[i];
+                x = sum;
+            }
             const float mean_sq = dot_f32(x, x, W) / static_cast<float>(W);
             const float inv_rms = 1.0f / std::sqrt(mean_sq + a.eps);
             for (int64_t i = 0; i < W; ++i) out[i] = weight[i] * (x[i] * inv_rms);

@@ -18,6 +18,7 @@
 #include "backend/cuda/kernels/dense_ops.cuh"
 #include "backend/cuda/kernels/matmul_small_t.cuh"
 #include "backend/cuda/kernels/moe_router.cuh"
+#include "backend/cuda/kernels/qk_norm_rope_kv_store.cuh"
 
 namespace epinfer {
 
@@ -253,6 +254,13 @@ public:
         use_device();
         EPI_RETURN_IF_ERROR(kv_cache_store_check(args));
         EPI_CUDA_CHECK(cuda::launch_kv_cache_store(args, flags_ + kKvCacheStoreFlag, stream_));
+        return Status::ok();
+    }
+    Status qk_norm_rope_kv_store(const QkNormRopeKvStoreArgs& args) override {
+        use_device();
+        EPI_RETURN_IF_ERROR(qk_norm_rope_kv_store_check(args));
+        if (!cuda::qk_norm_rope_kv_store_fusable(args)) return Backend::qk_norm_rope_kv_store(args);
+        EPI_CUDA_CHECK(cuda::launch_qk_norm_rope_kv_store(args, flags_ + kKvCacheStoreFlag, stream_));
         return Status::ok();
     }
     Status argmax(const ArgmaxArgs& args) override {

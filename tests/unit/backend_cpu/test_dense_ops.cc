@@ -45,6 +45,65 @@ TEST(DenseOps, RmsNormHandComputed) {
     EXPECT_NEAR(out[1], 2.0f * 1.13137085f, 1e-6);
 }
 
+// The fused residual add (RmsNormArgs::residual) equals the add op followed by rms_norm, bit for bit: the
+// sum in sum_out (here x itself, as the model runs it) and the normed rows.
+TEST_P(DenseOpsTest, RmsNormWithResidualEqualsAddThenNorm) {
+    const int64_t rows = 5, width = 37;
+    const std::vector<float> x = random_floats(rows * width, 11, -3.0f, 3.0f);
+    const std::vector<float> residual = random_floats(rows * width, 12, -3.0f, 3.0f);
+    const StoredTensor w = store_as(GetParam(), random_floats(width, 13, 0.5f, 1.5f));
+    RmsNormArgs a;
+    a.weight = w.data();
+    a.weight_dtype = GetParam();
+    a.num_rows = rows;
+    a.width = width;
+    a.x_row_stride = a.out_row_stride = width;
+    a.eps = 1e-5f;
+
+    std::vector<float> want_sum(rows * width), want_out(rows * width);
+    AddArgs add{x.data(), residual.data(), want_sum.data(), rows * width};
+    ASSERT_TRUE(backend_->add(add).is_ok());
+    a.x = want_sum.data();
+    a.out = want_out.data();
+    ASSERT_TRUE(backend_->rms_norm(a).is_ok());
+
+    std::vector<float> hidden = x, out(rows * width, -7.0f);
+    a.x = hidden.data();
+    a.residual = residual.data();
+    a.sum_out = hidden.data();
+    a.out = out.data();
+    ASSERT_TRUE(backend_->rms_norm(a).is_ok());
+    EXPECT_EQ(0, std::memcmp(hidden.data(), want_sum.data(), hidden.size() * sizeof(float))) << "sum_out";
+    EXPECT_EQ(0, std::memcmp(out.data(), want_out.data(), out.size() * sizeof(float))) << "out";
+}
+
+TEST(DenseOps, RmsNormResidualArgumentsAreChecked) {
+    auto backend = make_cpu_backend(1);
+    std::vector<float> x(4, 1.0f), residual(4, 1.0f), out(4);
+    const StoredTensor w = store_as(DType::kF32, {1.0f, 1.0f, 1.0f, 1.0f});
+    RmsNormArgs a;
+    a.x = x.data();
+    a.weight = w.data();
+    a.weight_dtype = DType::kF32;
+    a.out = out.data();
+    a.num_rows = 1;
+    a.width = a.x_row_stride = a.out_row_stride = 4;
+    a.residual = residual.data();
+    Status s = backend->rms_norm(a);
+    EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(s.message().find("sum_out"), std::string::npos) << s.message();
+    a.sum_out = x.data();
+    a.out = x.data();
+    s = backend->rms_norm(a);
+    EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(s.message().find("out must not be x, residual or sum_out"), std::string::npos) << s.message();
+    a.residual = nullptr;
+    a.out = out.data();
+    s = backend->rms_norm(a);
+    EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(s.message().find("sum_out is set without residual"), std::string::npos) << s.message();
+}
+
 TEST_P(DenseOpsTest, RmsNormMatchesFormulaOnStridedRows) {
     const int64_t rows = 7, width = 37, x_stride = 41, out_stride = 39;
     const std::vector<float> x = random_floats(rows * x_stride, 1, -3.0f, 3.0f);

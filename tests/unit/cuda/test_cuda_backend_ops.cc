@@ -15,6 +15,7 @@
 #include <memory>
 #include <random>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "backend/backend.h"
@@ -161,6 +162,38 @@ TEST_F(CudaBackendTest, RmsNorm) {
                                      from_gpu(in_place ? d_x : d_out, R * out_stride), want);
                     }
                 }
+            }
+        }
+    }
+}
+
+// The fused residual add (RmsNormArgs::residual, sum_out = x as the model runs it) against the CPU: the
+// sums bit-equal (one fp32 add each), the normed rows within the rms_norm tolerance; both kernels (the
+// register one for W a multiple of 4 and rows up to 8192, the general one for W = 257 and 8196).
+TEST_F(CudaBackendTest, RmsNormWithResidual) {
+    for (DType dtype : kWeightDtypes) {
+        for (int64_t R : {1, 7, 33}) {
+            for (int64_t W : {64, 257, 2048, 7168, 8196}) {
+                const std::vector<float> x = random_floats(R * W, 700 + R * W, -2.0f, 2.0f);
+                const std::vector<float> residual = random_floats(R * W, 800 + R * W, -2.0f, 2.0f);
+                const std::vector<uint8_t> weight = random_weights(W, 900 + W, 1.5f, dtype);
+                std::vector<float> want_sum = x, want(R * W, 0.0f);
+                RmsNormArgs args{x.data(), weight.data(), dtype, want.data(), R, W, W, W, 1e-5f};
+                args.x = want_sum.data();
+                args.residual = residual.data();
+                args.sum_out = want_sum.data();
+                ASSERT_TRUE(cpu_->rms_norm(args).is_ok());
+                DeviceBuffer d_x = to_gpu(x), d_res = to_gpu(residual), d_w = to_gpu(weight);
+                DeviceBuffer d_out = nan_gpu(R * W);
+                args.x = d_x.f32();
+                args.residual = d_res.f32();
+                args.sum_out = d_x.f32();
+                args.weight = d_w.data();
+                args.out = d_out.f32();
+                ASSERT_TRUE(gpu_->rms_norm(args).is_ok());
+                const std::string what = fmt::format("R{} W{}", R, W);
+                EXPECT_EQ(from_gpu(d_x, R * W), want_sum) << what << ": sum_out";
+                expect_close("rms_norm", dtype, what, from_gpu(d_out, R * W), want);
             }
         }
     }
@@ -556,6 +589,157 @@ TEST_F(CudaBackendTest, KvCacheStore) {
     const Status st = gpu_->synchronize();
     EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
     EXPECT_NE(st.message().find("slot_mapping"), std::string::npos) << st.message();
+}
+
+// The fused GQA preparation against the CPU's six ops (Backend's default): q, k in place and the k/v pool
+// rows, for head dims 16…256 (Qwen3 128/128, GLM-4.5's partial rotary 128/64, a tiny fixture's 16), with
+// and without q/k norms, fp32 and bf16 pools, shuffled slots; interleaved RoPE takes the unfused path.
+TEST_F(CudaBackendTest, QkNormRopeKvStore) {
+    struct Shape {
+        int64_t heads, kv_heads, head_dim, rotary_dim;
+        bool interleaved;
+    };
+    const Shape shapes[] = {{4, 2, 128, 128, false}, {6, 2, 128, 64, false},  {3, 1, 16, 16, false},
+                            {5, 5, 96, 32, false},   {2, 1, 256, 256, false}, {4, 2, 64, 64, true}};
+    for (const Shape& s : shapes) {
+        for (int64_t T : {1, 3, 17}) {
+            for (DType pool_dtype : {DType::kF32, DType::kBF16}) {
+                for (bool norms : {false, true}) {
+                    const int64_t D = s.head_dim, q_n = T * s.heads * D, kv_n = T * s.kv_heads * D;
+                    const int64_t pool_rows = T + 11, kv_row = s.kv_heads * D;
+                    const uint32_t seed = static_cast<uint32_t>(T * 1000 + D + s.heads + norms);
+                    const std::vector<float> q = random_floats(q_n, seed, -2.0f, 2.0f);
+                    const std::vector<float> k = random_floats(kv_n, seed + 1, -2.0f, 2.0f);
+                    const std::vector<float> v = random_floats(kv_n, seed + 2, -2.0f, 2.0f);
+                    const std::vector<uint8_t> q_w = random_weights(D, seed + 3, 1.5f, DType::kBF16);
+                    const std::vector<uint8_t> k_w = random_weights(D, seed + 4, 1.5f, DType::kBF16);
+                    std::vector<float> inv_freq(s.rotary_dim / 2);
+                    for (size_t i = 0; i < inv_freq.size(); ++i)
+                        inv_freq[i] = 1.0f / std::pow(1e6f, static_cast<float>(2 * i) /
+                                                                static_cast<float>(s.rotary_dim));
+                    std::vector<int32_t> positions(T);
+                    for (int64_t t = 0; t < T; ++t)
+                        positions[t] = static_cast<int32_t>((t * 977 + 4093) % 40000);
+                    std::vector<int64_t> slots(pool_rows);
+                    for (int64_t i = 0; i < pool_rows; ++i) slots[i] = i;
+                    std::shuffle(slots.begin(), slots.end(), std::mt19937(seed));
+                    slots.resize(T);
+                    // Pools start as random bits of their dtype (rows not stored must stay as they were).
+                    const size_t pool_bytes =
+                        static_cast<size_t>(pool_rows * kv_row) * dtype_size(pool_dtype);
+                    const std::vector<uint8_t> pool0 =
+                        random_weights(pool_rows * kv_row, seed + 5, 1.0f, pool_dtype);
+                    ASSERT_EQ(pool0.size(), pool_bytes);
+
+                    std::vector<float> want_q = q, want_k = k;
+                    std::vector<uint8_t> want_kp = pool0, want_vp = pool0;
+                    QkNormRopeKvStoreArgs args;
+                    args.q = want_q.data();
+                    args.k = want_k.data();
+                    args.v = v.data();
+                    args.num_tokens = T;
+                    args.num_heads = s.heads;
+                    args.num_kv_heads = s.kv_heads;
+                    args.head_dim = D;
+                    args.q_norm = norms ? q_w.data() : nullptr;
+                    args.k_norm = norms ? k_w.data() : nullptr;
+                    args.norm_dtype = DType::kBF16;
+                    args.norm_eps = 1e-6f;
+                    args.positions = positions.data();
+                    args.inv_freq = inv_freq.data();
+                    args.attention_scaling = 1.1f;
+                    args.rotary_dim = s.rotary_dim;
+                    args.interleaved = s.interleaved;
+                    args.k_pool = want_kp.data();
+                    args.v_pool = want_vp.data();
+                    args.pool_dtype = pool_dtype;
+                    args.slot_mapping = slots.data();
+                    args.num_pool_rows = pool_rows;
+                    ASSERT_TRUE(cpu_->qk_norm_rope_kv_store(args).is_ok());
+
+                    DeviceBuffer d_q = to_gpu(q), d_k = to_gpu(k), d_v = to_gpu(v), d_qw = to_gpu(q_w),
+                                 d_kw = to_gpu(k_w), d_freq = to_gpu(inv_freq), d_pos = to_gpu(positions),
+                                 d_slots = to_gpu(slots), d_kp = to_gpu(pool0), d_vp = to_gpu(pool0);
+                    args.q = d_q.f32();
+                    args.k = d_k.f32();
+                    args.v = d_v.f32();
+                    args.q_norm = norms ? d_qw.data() : nullptr;
+                    args.k_norm = norms ? d_kw.data() : nullptr;
+                    args.positions = static_cast<const int32_t*>(d_pos.data());
+                    args.inv_freq = d_freq.f32();
+                    args.k_pool = d_kp.data();
+                    args.v_pool = d_vp.data();
+                    args.slot_mapping = static_cast<const int64_t*>(d_slots.data());
+                    ASSERT_TRUE(gpu_->qk_norm_rope_kv_store(args).is_ok());
+                    const std::string what =
+                        fmt::format("Nh {} Nkv {} D {} rot {}{} T{} pool {}{}", s.heads, s.kv_heads, D,
+                                    s.rotary_dim, s.interleaved ? " interleaved" : "", T,
+                                    dtype_name(pool_dtype), norms ? " norms" : "");
+                    expect_close("qk_norm_rope_kv_store", DType::kF32, what + " q", from_gpu(d_q, q_n),
+                                 want_q);
+                    expect_close("qk_norm_rope_kv_store", DType::kF32, what + " k", from_gpu(d_k, kv_n),
+                                 want_k);
+                    const auto pool_f32 = [&](const std::vector<uint8_t>& bytes) {
+                        std::vector<float> out(static_cast<size_t>(pool_rows * kv_row));
+                        for (size_t i = 0; i < out.size(); ++i) {
+                            if (pool_dtype == DType::kF32) {
+                                std::memcpy(&out[i], bytes.data() + 4 * i, 4);
+                            } else {
+                                uint16_t b;
+                                std::memcpy(&b, bytes.data() + 2 * i, 2);
+                                out[i] = bf16_to_f32(b);
+                            }
+                        }
+                        return out;
+                    };
+                    for (const auto& [name, d_pool, want_pool] :
+                         {std::tuple{"k pool", &d_kp, &want_kp}, std::tuple{"v pool", &d_vp, &want_vp}}) {
+                        const std::vector<uint8_t> got = from_gpu<uint8_t>(*d_pool, pool_bytes);
+                        expect_close("qk_norm_rope_kv_store", pool_dtype, what + " " + name, pool_f32(got),
+                                     pool_f32(*want_pool));
+                        for (int64_t r = 0; r < pool_rows; ++r) {  // rows no token stores are untouched
+                            if (std::find(slots.begin(), slots.end(), r) != slots.end()) continue;
+                            const size_t row_bytes = static_cast<size_t>(kv_row) * dtype_size(pool_dtype);
+                            ASSERT_EQ(0, std::memcmp(got.data() + r * row_bytes, pool0.data() + r * row_bytes,
+                                                     row_bytes))
+                                << what << " " << name << " row " << r;
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+// A slot outside the pool: that token's k/v rows are skipped and synchronize() reports kv_cache_store's
+// error.
+TEST_F(CudaBackendTest, QkNormRopeKvStoreBadSlotFailsAtSynchronize) {
+    const int64_t D = 128;
+    DeviceBuffer d_q = to_gpu(random_floats(2 * D, 1)), d_k = to_gpu(random_floats(D, 2)),
+                 d_v = to_gpu(random_floats(D, 3)), d_pos = to_gpu(std::vector<int32_t>{5}),
+                 d_freq = to_gpu(std::vector<float>(D / 2, 0.01f)), d_slots = to_gpu(std::vector<int64_t>{4}),
+                 d_kp = to_gpu(std::vector<float>(4 * D, 0.0f)),
+                 d_vp = to_gpu(std::vector<float>(4 * D, 0.0f));
+    QkNormRopeKvStoreArgs args;
+    args.q = d_q.f32();
+    args.k = d_k.f32();
+    args.v = d_v.f32();
+    args.num_tokens = 1;
+    args.num_heads = 2;
+    args.num_kv_heads = 1;
+    args.head_dim = D;
+    args.positions = static_cast<const int32_t*>(d_pos.data());
+    args.inv_freq = d_freq.f32();
+    args.rotary_dim = D;
+    args.k_pool = d_kp.data();
+    args.v_pool = d_vp.data();
+    args.slot_mapping = static_cast<const int64_t*>(d_slots.data());
+    args.num_pool_rows = 4;
+    ASSERT_TRUE(gpu_->qk_norm_rope_kv_store(args).is_ok());
+    const Status st = gpu_->synchronize();
+    EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(st.message().find("slot_mapping"), std::string::npos) << st.message();
+    EXPECT_EQ(from_gpu(d_kp, 4 * D), std::vector<float>(4 * D, 0.0f));
 }
 
 TEST_F(CudaBackendTest, AttentionPagedNegativeBlockIdFailsAtSynchronize) {

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdint>
 
+#include "backend/cuda/kernels/kv_cast.cuh"
 #include "backend/cuda/kernels/pdl.cuh"
 
 namespace epinfer::cuda {
@@ -266,20 +267,6 @@ cudaError_t launch(const AttentionArgs& a, const KeySplit& split, int num_chunks
     const int64_t num_blocks = a.num_tokens * a.num_kv_heads * num_chunks * split.num_splits;
     return launch_pdl(attention_kernel<KV, kDimsPerLane>, dim3(static_cast<unsigned>(num_blocks)),
                       dim3(kWarps * 32), smem, stream, a, num_chunks, k_vec4, split, error_flag);
-}
-
-template <typename KV>
-__device__ __forceinline__ KV to_kv(float x);
-template <>
-__device__ __forceinline__ float to_kv<float>(float x) { return x; }
-// Round to nearest even, a NaN kept a (quiet) NaN of the same sign and payload's top bits: core/dtype.h
-// f32_to_bf16 bit for bit (CUDA's __float2bfloat16_rn makes every NaN 0x7fff).
-template <>
-__device__ __forceinline__ __nv_bfloat16 to_kv<__nv_bfloat16>(float x) {
-    uint32_t bits = __float_as_uint(x);
-    if ((bits & 0x7fffffffu) > 0x7f800000u) return __ushort_as_bfloat16(static_cast<unsigned short>((bits >> 16) | 0x40));
-    bits += 0x7fffu + ((bits >> 16) & 1u);
-    return __ushort_as_bfloat16(static_cast<unsigned short>(bits >> 16));
 }
 
 template <typename KV>

@@ -50,12 +50,26 @@ __device__ float block_sum(float v) {
     return v;
 }
 
+// With a.residual, each thread writes its elements of s = x + residual to sum_out and reads them back:
+// the same thread's writes, so sum_out may alias x.
 __global__ void rms_norm_kernel(RmsNormArgs a) {
     pdl_begin();
-    const float* x = a.x + static_cast<int64_t>(blockIdx.x) * a.x_row_stride;
-    float* out = a.out + static_cast<int64_t>(blockIdx.x) * a.out_row_stride;
+    const int64_t row = blockIdx.x;
+    const float* x = a.x + row * a.x_row_stride;
+    float* out = a.out + row * a.out_row_stride;
     float sum_sq = 0.0f;
-    for (int64_t i = threadIdx.x; i < a.width; i += blockDim.x) sum_sq += x[i] * x[i];
+    if (a.residual != nullptr) {
+        const float* res = a.residual + row * a.x_row_stride;
+        float* sum = a.sum_out + row * a.x_row_stride;
+        for (int64_t i = threadIdx.x; i < a.width; i += blockDim.x) {
+            const float s = x[i] + res[i];
+            sum[i] = s;
+            sum_sq += s * s;
+        }
+        x = sum;
+    } else {
+        for (int64_t i = threadIdx.x; i < a.width; i += blockDim.x) sum_sq += x[i] * x[i];
+    }
     sum_sq = block_sum(sum_sq);
     const float inv_rms = 1.0f / sqrtf(sum_sq / static_cast<float>(a.width) + a.eps);
     for (int64_t i = threadIdx.x; i < a.width; i += blockDim.x)
@@ -99,14 +113,20 @@ __global__ void __launch_bounds__(kThreads) rms_norm_vec_kernel(RmsNormArgs a) {
         w[j] = i < n4 ? load4_f32(a.weight, a.weight_dtype, 4 * i) : float4{};
     }
     pdl_begin();
-    const float4* x = reinterpret_cast<const float4*>(a.x + static_cast<int64_t>(blockIdx.x) * a.x_row_stride);
-    float4* out = reinterpret_cast<float4*>(a.out + static_cast<int64_t>(blockIdx.x) * a.out_row_stride);
+    const int64_t row = blockIdx.x;
+    const float4* x = reinterpret_cast<const float4*>(a.x + row * a.x_row_stride);
+    float4* out = reinterpret_cast<float4*>(a.out + row * a.out_row_stride);
     float4 v[kChunks];
     float sum_sq = 0.0f;
 #pragma unroll
     for (int j = 0; j < kChunks; ++j) {
         const int64_t i = threadIdx.x + int64_t{j} * kThreads;
         v[j] = i < n4 ? x[i] : float4{};
+        if (a.residual != nullptr && i < n4) {  // s = x + residual, written to sum_out
+            const float4 r = reinterpret_cast<const float4*>(a.residual + row * a.x_row_stride)[i];
+            v[j] = make_float4(v[j].x + r.x, v[j].y + r.y, v[j].z + r.z, v[j].w + r.w);
+            reinterpret_cast<float4*>(a.sum_out + row * a.x_row_stride)[i] = v[j];
+        }
         sum_sq += v[j].x * v[j].x + v[j].y * v[j].y + v[j].z * v[j].z + v[j].w * v[j].w;
     }
     sum_sq = block_sum(sum_sq);
@@ -240,6 +260,8 @@ cudaError_t launch_rms_norm(const RmsNormArgs& args, cudaStream_t stream) {
     const bool vec = args.width % 4 == 0 && args.width <= int64_t{kThreads} * 4 * kNormMaxChunks &&
                      args.x_row_stride % 4 == 0 && args.out_row_stride % 4 == 0 &&
                      reinterpret_cast<uintptr_t>(args.x) % 16 == 0 && reinterpret_cast<uintptr_t>(args.out) % 16 == 0 &&
+                     reinterpret_cast<uintptr_t>(args.residual) % 16 == 0 &&
+                     reinterpret_cast<uintptr_t>(args.sum_out) % 16 == 0 &&
                      reinterpret_cast<uintptr_t>(args.weight) % weight_align == 0;
     if (vec) {
         const int64_t chunks = (args.width / 4 + kThreads - 1) / kThreads;  // float4 per thread
