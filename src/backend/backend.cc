@@ -21,6 +21,12 @@ DeviceBuffer& DeviceBuffer::operator=(DeviceBuffer&& other) noexcept {
     return *this;
 }
 
+Status Backend::matmul_group(const MatmulGroupArgs& args) {
+    EPI_RETURN_IF_ERROR(matmul_group_check(args));
+    for (int i = 0; i < args.num_matmuls; ++i) EPI_RETURN_IF_ERROR(matmul(args.matmuls[i]));
+    return Status::ok();
+}
+
 Status Backend::qk_norm_rope_kv_store(const QkNormRopeKvStoreArgs& args) {
     EPI_RETURN_IF_ERROR(qk_norm_rope_kv_store_check(args));
     const QkNormRopeKvStoreParts p = qk_norm_rope_kv_store_parts(args);

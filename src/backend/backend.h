@@ -85,6 +85,8 @@ public:
     virtual Status embedding(const EmbeddingArgs& args) = 0;
     virtual Status rms_norm(const RmsNormArgs& args) = 0;
     virtual Status matmul(const MatmulArgs& args) = 0;
+    // Runs matmul on each entry in order (the reference); a backend may launch them as one.
+    virtual Status matmul_group(const MatmulGroupArgs& args);
     virtual Status batched_matmul(const BatchedMatmulArgs& args) = 0;
     virtual Status rope(const RopeArgs& args) = 0;
     virtual Status attention(const AttentionArgs& args) = 0;

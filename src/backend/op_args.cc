@@ -101,6 +101,25 @@ Status matmul_check(const MatmulArgs& a) {
     return check_not_null(op, "y", a.y);
 }
 
+Status matmul_group_check(const MatmulGroupArgs& a) {
+    const char* op = "matmul_group";
+    if (a.num_matmuls < 1 || a.num_matmuls > MatmulGroupArgs::kMaxMatmuls) {
+        return bad(op, "num_matmuls must be in [1, " + std::to_string(MatmulGroupArgs::kMaxMatmuls) +
+                           "], got " + std::to_string(a.num_matmuls));
+    }
+    const MatmulArgs& first = a.matmuls[0];
+    for (int i = 0; i < a.num_matmuls; ++i) {
+        const MatmulArgs& m = a.matmuls[i];
+        EPI_RETURN_IF_ERROR(matmul_check(m));
+        if (m.x != first.x || m.x_row_stride != first.x_row_stride || m.num_rows != first.num_rows ||
+            m.in_features != first.in_features) {
+            return bad(op, "entry " + std::to_string(i) +
+                               " has another x, x_row_stride, num_rows or in_features than entry 0");
+        }
+    }
+    return Status::ok();
+}
+
 namespace {
 
 // Rows (t, b) of `width` elements at t·token_stride + b·batch_stride, t < T and b < B, do not overlap: one

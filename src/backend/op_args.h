@@ -60,6 +60,15 @@ struct MatmulArgs {
     int64_t y_row_stride = 0;  // ≥ N
 };
 
+// Projections of the same rows in one op: q, k and v; gate and up (vLLM's QKVParallelLinear and
+// MergedColumnParallelLinear concatenate the weights at load; here each keeps its own tensor). Defined as the
+// matmul op on each entry in order; every entry has the same x, x_row_stride, num_rows and in_features.
+struct MatmulGroupArgs {
+    static constexpr int kMaxMatmuls = 4;
+    MatmulArgs matmuls[kMaxMatmuls];
+    int num_matmuls = 0;  // 1 … kMaxMatmuls
+};
+
 // Per-head matmuls (torch.bmm over the B heads of a [T, B, K] activation; einsum "tbk,bkn->tbn"), fp32
 // accumulation, for b < B and t < T:
 //   w_layout kNK (nn.Linear's layout, W_b [N, K]):  y[t, b, :] = x[t, b, :] · W_bᵀ
@@ -251,6 +260,8 @@ struct CastArgs {
 Status embedding_check(const EmbeddingArgs& args);
 Status rms_norm_check(const RmsNormArgs& args);
 Status matmul_check(const MatmulArgs& args);
+// Each entry's matmul_check, and the entries' x, x_row_stride, num_rows and in_features equal.
+Status matmul_group_check(const MatmulGroupArgs& args);
 // y's rows (t, b) of N elements must be distinct and not overlap: y_batch_stride ≥ N and y_token_stride ≥
 // B · y_batch_stride (or the same with the roles of the two strides exchanged). x's rows may overlap.
 Status batched_matmul_check(const BatchedMatmulArgs& args);

@@ -52,11 +52,13 @@ Status gqa_attention_forward(Backend& backend, const GqaAttentionWeights& w, con
         EPI_RETURN_IF_ERROR_CTX(project_full_then_slice(backend, p, w.k_proj, w.k_norm, x, T,
                                                         p.full_num_kv_heads, p.kv_head_begin, Nkv, k.f32()),
                                 "k_proj");
+        EPI_RETURN_IF_ERROR_CTX(linear_forward(backend, w.v_proj, x, T, v.f32()), "v_proj");
     } else {
-        EPI_RETURN_IF_ERROR_CTX(linear_forward(backend, w.q_proj, x, T, q.f32()), "q_proj");
-        EPI_RETURN_IF_ERROR_CTX(linear_forward(backend, w.k_proj, x, T, k.f32()), "k_proj");
+        EPI_RETURN_IF_ERROR_CTX(
+            linear_group_forward(backend, {{&w.q_proj, q.f32()}, {&w.k_proj, k.f32()}, {&w.v_proj, v.f32()}},
+                                 x, T),
+            "q_proj, k_proj, v_proj");
     }
-    EPI_RETURN_IF_ERROR_CTX(linear_forward(backend, w.v_proj, x, T, v.f32()), "v_proj");
     // Per-head q/k norms run inside the next op when their weights share a dtype and eps (they do in every
     // checkpoint seen); otherwise, and for whole-projection norms, here.
     const bool fuse_norms = p.full_num_heads == 0 && p.qk_norm == QkNormMode::kPerHead &&

@@ -8,8 +8,9 @@ Status dense_ffn_forward(Backend& backend, const DenseFfnWeights& w, const float
     const int64_t I = w.gate_proj.out_features;
     EPI_ASSIGN_OR_RETURN(DeviceBuffer gate, DeviceBuffer::alloc_f32(backend, num_rows * I));  // [T, I]
     EPI_ASSIGN_OR_RETURN(DeviceBuffer up, DeviceBuffer::alloc_f32(backend, num_rows * I));    // [T, I]
-    EPI_RETURN_IF_ERROR_CTX(linear_forward(backend, w.gate_proj, x, num_rows, gate.f32()), "gate_proj");
-    EPI_RETURN_IF_ERROR_CTX(linear_forward(backend, w.up_proj, x, num_rows, up.f32()), "up_proj");
+    EPI_RETURN_IF_ERROR_CTX(
+        linear_group_forward(backend, {{&w.gate_proj, gate.f32()}, {&w.up_proj, up.f32()}}, x, num_rows),
+        "gate_proj, up_proj");
     SiluMulArgs act;
     act.gate = gate.f32();
     act.up = up.f32();

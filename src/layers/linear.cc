@@ -2,8 +2,10 @@
 
 namespace epinfer {
 
-Status linear_forward(Backend& backend, const Linear& linear, const float* x, int64_t num_rows, float* y,
-                      int64_t x_row_stride) {
+namespace {
+
+MatmulArgs linear_args(const Linear& linear, const float* x, int64_t num_rows, float* y,
+                       int64_t x_row_stride) {
     MatmulArgs args;
     args.x = x;
     args.w = linear.weight;
@@ -16,7 +18,26 @@ Status linear_forward(Backend& backend, const Linear& linear, const float* x, in
     args.in_features = linear.in_features;
     args.x_row_stride = x_row_stride > 0 ? x_row_stride : linear.in_features;
     args.y_row_stride = linear.out_features;
-    return backend.matmul(args);
+    return args;
+}
+
+}  // namespace
+
+Status linear_forward(Backend& backend, const Linear& linear, const float* x, int64_t num_rows, float* y,
+                      int64_t x_row_stride) {
+    return backend.matmul(linear_args(linear, x, num_rows, y, x_row_stride));
+}
+
+Status linear_group_forward(Backend& backend, std::initializer_list<LinearOutput> parts, const float* x,
+                            int64_t num_rows) {
+    if (parts.size() > MatmulGroupArgs::kMaxMatmuls) {
+        return invalid_argument("linear group: " + std::to_string(parts.size()) + " parts, at most " +
+                                std::to_string(MatmulGroupArgs::kMaxMatmuls));
+    }
+    MatmulGroupArgs group;
+    for (const LinearOutput& part : parts)
+        group.matmuls[group.num_matmuls++] = linear_args(*part.linear, x, num_rows, part.y, 0);
+    return backend.matmul_group(group);
 }
 
 Status rms_norm_forward(Backend& backend, const RmsNormWeight& norm, const float* x, int64_t num_rows,

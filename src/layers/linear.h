@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <initializer_list>
 
 #include "backend/backend.h"
 #include "core/dtype.h"
@@ -34,6 +35,16 @@ struct RmsNormWeight {
 // y: [T, N] fp32 device, contiguous.
 Status linear_forward(Backend& backend, const Linear& linear, const float* x, int64_t num_rows, float* y,
                       int64_t x_row_stride = 0);
+
+// Projections of the same x in one op (matmul_group: q, k and v; gate and up): y_i = x · W_iᵀ + b_i.
+// x: [T, K] fp32 device, contiguous; each y_i: [T, N_i] fp32 device, contiguous. At most
+// MatmulGroupArgs::kMaxMatmuls parts, all with in_features K.
+struct LinearOutput {
+    const Linear* linear = nullptr;
+    float* y = nullptr;
+};
+Status linear_group_forward(Backend& backend, std::initializer_list<LinearOutput> parts, const float* x,
+                            int64_t num_rows);
 
 // RMSNorm of R rows of width W. x: [R, W] fp32 device, row stride row_stride (0 = W); out may equal x and
 // uses the same row stride.

@@ -230,6 +230,7 @@ public:
     }
     bool has_latent_attention_kernel() const override { return attention_device_.latent_kernel; }
     Status matmul(const MatmulArgs& args) override;
+    Status matmul_group(const MatmulGroupArgs& args) override;
     Status batched_matmul(const BatchedMatmulArgs& args) override;
     Status rope(const RopeArgs& args) override {
         use_device();
@@ -352,7 +353,10 @@ Status CudaBackend::matmul(const MatmulArgs& args) {
     const int64_t T = args.num_rows, N = args.out_features, K = args.in_features;
     if (T == 0 || N == 0) return Status::ok();
     if (T <= cuda::kMatmulSmallTMaxRows) {  // decode sizes: read W once, fp32 activations
-        EPI_CUDA_CHECK(cuda::launch_matmul_small_t(args, stream_));
+        MatmulGroupArgs one;
+        one.matmuls[0] = args;
+        one.num_matmuls = 1;
+        EPI_CUDA_CHECK(cuda::launch_matmul_small_t(one, stream_));
         return Status::ok();
     }
     for (const int64_t v : {T, N, K, args.x_row_stride, args.y_row_stride}) {
@@ -387,6 +391,18 @@ Status CudaBackend::matmul(const MatmulArgs& args) {
     if (args.bias != nullptr) {
         EPI_CUDA_CHECK(cuda::launch_add_bias(args.y, args.y_row_stride, args.bias, args.bias_dtype, T, N, stream_));
     }
+    return Status::ok();
+}
+
+Status CudaBackend::matmul_group(const MatmulGroupArgs& group) {
+    use_device();
+    EPI_RETURN_IF_ERROR(matmul_group_check(group));
+    const MatmulArgs& first = group.matmuls[0];
+    const bool one_dtype = std::all_of(group.matmuls, group.matmuls + group.num_matmuls,
+                                       [&](const MatmulArgs& m) { return m.w_dtype == first.w_dtype; });
+    if (first.num_rows == 0) return Status::ok();
+    if (first.num_rows > cuda::kMatmulSmallTMaxRows || !one_dtype) return Backend::matmul_group(group);
+    EPI_CUDA_CHECK(cuda::launch_matmul_small_t(group, stream_));
     return Status::ok();
 }
 

@@ -104,6 +104,44 @@ TEST(DenseOps, RmsNormResidualArgumentsAreChecked) {
     EXPECT_NE(s.message().find("sum_out is set without residual"), std::string::npos) << s.message();
 }
 
+// matmul_group is the matmul op on each entry, bit for bit; entries must share x, T and K.
+TEST_P(DenseOpsTest, MatmulGroupEqualsEachMatmul) {
+    const int64_t T = 3, K = 19;
+    const std::vector<float> x = random_floats(T * K, 21);
+    const int64_t ns[] = {5, 11, 2};
+    std::vector<StoredTensor> w;
+    for (int i = 0; i < 3; ++i) w.push_back(store_as(GetParam(), random_floats(ns[i] * K, 22 + i)));
+    MatmulGroupArgs group;
+    std::vector<std::vector<float>> got(3), want(3);
+    for (int i = 0; i < 3; ++i) {
+        got[i].assign(T * ns[i], -1.0f);
+        want[i].assign(T * ns[i], -2.0f);
+        MatmulArgs m{x.data(), w[i].data(), GetParam(), nullptr, DType::kBF16, want[i].data(),
+                     T,        ns[i],       K,          K,       ns[i]};
+        ASSERT_TRUE(backend_->matmul(m).is_ok());
+        m.y = got[i].data();
+        group.matmuls[i] = m;
+    }
+    group.num_matmuls = 3;
+    ASSERT_TRUE(backend_->matmul_group(group).is_ok());
+    for (int i = 0; i < 3; ++i)
+        EXPECT_EQ(0, std::memcmp(got[i].data(), want[i].data(), got[i].size() * sizeof(float)))
+            << "entry " << i;
+
+    MatmulGroupArgs bad = group;
+    bad.matmuls[1].in_features = K - 1;
+    bad.matmuls[1].x_row_stride = K;
+    Status s = backend_->matmul_group(bad);
+    EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(s.message().find("entry 1 has another x, x_row_stride, num_rows or in_features"),
+              std::string::npos)
+        << s.message();
+    bad = group;
+    bad.num_matmuls = 0;
+    s = backend_->matmul_group(bad);
+    EXPECT_NE(s.message().find("num_matmuls must be in [1, 4], got 0"), std::string::npos) << s.message();
+}
+
 TEST_P(DenseOpsTest, RmsNormMatchesFormulaOnStridedRows) {
     const int64_t rows = 7, width = 37, x_stride = 41, out_stride = 39;
     const std::vector<float> x = random_floats(rows * x_stride, 1, -3.0f, 3.0f);

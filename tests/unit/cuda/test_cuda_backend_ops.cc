@@ -241,6 +241,64 @@ TEST_F(CudaBackendTest, Matmul) {
     }
 }
 
+// matmul_group against the CPU: one launch of the few-row kernel for T ≤ 16 (entries of different N, one
+// with a bias; K = 1001 takes the 4-byte path for the whole launch), the matmul of each entry above 16 rows
+// or with mixed weight dtypes. Every output row of every entry is compared, and the padding between rows
+// stays untouched.
+TEST_F(CudaBackendTest, MatmulGroup) {
+    for (DType dtype : kWeightDtypes) {
+        for (int64_t T : {1, 2, 5, 16, 17}) {
+            for (int64_t K : {136, 1001}) {
+                for (bool mixed : {false, true}) {
+                    const int64_t ns[] = {257, 64, 72};
+                    const std::vector<float> x = random_floats(T * K, 1100 + T * K + mixed);
+                    const std::vector<uint8_t> b = random_weights(257, 1200, 0.5f, DType::kBF16);
+                    std::vector<std::vector<uint8_t>> w;
+                    std::vector<std::vector<float>> want;
+                    MatmulGroupArgs group;
+                    for (int i = 0; i < 3; ++i) {
+                        const DType wd = mixed && i == 2 ? DType::kF32 : dtype;
+                        w.push_back(random_weights(ns[i] * K, 1300 + i + K, 0.1f, wd));
+                        want.emplace_back(T * (ns[i] + 3), -5.0f);
+                        group.matmuls[i] = MatmulArgs{x.data(),
+                                                      w.back().data(),
+                                                      wd,
+                                                      i == 0 ? b.data() : nullptr,
+                                                      DType::kBF16,
+                                                      want.back().data(),
+                                                      T,
+                                                      ns[i],
+                                                      K,
+                                                      K,
+                                                      ns[i] + 3};
+                    }
+                    group.num_matmuls = 3;
+                    for (int i = 0; i < 3; ++i) group.matmuls[i].y = want[i].data();
+                    ASSERT_TRUE(cpu_->matmul_group(group).is_ok());
+                    DeviceBuffer d_x = to_gpu(x), d_b = to_gpu(b);
+                    std::vector<DeviceBuffer> d_w, d_y;
+                    for (int i = 0; i < 3; ++i) {
+                        d_w.push_back(to_gpu(w[i]));
+                        d_y.push_back(to_gpu(std::vector<float>(T * (ns[i] + 3), -5.0f)));
+                        group.matmuls[i].x = d_x.f32();
+                        group.matmuls[i].w = d_w.back().data();
+                        group.matmuls[i].bias = i == 0 ? d_b.data() : nullptr;
+                        group.matmuls[i].y = d_y.back().f32();
+                    }
+                    ASSERT_TRUE(gpu_->matmul_group(group).is_ok());
+                    for (int i = 0; i < 3; ++i) {
+                        const DType wd = group.matmuls[i].w_dtype;
+                        const bool bf16_activations = T > 16 && wd == DType::kBF16;
+                        expect_close(bf16_activations ? "matmul_bf16_activations" : "matmul", wd,
+                                     fmt::format("group T{} K{} entry {}{}", T, K, i, mixed ? " mixed" : ""),
+                                     from_gpu(d_y[i], T * (ns[i] + 3)), want[i]);
+                    }
+                }
+            }
+        }
+    }
+}
+
 // Per-head matmuls (cuBLAS strided batched): BF16 weights with x rounded to bf16 (tolerance
 // "matmul_bf16_activations"), F16/F32 weights in fp32 SGEMM; both weight layouts; odd sizes and MLA's
 // shapes (W_UK absorption kKN, W_UV kNK) with x heads inside tokens, padded strides, T = 1 with no token

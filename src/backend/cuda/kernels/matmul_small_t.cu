@@ -23,6 +23,29 @@ __device__ __forceinline__ float to_f32(__half v) {
     return __half2float(v);
 }
 
+// One launch for the matmuls of a group: block b runs matmul p, the first with b < block_end[p], as its
+// block b − block_end[p − 1].
+struct SmallTLaunch {
+    MatmulGroupArgs group;
+    int64_t block_end[MatmulGroupArgs::kMaxMatmuls] = {};
+};
+
+// The matmul of this block and the block's index within it (a chain of uniform selects: no local-memory
+// copy of the parameter array).
+__device__ __forceinline__ MatmulArgs block_matmul(const SmallTLaunch& l, int64_t* block) {
+    MatmulArgs a = l.group.matmuls[0];
+    int64_t begin = 0;
+#pragma unroll
+    for (int i = 1; i < MatmulGroupArgs::kMaxMatmuls; ++i) {
+        if (i < l.group.num_matmuls && *block >= l.block_end[i - 1]) {
+            a = l.group.matmuls[i];
+            begin = l.block_end[i - 1];
+        }
+    }
+    *block -= begin;
+    return a;
+}
+
 __device__ __forceinline__ float load_bias(const void* bias, DType dtype, int64_t i) {
     switch (dtype) {
         case DType::kBF16:
@@ -65,10 +88,12 @@ __device__ __forceinline__ void reduce_and_store(const MatmulArgs& a, float (&ac
 // row T − 1 again and are not stored). prefetch: lane 0 of each warp first prefetches the warp's weight rows
 // into L2, before pdl_begin(), so they stream from DRAM while the previous kernel runs.
 template <typename W, int kT>
-__global__ void __launch_bounds__(kWarps * 32) matmul_small_t_vec_kernel(MatmulArgs a, bool prefetch) {
+__global__ void __launch_bounds__(kWarps * 32) matmul_small_t_vec_kernel(SmallTLaunch l, bool prefetch) {
     constexpr int kElems = 16 / sizeof(W);
     const int lane = threadIdx.x % 32;
-    const int64_t n0 = (static_cast<int64_t>(blockIdx.x) * kWarps + threadIdx.x / 32) * kRows;
+    int64_t block = blockIdx.x;
+    const MatmulArgs a = block_matmul(l, &block);
+    const int64_t n0 = (block * kWarps + threadIdx.x / 32) * kRows;
     if (n0 >= a.out_features) return;
     const int64_t K = a.in_features;
     if (prefetch && lane == 0) {
@@ -141,11 +166,13 @@ __global__ void __launch_bounds__(kWarps * 32) matmul_small_t_vec_kernel(MatmulA
 
 // Any alignment: one element per lane per step.
 template <typename W>
-__global__ void __launch_bounds__(kWarps * 32) matmul_small_t_scalar_kernel(MatmulArgs a) {
+__global__ void __launch_bounds__(kWarps * 32) matmul_small_t_scalar_kernel(SmallTLaunch l) {
     pdl_begin();
     constexpr int kT = static_cast<int>(kMatmulSmallTMaxRows);
     const int lane = threadIdx.x % 32;
-    const int64_t n0 = (static_cast<int64_t>(blockIdx.x) * kWarps + threadIdx.x / 32) * kRows;
+    int64_t block = blockIdx.x;
+    const MatmulArgs a = block_matmul(l, &block);
+    const int64_t n0 = (block * kWarps + threadIdx.x / 32) * kRows;
     if (n0 >= a.out_features) return;
     const int64_t K = a.in_features;
     const W* w = static_cast<const W*>(a.w);  // [N, K]
@@ -172,46 +199,62 @@ __global__ void __launch_bounds__(kWarps * 32) matmul_small_t_scalar_kernel(Matm
     reduce_and_store<kT>(a, acc, n0, lane);
 }
 
-// Weights up to this size are prefetched into L2 before pdl_begin() (half the H100/H200's 50 MB L2: a
+// A launch's weights (all of a group's) up to this size are prefetched into L2 before pdl_begin() (half the H100/H200's 50 MB L2: a
 // larger matrix, e.g. an LM head, would evict its own first rows before they are read).
 constexpr int64_t kPrefetchMaxBytes = int64_t{24} << 20;
 
 template <typename W>
-cudaError_t launch_typed(const MatmulArgs& a, cudaStream_t stream) {
-    const int64_t rows_per_block = int64_t{kWarps} * kRows;
-    const unsigned grid = static_cast<unsigned>((a.out_features + rows_per_block - 1) / rows_per_block);
+cudaError_t launch_typed(const SmallTLaunch& l, int64_t grid_blocks, cudaStream_t stream) {
     constexpr int64_t kElems = 16 / sizeof(W);
-    const bool aligned = reinterpret_cast<uintptr_t>(a.w) % 16 == 0 &&
-                         reinterpret_cast<uintptr_t>(a.x) % 16 == 0 && a.in_features % kElems == 0 &&
-                         a.x_row_stride % 4 == 0;
-    const bool prefetch = a.out_features * a.in_features * static_cast<int64_t>(sizeof(W)) <= kPrefetchMaxBytes;
+    bool aligned = true;
+    int64_t weight_bytes = 0;
+    for (int i = 0; i < l.group.num_matmuls; ++i) {
+        const MatmulArgs& a = l.group.matmuls[i];
+        aligned = aligned && reinterpret_cast<uintptr_t>(a.w) % 16 == 0 &&
+                  reinterpret_cast<uintptr_t>(a.x) % 16 == 0 && a.in_features % kElems == 0 && a.x_row_stride % 4 == 0;
+        weight_bytes += a.out_features * a.in_features * static_cast<int64_t>(sizeof(W));
+    }
+    const bool prefetch = weight_bytes <= kPrefetchMaxBytes;
+    const dim3 grid(static_cast<unsigned>(grid_blocks)), block(kWarps * 32);
+    const int64_t T = l.group.matmuls[0].num_rows;
     if (!aligned) {
-        return launch_pdl(matmul_small_t_scalar_kernel<W>, grid, dim3(kWarps * 32), 0, stream, a);
-    } else if (a.num_rows == 1) {
-        return launch_pdl(matmul_small_t_vec_kernel<W, 1>, grid, dim3(kWarps * 32), 0, stream, a, prefetch);
-    } else if (a.num_rows == 2) {
-        return launch_pdl(matmul_small_t_vec_kernel<W, 2>, grid, dim3(kWarps * 32), 0, stream, a, prefetch);
-    } else if (a.num_rows <= 4) {
-        return launch_pdl(matmul_small_t_vec_kernel<W, 4>, grid, dim3(kWarps * 32), 0, stream, a, prefetch);
-    } else if (a.num_rows <= 8) {
-        return launch_pdl(matmul_small_t_vec_kernel<W, 8>, grid, dim3(kWarps * 32), 0, stream, a, prefetch);
+        return launch_pdl(matmul_small_t_scalar_kernel<W>, grid, block, 0, stream, l);
+    } else if (T == 1) {
+        return launch_pdl(matmul_small_t_vec_kernel<W, 1>, grid, block, 0, stream, l, prefetch);
+    } else if (T == 2) {
+        return launch_pdl(matmul_small_t_vec_kernel<W, 2>, grid, block, 0, stream, l, prefetch);
+    } else if (T <= 4) {
+        return launch_pdl(matmul_small_t_vec_kernel<W, 4>, grid, block, 0, stream, l, prefetch);
+    } else if (T <= 8) {
+        return launch_pdl(matmul_small_t_vec_kernel<W, 8>, grid, block, 0, stream, l, prefetch);
     } else {
-        return launch_pdl(matmul_small_t_vec_kernel<W, 16>, grid, dim3(kWarps * 32), 0, stream, a, prefetch);
+        return launch_pdl(matmul_small_t_vec_kernel<W, 16>, grid, block, 0, stream, l, prefetch);
     }
 }
 
 }  // namespace
 
-cudaError_t launch_matmul_small_t(const MatmulArgs& args, cudaStream_t stream) {
-    if (args.num_rows < 1 || args.num_rows > kMatmulSmallTMaxRows) return cudaErrorInvalidValue;
-    if (args.out_features == 0) return cudaSuccess;
-    switch (args.w_dtype) {
+cudaError_t launch_matmul_small_t(const MatmulGroupArgs& group, cudaStream_t stream) {
+    if (group.num_matmuls < 1 || group.num_matmuls > MatmulGroupArgs::kMaxMatmuls) return cudaErrorInvalidValue;
+    const MatmulArgs& first = group.matmuls[0];
+    if (first.num_rows < 1 || first.num_rows > kMatmulSmallTMaxRows) return cudaErrorInvalidValue;
+    SmallTLaunch l;
+    l.group = group;
+    const int64_t rows_per_block = int64_t{kWarps} * kRows;
+    int64_t blocks = 0;
+    for (int i = 0; i < group.num_matmuls; ++i) {
+        if (group.matmuls[i].w_dtype != first.w_dtype) return cudaErrorInvalidValue;
+        blocks += (group.matmuls[i].out_features + rows_per_block - 1) / rows_per_block;
+        l.block_end[i] = blocks;
+    }
+    if (blocks == 0) return cudaSuccess;
+    switch (first.w_dtype) {
         case DType::kBF16:
-            return launch_typed<__nv_bfloat16>(args, stream);
+            return launch_typed<__nv_bfloat16>(l, blocks, stream);
         case DType::kF16:
-            return launch_typed<__half>(args, stream);
+            return launch_typed<__half>(l, blocks, stream);
         case DType::kF32:
-            return launch_typed<float>(args, stream);
+            return launch_typed<float>(l, blocks, stream);
         default:
             return cudaErrorInvalidValue;
     }

@@ -22,7 +22,9 @@ namespace epinfer::cuda {
 inline constexpr int64_t kMatmulSmallTMaxRows = 16;  // T this kernel takes
 inline constexpr int kMatmulSmallTRowsPerWarp = 2;
 
-// @pre matmul_check(args) is OK and 1 ≤ T ≤ kMatmulSmallTMaxRows.
-cudaError_t launch_matmul_small_t(const MatmulArgs& args, cudaStream_t stream);
+// The matmuls of a group in one launch, each block on one of them (a single matmul is a group of one).
+// Falls back to 4-byte loads for the whole launch when any entry is not 16-byte aligned.
+// @pre matmul_group_check(group) is OK, 1 ≤ T ≤ kMatmulSmallTMaxRows and every entry has the same w_dtype.
+cudaError_t launch_matmul_small_t(const MatmulGroupArgs& group, cudaStream_t stream);
 
 }  // namespace epinfer::cuda
