@@ -228,6 +228,9 @@ public:
                 engine_activation_bytes(m_, a, l_.moe_tp, share_.kv_heads_per_rank, act_bytes_, rows.lm_rows);
             activations += lm_rows * head.head_per_row / (bw_ * 1e3);
             kernels += engine_kernels(m_, rows.lm_rows, rows.tokens).head;
+        } else if (rows_per_rank > 0) {  // the last layer's residual add, run alone before the send
+            kernels += engine.stage_send;
+            activations += Tr * act.stage_send_per_token / (bw_ * 1e3);
         }
         const double launch =
             static_cast<double>(kernels) * (decode_graph ? graph_kernel_us_ : eager_kernel_us_);

@@ -8,16 +8,17 @@ EngineKernels engine_kernels(const ModelCosts& m, int64_t rows, int64_t moe_toke
     const int64_t big = rows > kEngineSmallMatmulMaxRows ? 1 : 0;
     EngineKernels k;
     if (m.mla) {
-        k.attention = m.q_lora_rank > 0 ? 17 + 4 * big : 15 + 3 * big;
-    } else {
-        k.attention = 11 + (m.qk_norm ? 2 : 0) + 4 * big;
+        k.attention = m.q_lora_rank > 0 ? 16 + 4 * big : 14 + 3 * big;
+    } else {  // per-head q/k norms run inside qk_norm_rope_kv_store; whole-projection ones before it
+        k.attention = 7 + (m.qk_norm_full_projection ? 2 : 0) + 4 * big;
     }
-    k.moe = 8 + big;
+    k.moe = 7 + big;
     // One token: pick mode (CudaMoeTiling::picks), the gemv reads the top-k ids, no permutation plan.
     if (moe_tokens != 1) k.moe += engine_moe_permute_kernels(rows * m.top_k, m.n_experts);
     if (m.shared_width > 0) k.moe += 5 + 3 * big + (m.shared_expert_gate ? 1 + big : 0);
-    k.dense_mlp = 6 + 3 * big;
+    k.dense_mlp = 5 + 3 * big;
     k.head = 4 + big;
+    k.stage_send = 1;
     return k;
 }
 
@@ -94,16 +95,16 @@ EngineActivationBytes engine_activation_bytes(const ModelCosts& m, int attn_tp, 
         const double q_lora = static_cast<double>(m.q_lora_rank);
         const double latent = static_cast<double>(m.kv_lora_rank + m.qk_rope_dim);
         b.attention_per_token =
-            a * (8 * H + 4 * q_lora + 4 * q_w + 5 * latent + 2 * v_w) + big * 4 * (2 * H + q_lora + v_w);
+            a * (7 * H + 4 * q_lora + 4 * q_w + 5 * latent + 2 * v_w) + big * 4 * (2 * H + q_lora + v_w);
     } else {
         const double q_w = static_cast<double>(m.num_heads * m.head_dim) / tp;
         const double kv_w = static_cast<double>(kv_heads_per_rank * m.head_dim);
-        const double qkn = m.qk_norm ? 1.0 : 0.0;
+        const double qkf = m.qk_norm_full_projection ? 1.0 : 0.0;
         b.attention_per_token =
-            a * (9 * H + (6 + 2 * qkn) * q_w + (8 + 2 * qkn) * kv_w) + big * 4 * (3 * H + q_w);
+            a * (8 * H + (6 + 2 * qkf) * q_w + (7 + 2 * qkf) * kv_w) + big * 4 * (3 * H + q_w);
     }
     if (m.n_experts > 0) {
-        b.moe_per_token = a * (8 * H + 2 * static_cast<double>(m.n_experts)) + e * H + big * 4 * H;
+        b.moe_per_token = a * (7 * H + 2 * static_cast<double>(m.n_experts)) + e * H + big * 4 * H;
         b.moe_per_pair = e * (5 * H + 2 * static_cast<double>(m.expert_width) / mtp);
         if (m.shared_width > 0) {
             const double F = static_cast<double>(m.shared_width) / tp;
@@ -113,9 +114,10 @@ EngineActivationBytes engine_activation_bytes(const ModelCosts& m, int attn_tp, 
     }
     if (m.dense_width > 0) {
         const double F = static_cast<double>(m.dense_width) / tp;
-        b.dense_mlp_per_token = a * (8 * H + 6 * F) + big * 4 * (2 * H + F);
+        b.dense_mlp_per_token = a * (7 * H + 6 * F) + big * 4 * (2 * H + F);
     }
     b.head_per_row = a * (4 * H + 2 * static_cast<double>(m.vocab) / tp) + big * 4 * H;
+    b.stage_send_per_token = a * H;
     return b;
 }
 

@@ -14,28 +14,40 @@
 //   small matmuls     up to 16 rows: one fp32-activation kernel that reads W once
 //                     (backend/cuda/kernels/matmul_small_t.cuh kMatmulSmallTMaxRows); above, an f32→bf16
 //                     conversion of x and a cuBLAS GEMM: one more kernel per projection
-// Kernels per layer (one rank), `qkn` = 1 with per-head/full q/k norms, `big` = 1 when rows > 16 (counted
-// as the CUDA engine launches them, graph memset nodes included; backend/cuda/cuda_backend.cc):
-//   GQA attention  11 + 2·qkn + 4·big   input norm, q, k, v, [q_norm, k_norm], rope q, rope k, kv store k,
-//                                       kv store v, attention (the flash-attention kernel on a bf16 KV
-//                                       cache, kernels/flash_attention.cu), o_proj, residual add
-//   MLA attention  17 + 4·big (15 + 3·big without q_lora)   input norm, q_a, q_a norm, q_b, rope q, kv_a,
+// Kernels per layer (one rank), `qkf` = 1 with q/k norms over the whole projection (OLMoE), `big` = 1 when
+// rows > 16 (counted as the CUDA engine launches them, graph memset nodes included;
+// backend/cuda/cuda_backend.cc). Since fdefb56 a block's residual add runs inside the next RMSNorm
+// (RmsNormArgs::residual, vLLM's fused_add_rms_norm; models/model.cc Model::run_stage norm_hidden): the
+// attention block's inside the post-attention norm, the MLP or MoE block's inside the next layer's input
+// norm or the final norm, so no block launches an add of its own. On a pipeline stage that sends to the
+// next, the last layer's add runs alone before the send (EngineKernels::stage_send); with an observer every
+// MLP add does (tests only, not priced).
+//   GQA attention  7 + 2·qkf + 4·big   input norm, q, k, v, [q_norm, k_norm over the whole projection],
+//                                       qk_norm_rope_kv_store (fdefb56, layers/attention_gqa.cc: per-head
+//                                       q/k norms, rope q and k, kv store k and v in one kernel on CUDA for
+//                                       half-split RoPE with rotary_dim ≤ 256 and head_dim − rotary_dim ≤
+//                                       128, every GQA model here; per-head norms whose weights differ in
+//                                       dtype or eps, in no checkpoint seen, run as 2 kernels before it),
+//                                       attention (the flash-attention kernel on a bf16 KV cache,
+//                                       kernels/flash_attention.cu), o_proj
+//   MLA attention  16 + 4·big (14 + 3·big without q_lora)   input norm, q_a, q_a norm, q_b, rope q, kv_a,
 //                                       kv_a norm, rope latent, kv store, the absorbed form of decode rows
 //                                       (layers/attention_mla.h: bf16 pack and batched GEMM of q_nope · W_UK,
 //                                       the q_pe copy, attention, bf16 pack and batched GEMM · W_UVᵀ),
-//                                       o_proj, add; a prompt chunk's expanded form is not counted
-//   MoE            8 + big + permute    post norm, router, top-k, f32→bf16, permute, grouped gate_up,
-//                                       grouped down, combine, residual add (cuda_moe_experts.cc
-//                                       run_grouped; split-K partials are reduced inside the GEMM
-//                                       kernels); the permute of p = rows·K picks (kernels/moe_permute.cu,
+//                                       o_proj; a prompt chunk's expanded form is not counted
+//   MoE            7 + big + permute    post norm, router, top-k, f32→bf16, permute, grouped gate_up,
+//                                       grouped down, combine (cuda_moe_experts.cc run_grouped; split-K
+//                                       partials are reduced inside the GEMM kernels); the permute of
+//                                       p = rows·K picks (kernels/moe_permute.cu,
 //                                       engine_moe_permute_kernels): 1 kernel up to 1024 picks, 4 up to
 //                                       4864, 7 + 2·passes beyond; none when the MoE step has one token:
 //                                       pick mode (b47ccaa; cuda_moe_layer.cc moe_step_tiling,
 //                                       CudaMoeTiling::picks) makes its K picks the gemv's rows, each
 //                                       reading its expert from the top-k ids, with no permutation plan
-//                  + 5 + 3·big per layer with shared experts (gate, up, silu·mul, down, add; + 1 + big
-//                                       with a sigmoid shared-expert gate)
-//   dense MLP      6 + 3·big            post norm, gate, up, silu·mul, down, add
+//                  + 5 + 3·big per layer with shared experts (gate, up, silu·mul, down, and the add of
+//                                       their output into the routed one; + 1 + big with a sigmoid
+//                                       shared-expert gate)
+//   dense MLP      5 + 3·big            post norm, gate, up, silu·mul, down
 //   head           4 + big              embedding, final norm, LM head, argmax
 // Not counted (they need the GPU's SM count, which profiles do not give, or the context):
 //   - attention's combine kernel, launched when the keys are split over blocks: fewer blocks than the
@@ -45,10 +57,14 @@
 //     per layer at every row count up to 256 once the longest context passes 256 tokens, none at 1024 rows;
 //   - the split-K tile counters' memset, one node when the narrow MoE tile splits K (a grid under 4 waves:
 //     Qwen3-30B-A3B at 5–10 rows on 132 SMs; never with the ≤ 4-row kGemv tile or the wide tile).
-// Qwen3-30B-A3B (contexts ≤ 256): 13 + 8 = 21 kernels per layer at 1 row (pick mode), 13 + 9 = 22 at 8,
-// 17 + 10 = 27 at 64, 17 + 13 = 30 at 256, 17 + 18 = 35 at 1024. Nsight Compute listed 23 at batch 1 on
-// 2026-11-29 (engine 6c868cd: the permute and a separate split-K reduction kernel after gate_up; the kGemv
-// tile came on 2026-11-30, pick mode with b47ccaa).
+// Qwen3-30B-A3B (contexts ≤ 256): 7 + 7 = 14 kernels per layer at 1 row (pick mode), 7 + 8 = 15 at 8,
+// 11 + 9 = 20 at 64, 11 + 12 = 23 at 256, 11 + 17 = 28 at 1024; 48 × 14 + 4 = 676 per decode step at one
+// row. Before fdefb56 (the engine of 7dc5532..ccc87c8): 21, 22, 27, 30, 35 per layer, GQA attention being
+// 11 + 2·qkn + 4·big (q_norm and k_norm with any q/k norm, rope q, rope k, kv store k, kv store v and the
+// residual add each a kernel) and every MoE, dense MLP and MLA block one add longer: 48 × 21 + 4 = 1012 per
+// decode step at one row, the count h200_epinfer_2026-11-30b.json was fitted with. Nsight Compute listed
+// 23 at batch 1 on 2026-11-29 (engine 6c868cd: the permute and a separate split-K reduction kernel after
+// gate_up; the kGemv tile came on 2026-11-30, pick mode with b47ccaa).
 //
 // How a step is launched and synchronised (cost_model.h prices each of these):
 //   decode graphs     a micro-batch replays a captured CUDA graph only when the model runs on one rank
@@ -147,10 +163,11 @@ bool engine_uses_decode_graph(const ModelCosts& model, int world_size, int64_t d
 // group, which bound the rows a rank's experts receive). At one MoE token the experts run in pick mode: no
 // permute. The permute's picks are counted at rows·K (under DP attention a rank may receive more).
 struct EngineKernels {
-    int64_t attention = 0;  // GQA or MLA block, input norm to residual add
-    int64_t moe = 0;        // MoE block, post-attention norm to residual add, shared experts included
-    int64_t dense_mlp = 0;  // dense MLP block, post-attention norm to residual add
-    int64_t head = 0;       // embedding, final norm, LM head, sampling
+    int64_t attention = 0;   // GQA or MLA block, input norm to o_proj
+    int64_t moe = 0;         // MoE block, post-attention norm to combine, shared experts included
+    int64_t dense_mlp = 0;   // dense MLP block, post-attention norm to down
+    int64_t head = 0;        // embedding, final norm, LM head, sampling
+    int64_t stage_send = 0;  // once per forward on a pipeline stage that sends: its last add, run alone
 };
 EngineKernels engine_kernels(const ModelCosts& model, int64_t rows, int64_t moe_tokens);
 
@@ -194,23 +211,35 @@ int64_t engine_attention_temp_bytes(const ModelCosts& model, const EngineAttenti
 // `e` = kEngineExpertRowBytesPerElement, widths of this rank: q_w = Nh·D/attn_tp (GQA; MLA Nh·(nope +
 // rope)/attn_tp), kv_w = KV heads on the rank · D, v_w = Nh·v_head/attn_tp (MLA), F = MLP or shared width
 // / attn_tp; `big` (rows > 16) adds, per projection input element, the cuBLAS path's bf16 copy written by
-// the f32→bf16 kernel and read back by the GEMM (2 + 2 bytes):
-//   GQA attention  act·(9H + (6 + 2·qkn)·q_w + (8 + 2·qkn)·kv_w) + big·4·(3H + q_w)
-//   MLA attention  act·(8H + 4·q_lora + 4·q_w + 5·(kv_lora + rope) + 2·v_w) + big·4·(2H + q_lora + v_w)
+// the f32→bf16 kernel and read back by the GEMM (2 + 2 bytes). A block's residual add, run inside the next
+// norm (above), is what that norm moves more than a plain one: it reads the residual and writes the sum,
+// 2H (a fused norm 4H: x, residual, sum, out; the add alone moved 3H); the norm's own 2H stays with the
+// block it opens. Since fdefb56 (before: GQA act·(9H + (6 + 2·qkn)·q_w + (8 + 2·qkn)·kv_w), every other
+// block act·H more, the add's 3H):
+//   GQA attention  act·(8H + (6 + 2·qkf)·q_w + (7 + 2·qkf)·kv_w) + big·4·(3H + q_w)
+//                  H: input norm r/w, q, k, v read x, o_proj write, add; q_w: q written, read and written
+//                  by qk_norm_rope_kv_store, read by attention, its output written and read by o_proj;
+//                  kv_w: k and v written, read once by qk_norm_rope_kv_store, which writes k and the two
+//                  cache rows (counted at act bytes, as the kv stores' were); qkf: the whole-projection
+//                  norms' r/w of q and k
+//   MLA attention  act·(7H + 4·q_lora + 4·q_w + 5·(kv_lora + rope) + 2·v_w) + big·4·(2H + q_lora + v_w)
 //                  (without q_lora the q_lora terms drop)
-//   MoE per token  act·(8H + 2E) + e·H + big·4·H                  norm, router, top-k, f32→bf16, combine, add
+//   MoE per token  act·(7H + 2E) + e·H + big·4·H                  norm, router, top-k, f32→bf16, combine, add
 //     per routed (token, expert) pair on the rank  e·(5H + 2I/moe_tp)   permute r/w, gate_up r/w, down r/w,
 //                                                                        combine read
-//     shared experts  act·(6H + 6F) + big·4·(2H + F)   (+ act·H + big·4·H for a sigmoid gate)
-//   dense MLP      act·(8H + 6F) + big·4·(2H + F)
+//     shared experts  act·(6H + 6F) + big·4·(2H + F)   (their own add into the routed output, 3H;
+//                                                       + act·H + big·4·H for a sigmoid gate)
+//   dense MLP      act·(7H + 6F) + big·4·(2H + F)
 //   head per row   act·(4H + 2·V/attn_tp) + big·4·H      embedding write, final norm, LM head read and fp32
 //                                                       logits write, argmax read of the logits
+//   stage send     act·H per token on a pipeline stage that sends: its last add run alone (3H, not 2H)
 struct EngineActivationBytes {
     double attention_per_token = 0.0;
-    double moe_per_token = 0.0;        // router to combine and the residual add, shared experts included
-    double moe_per_pair = 0.0;         // per routed (token, expert) pair on the rank
-    double dense_mlp_per_token = 0.0;  // dense layers
-    double head_per_row = 0.0;         // per row whose logits are computed
+    double moe_per_token = 0.0;         // router to combine and the residual add, shared experts included
+    double moe_per_pair = 0.0;          // per routed (token, expert) pair on the rank
+    double dense_mlp_per_token = 0.0;   // dense layers
+    double head_per_row = 0.0;          // per row whose logits are computed
+    double stage_send_per_token = 0.0;  // a sending pipeline stage's unfused last add, once per forward
 };
 // `attn_tp`, `moe_tp`: the layout's splits; `kv_heads_per_rank` from RankShare (GQA); `act` bytes/element.
 EngineActivationBytes engine_activation_bytes(const ModelCosts& model, int attn_tp, int moe_tp,

@@ -66,7 +66,6 @@ ModelCosts model_costs(const ModelConfig& c) {
         m.num_kv_heads = c.num_key_value_heads;
         m.head_dim = D;
         m.v_head_dim = D;
-        m.qk_norm = c.qk_norm != QkNormKind::kNone;
         m.qk_norm_full_projection = c.qk_norm == QkNormKind::kFullProjection;
         m.attn_split_params = 2 * H * Nh * D;  // q_proj, o_proj
         m.attn_kv_head_params = 2 * H * c.num_key_value_heads * D;

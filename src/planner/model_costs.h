@@ -45,8 +45,9 @@ struct ModelCosts {
     int64_t q_lora_rank = 0;          // MLA (0 = q_proj)
     int64_t kv_lora_rank = 0;         // MLA
     int64_t qk_rope_dim = 0;          // MLA
-    bool qk_norm = false;             // q/k RMSNorms before RoPE (Qwen3-MoE, GLM-4.5)
-    bool qk_norm_full_projection = false;  // OLMoE: over the whole q/k projection (TP computes every head)
+    // OLMoE: q/k RMSNorms over the whole projection (TP computes every head; two kernels of their own:
+    // per-head ones, Qwen3-MoE's and GLM-4.5's, run inside qk_norm_rope_kv_store, engine_facts.h).
+    bool qk_norm_full_projection = false;
     bool shared_expert_gate = false;  // a sigmoid gate on the shared expert (Qwen2-MoE)
 
     // Parameters (elements).

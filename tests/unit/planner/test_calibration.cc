@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "planner/calibration.h"
@@ -278,6 +279,51 @@ DecodeResult qwen3_30b_closed_loop_c1(const HardwareProfile& hardware) {
     return decode_step(in, 1, 1 << 20);
 }
 
+// One Qwen3-30B-A3B decode step at one row of the engine a profile was fitted to, as engine_facts.h counted
+// it then: a profile stays the record of its engine, so its fit is checked with these, not with today's
+// engine_facts. Per layer before fdefb56: attention 4·(9H + 8·q_w + 10·kv_w) = 225,280 B, MoE
+// 4·(8H + 2E) + 2H = 70,656 B; fdefb56's (the adds inside the norms, one qk_norm_rope_kv_store):
+// 4·(8H + 6·q_w + 7·kv_w) = 178,176 B and 4·(7H + 2E) + 2H = 62,464 B; each + 8 pairs · 23,552 B, and the
+// head's 1,248,256 B.
+struct EngineStepAtOneRow {
+    int64_t kernels = 0;            // per decode step
+    double activation_bytes = 0.0;  // per decode step
+};
+constexpr double kPairsAndHeadBytes = 48 * 8 * 23552.0 + 1248256.0;
+// dc6daa7 (h200_epinfer_2026-11-30.json): 48 × 22 + 4, the MoE permute at one token.
+constexpr EngineStepAtOneRow kEngineDc6daa7{1060, 48 * (225280.0 + 70656.0) + kPairsAndHeadBytes};
+// 7dc5532 (h200_epinfer_2026-11-30b.json): 48 × 21 + 4, pick mode.
+constexpr EngineStepAtOneRow kEngine7dc5532{1012, 48 * (225280.0 + 70656.0) + kPairsAndHeadBytes};
+// fdefb56 (h200_epinfer_2026-11-30c.json): 48 × 14 + 4.
+constexpr EngineStepAtOneRow kEngineFdefb56{676, 48 * (178176.0 + 62464.0) + kPairsAndHeadBytes};
+
+// The plan's C = 1 closed-loop TPOT (ms) with `engine`'s kernels and activation bytes in place of today's:
+// kernels at graph_kernel_us + kernel_latency_us (a decode graph), bytes at memory_bandwidth_gbps ·
+// memory_efficiency; every decode step of the loop has the same of both.
+double c1_tpot_of_engine_ms(const DecodeResult& c1, const GpuSpec& g, const EngineStepAtOneRow& engine) {
+    const double kernel_us = g.graph_kernel_us.value + g.kernel_latency_us.value;
+    const double bytes_per_us = g.memory_bandwidth_gbps.value * g.memory_efficiency.value * 1e3;
+    const double today_us = c1.step.launch_us + c1.step.activations_us;
+    const double engine_us = engine.kernels * kernel_us + engine.activation_bytes / bytes_per_us;
+    return c1.tpot_ms + (engine_us - today_us) / 1e3;
+}
+
+// The Qwen3-30B-A3B layer of `epinfer bench moe --repeats 20`, uniform routing, one H200, 2026-11-30
+// 11:29 UTC, binaries of 7dc5532 (the MoE kernels of h200_epinfer_2026-11-30b.json and ..._30c.json):
+// experts touched 8, 50, 80, 109, 127, 128, 128 of 9,437,184 B each; T · 75,497,472 FLOP; layer µs; graph
+// nodes (one token runs pick mode, 4 nodes).
+std::vector<MeasuredMoeLayer> bench_moe_layers_7dc5532() {
+    const double expert_bytes = 3.0 * 2048 * 768 * 2;
+    const double flops_per_token = 2.0 * 8 * 3 * 2048 * 768;
+    return {{1, 8 * expert_bytes, 1 * flops_per_token, 38.512, 4, 8.0 / 8},
+            {8, 50 * expert_bytes, 8 * flops_per_token, 175.344, 5, 64.0 / 50},
+            {16, 80 * expert_bytes, 16 * flops_per_token, 229.376, 5, 128.0 / 80},
+            {32, 109 * expert_bytes, 32 * flops_per_token, 293.360, 5, 256.0 / 109},
+            {64, 127 * expert_bytes, 64 * flops_per_token, 337.152, 5, 512.0 / 127},
+            {256, 128 * expert_bytes, 256 * flops_per_token, 352.992, 8, 2048.0 / 128},
+            {1024, 128 * expert_bytes, 1024 * flops_per_token, 417.616, 13, 8192.0 / 128}};
+}
+
 TEST(EngineCalibration, MeasuredH200Profile20261130ComesFromItsSources) {
     // profiles/measured/h200_epinfer_2026-11-30.json (engine dc6daa7 + working tree: bf16 KV cache, flash
     // attention, the gemv MoE tile), one H200, 2026-11-30 05:43–05:46 UTC, docs/benchmarks/planner.md:
@@ -353,15 +399,12 @@ TEST(EngineCalibration, MeasuredH200Profile20261130ComesFromItsSources) {
     // kernel_latency_us: the plan's C = 1 closed loop (128 + 128 tokens, one H200) takes the measured
     // 5.60 ms TPOT of the same session: 0.639 ms of bytes besides the experts + 48 × 57.312 µs (the T = 1
     // layer: its 5 nodes and its 8 experts at the table's first point) + 820 other kernels × (0.5 + 2.20) µs,
-    // 1060 in all. Today's planner counts 1012 (pick mode skips the permute that engine launched at one
-    // token): the fit is its step plus those 48 kernels.
+    // 1060 in all, the count the source names (kEngineDc6daa7: that engine launched the permute at one
+    // token, which pick mode skips, and the adds and q/k kernels that fdefb56 fused).
     const DecodeResult c1 = qwen3_30b_closed_loop_c1(*p);
     ASSERT_TRUE(c1.has_closed_loop);
-    const int64_t morning_kernels = 1060;  // the count the source names (48 × 22 + 4)
-    EXPECT_EQ(c1.step.kernels, morning_kernels - 48);
-    EXPECT_NEAR(c1.tpot_ms + 48 * 2.70e-3, 5.60, 0.01);
+    EXPECT_NEAR(c1_tpot_of_engine_ms(c1, g, kEngineDc6daa7), 5.60, 0.01);
     EXPECT_NEAR(c1.step.experts_us, 48 * 75497472.0 / (4800e3 * table.points[0].efficiency), 1e-6);
-    EXPECT_NEAR(c1.step.launch_us + 48 * 2.70, morning_kernels * 2.70, 1e-9);
     EXPECT_NE(g.kernel_latency_us.source.find("TPOT p50 5.60 ms"), std::string::npos);
     EXPECT_NE(g.kernel_latency_us.source.find("Nsight Compute"), std::string::npos);  // the replaced figure
     EXPECT_NE(p->description.find("dc6daa7"), std::string::npos) << p->description;
@@ -379,17 +422,8 @@ TEST(EngineCalibration, MeasuredH200Profile20261130bComesFromItsSources) {
     //  - expert_memory_efficiency_by_rows: the bench's layers of T ≤ 256 less their graph nodes at
     //    graph_kernel_us + kernel_latency_us;
     //  - eager_kernel_us: the 2026-11-30 morning profile's, not re-measured.
-    // Experts touched 8, 50, 80, 109, 127, 128, 128 of 9,437,184 B each; T · 75,497,472 FLOP.
     const double expert_bytes = 3.0 * 2048 * 768 * 2;
-    const double flops_per_token = 2.0 * 8 * 3 * 2048 * 768;
-    const std::vector<MeasuredMoeLayer> layers = {
-        {1, 8 * expert_bytes, 1 * flops_per_token, 38.512, 4, 8.0 / 8},
-        {8, 50 * expert_bytes, 8 * flops_per_token, 175.344, 5, 64.0 / 50},
-        {16, 80 * expert_bytes, 16 * flops_per_token, 229.376, 5, 128.0 / 80},
-        {32, 109 * expert_bytes, 32 * flops_per_token, 293.360, 5, 256.0 / 109},
-        {64, 127 * expert_bytes, 64 * flops_per_token, 337.152, 5, 512.0 / 127},
-        {256, 128 * expert_bytes, 256 * flops_per_token, 352.992, 8, 2048.0 / 128},
-        {1024, 128 * expert_bytes, 1024 * flops_per_token, 417.616, 13, 8192.0 / 128}};
+    const std::vector<MeasuredMoeLayer> layers = bench_moe_layers_7dc5532();
     auto fit = fit_moe_engine(layers, 0.5);
     ASSERT_TRUE(fit.is_ok()) << fit.status().message();
     EXPECT_NEAR(fit->layers.latency_us, 31.28, 0.005);
@@ -434,19 +468,81 @@ TEST(EngineCalibration, MeasuredH200Profile20261130bComesFromItsSources) {
     // kernel_latency_us: the plan's C = 1 closed loop (128 + 128 tokens, one H200) takes the measured 4.17 ms
     // TPOT of the same binaries: 0.655 ms of bytes besides the experts + 48 × 38.512 µs (the T = 1 layer: its
     // 4 nodes and its 8 experts at the table's first point) + 820 other kernels × (0.5 + 1.53) µs: 1012 in
-    // all, 21 per layer (pick mode: no permute) and the head's 4. (1.42 µs when the planner still counted
-    // the permute at one row: 1060 kernels, 868 others.)
+    // all (kEngine7dc5532), 21 per layer (pick mode: no permute) and the head's 4. (1.42 µs when the planner
+    // still counted the permute at one row: 1060 kernels, 868 others.)
     const DecodeResult c1 = qwen3_30b_closed_loop_c1(*p);
     ASSERT_TRUE(c1.has_closed_loop);
-    EXPECT_NEAR(c1.tpot_ms, 4.17, 0.005);
-    EXPECT_EQ(c1.step.kernels, 1012);
+    EXPECT_NEAR(c1_tpot_of_engine_ms(c1, g, kEngine7dc5532), 4.17, 0.005);
     EXPECT_NEAR(c1.step.experts_us, 48 * 8 * expert_bytes / (4800e3 * table.points[0].efficiency), 1e-6);
     // The bench layer, to the table's 4 digits (5e-5 of 0.52: 0.15 µs over 48 layers).
     EXPECT_NEAR(c1.step.experts_us + 48 * 4 * 2.03, 48 * 38.512, 0.15);
-    EXPECT_NEAR(c1.step.launch_us, 1012 * 2.03, 1e-9);
     EXPECT_NE(g.kernel_latency_us.source.find("TPOT p50 4.17 ms"), std::string::npos);
     EXPECT_NE(g.kernel_latency_us.source.find("1012 - 48 x 4 = 820"), std::string::npos);
     EXPECT_NE(p->description.find("7dc5532"), std::string::npos) << p->description;
+}
+
+TEST(EngineCalibration, MeasuredH200Profile20261130cComesFromItsSources) {
+    // profiles/measured/h200_epinfer_2026-11-30c.json (engine fdefb56: the residual adds inside the
+    // RMSNorms, GQA's q/k norms, RoPE and KV stores in one kernel; 14 kernels per layer at one row, 21
+    // before), docs/benchmarks/planner.md: h200_epinfer_2026-11-30b.json with
+    //  - kernel_latency_us: fitted so that the plan's C = 1 closed-loop TPOT is 3.81 ms, the mean of the
+    //    3.80 and 3.82 ms of fdefb56's binaries (one H200, 2026-11-30 13:10 UTC);
+    //  - expert_memory_efficiency_by_rows: the same bench layers (7dc5532's MoE kernels, which fdefb56 did
+    //    not change) less their graph nodes at graph_kernel_us + the new kernel_latency_us;
+    //  - every other figure the 30b file's.
+    auto p = load_hardware_profile_file(std::string(EPINFER_TEST_DATA_DIR) +
+                                        "/../../profiles/measured/h200_epinfer_2026-11-30c.json");
+    auto base = load_hardware_profile_file(std::string(EPINFER_TEST_DATA_DIR) +
+                                           "/../../profiles/measured/h200_epinfer_2026-11-30b.json");
+    ASSERT_TRUE(p.is_ok()) << p.status().message();
+    ASSERT_TRUE(base.is_ok()) << base.status().message();
+    const GpuSpec& g = p->gpu;
+    const GpuSpec& b = base->gpu;
+    const std::pair<const Figure*, const Figure*> kept[] = {
+        {&g.memory_efficiency, &b.memory_efficiency},
+        {&g.matmul_efficiency, &b.matmul_efficiency},
+        {&g.expert_matmul_efficiency, &b.expert_matmul_efficiency},
+        {&g.graph_kernel_us, &b.graph_kernel_us},
+        {&g.memory_bandwidth_gbps, &b.memory_bandwidth_gbps},
+        {&g.bf16_tflops, &b.bf16_tflops}};
+    for (const auto& [mine, theirs] : kept) {
+        EXPECT_EQ(mine->value, theirs->value) << mine->source;
+        EXPECT_EQ(mine->source, theirs->source);
+    }
+    EXPECT_EQ(g.eager_kernel_us.value, b.eager_kernel_us.value);
+    EXPECT_NE(g.eager_kernel_us.source.find("not measured for this engine"), std::string::npos);
+
+    // The expert efficiency by rows at the profile's kernel price 0.5 + 2.20 µs: T 1: 75,497,472 B in
+    // 38.512 − 4 · 2.70 = 27.712 µs = 2724.4 GB/s = 0.5676 of 4800; T 8: 471,859,200 B in 161.844 µs, 0.6074;
+    // T 16: 754,974,720 B in 215.876 µs, 0.7286; T 32: 1,028,653,056 B in 279.860 µs, 0.7657; T 64:
+    // 1,198,522,368 B in 323.652 µs, 0.7715; T 256 (8 nodes): 1,207,959,552 B in 331.392 µs, 0.7594.
+    EXPECT_NEAR(g.kernel_latency_us.value, 2.20, 1e-12);
+    const std::vector<MeasuredMoeLayer> layers = bench_moe_layers_7dc5532();
+    expect_by_rows_from_layers(
+        g, layers,
+        {{1.0, 0.5676}, {1.28, 0.6074}, {1.6, 0.7286}, {2.3486, 0.7657}, {4.0315, 0.7715}, {16.0, 0.7594}},
+        1e-12, "2026-11-30T11:29:01Z");
+    const RowsEfficiencyTable& table = g.expert_memory_efficiency_by_rows;
+
+    // kernel_latency_us: the plan's C = 1 closed loop takes 3.81 ms: 0.654 ms of bytes besides the experts
+    // + 48 × 38.512 µs (the T = 1 layer: its 4 nodes and its 8 experts at the table's first point) + 484
+    // other kernels × (0.5 + L) µs, 676 in all (kEngineFdefb56): L = (3.810 − 0.654 − 1.849) / 484 − 0.5.
+    const DecodeResult c1 = qwen3_30b_closed_loop_c1(*p);
+    ASSERT_TRUE(c1.has_closed_loop);
+    const double tpot_ms = c1_tpot_of_engine_ms(c1, g, kEngineFdefb56);
+    EXPECT_NEAR(tpot_ms, 3.81, 0.005);
+    const double expert_bytes = 3.0 * 2048 * 768 * 2;
+    EXPECT_NEAR(c1.step.experts_us, 48 * 8 * expert_bytes / (4800e3 * table.points[0].efficiency), 1e-6);
+    EXPECT_NEAR(c1.step.experts_us + 48 * 4 * 2.70, 48 * 38.512, 0.15);  // the bench layer, 4 digits
+    const double other_bytes_ms =
+        tpot_ms - (c1.step.experts_us + kEngineFdefb56.kernels * 2.70) / 1e3;  // weights, KV, activations
+    EXPECT_NEAR(other_bytes_ms, 0.654, 0.0005);
+    EXPECT_NEAR((3.810 - other_bytes_ms - 48 * 38.512e-3) / (676 - 48 * 4) * 1e3 - 0.5, 2.20, 0.005);
+    EXPECT_NE(g.kernel_latency_us.source.find("TPOT p50 3.80 and 3.82 ms"), std::string::npos);
+    EXPECT_NE(g.kernel_latency_us.source.find("676 - 48 x 4 = 484"), std::string::npos);
+    EXPECT_NE(g.kernel_latency_us.source.find("fdefb56"), std::string::npos) << g.kernel_latency_us.source;
+    EXPECT_NE(table.source.find("fdefb56"), std::string::npos) << table.source;
+    EXPECT_NE(p->description.find("fdefb56"), std::string::npos) << p->description;
 }
 
 // The Qwen3-30B-A3B layer of `epinfer bench moe` on one H200, 2026-11-29 (docs/benchmarks/moe_h200.md),

@@ -27,42 +27,56 @@ EngineKernels kernels_of_rows(const ModelCosts& m, int64_t rows) {
 }
 
 TEST(EngineFacts, KernelsPerLayerQwen3) {
-    // Batch 1: input norm, q, k, v, q_norm, k_norm, 2 rope, 2 kv store, flash attention, o_proj, add = 13;
-    // post norm, router, top-k, f32→bf16, gate_up, down (kGemv in pick mode: no permute, no split-K),
-    // combine, add = 8.
+    // Batch 1 (fdefb56): input norm (with the last MLP's add), q, k, v, qk_norm_rope_kv_store (per-head
+    // q/k norms, 2 rope, 2 kv store), flash attention, o_proj = 7; post norm (with the attention's add),
+    // router, top-k, f32→bf16, gate_up, down (kGemv in pick mode: no permute, no split-K), combine = 7.
     ModelCosts m = qwen3_30b();
     EngineKernels one = kernels_of_rows(m, 1);
-    EXPECT_EQ(one.attention, 13);
-    EXPECT_EQ(one.moe, 8);
+    EXPECT_EQ(one.attention, 7);
+    EXPECT_EQ(one.moe, 7);
     EXPECT_EQ(one.head, 4);
-    // 2 rows: the permute (one block) plans the rows: 9.
-    EXPECT_EQ(kernels_of_rows(m, 2).moe, 9);
+    EXPECT_EQ(one.stage_send, 1);  // a sending pipeline stage's last add, once per forward
+    // 2 rows: the permute (one block) plans the rows: 8.
+    EXPECT_EQ(kernels_of_rows(m, 2).moe, 8);
     // 8 rows: the narrow tile (its split-K memset at 5–10 rows is not counted).
-    EXPECT_EQ(kernels_of_rows(m, 8).attention, 13);
-    EXPECT_EQ(kernels_of_rows(m, 8).moe, 9);
+    EXPECT_EQ(kernels_of_rows(m, 8).attention, 7);
+    EXPECT_EQ(kernels_of_rows(m, 8).moe, 8);
     // Past 16 rows each projection (q, k, v, o, router, LM head) adds its f32→bf16 conversion.
-    EXPECT_EQ(kernels_of_rows(m, 16).attention, 13);
+    EXPECT_EQ(kernels_of_rows(m, 16).attention, 7);
     EngineKernels big = kernels_of_rows(m, 17);
-    EXPECT_EQ(big.attention, 17);
-    EXPECT_EQ(big.moe, 10);
+    EXPECT_EQ(big.attention, 11);
+    EXPECT_EQ(big.moe, 9);
     EXPECT_EQ(big.head, 5);
-    EXPECT_EQ(kernels_of_rows(m, 64).moe, 10);
-    EXPECT_EQ(kernels_of_rows(m, 128).moe, 10);  // 1024 picks: still the one-block permute
+    EXPECT_EQ(kernels_of_rows(m, 64).moe, 9);
+    EXPECT_EQ(kernels_of_rows(m, 128).moe, 9);  // 1024 picks: still the one-block permute
     // 256 rows, 2048 picks: keys, CUB's one-tile sort, slots, finalize.
-    EXPECT_EQ(kernels_of_rows(m, 256).attention, 17);
-    EXPECT_EQ(kernels_of_rows(m, 256).moe, 8 + 1 + 4);
+    EXPECT_EQ(kernels_of_rows(m, 256).attention, 11);
+    EXPECT_EQ(kernels_of_rows(m, 256).moe, 7 + 1 + 4);
     // 1024 rows, 8192 picks: keys, 2 memsets, histogram, exclusive sum, memset + onesweep (keys 0..128 in
     // 8 bits: one pass), slots, finalize.
-    EXPECT_EQ(kernels_of_rows(m, 1024).attention, 17);
-    EXPECT_EQ(kernels_of_rows(m, 1024).moe, 8 + 1 + 9);
+    EXPECT_EQ(kernels_of_rows(m, 1024).attention, 11);
+    EXPECT_EQ(kernels_of_rows(m, 1024).moe, 7 + 1 + 9);
+}
+
+TEST(EngineFacts, QkNormsOfTheWholeProjectionRunAlone) {
+    // Per-head q/k norms (Qwen3) run inside qk_norm_rope_kv_store: as many kernels as no q/k norm (Qwen2);
+    // OLMoE's norms over the whole q and k projections are 2 rms_norm kernels before it.
+    ModelCosts m = qwen3_30b();
+    m.qk_norm_full_projection = true;
+    EXPECT_EQ(kernels_of_rows(m, 1).attention, 7 + 2);
+    EXPECT_EQ(kernels_of_rows(m, 64).attention, 11 + 2);
+    // Activation bytes: the two norms read and write q and k once more, 4·2·(4096 + 512).
+    EXPECT_DOUBLE_EQ(
+        engine_activation_bytes(m, 1, 1, 4, 4, 1).attention_per_token,
+        engine_activation_bytes(qwen3_30b(), 1, 1, 4, 4, 1).attention_per_token + 4.0 * 2 * (4096 + 512));
 }
 
 TEST(EngineFacts, PickModeNeedsOneMoeToken) {
     // DP attention, one row on this rank and one on another DP group's: the experts receive both, the
-    // permute plans them (9); one MoE token over the group runs pick mode (8).
+    // permute plans them (8); one MoE token over the group runs pick mode (7).
     ModelCosts m = qwen3_30b();
-    EXPECT_EQ(engine_kernels(m, 1, 2).moe, 9);
-    EXPECT_EQ(engine_kernels(m, 1, 1).moe, 8);
+    EXPECT_EQ(engine_kernels(m, 1, 2).moe, 8);
+    EXPECT_EQ(engine_kernels(m, 1, 1).moe, 7);
 }
 
 TEST(EngineFacts, MoePermuteKernels) {
@@ -94,41 +108,49 @@ TEST(EngineFacts, DpAttentionMoeOnTheHost) {
 }
 
 TEST(EngineFacts, KernelsPerLayerKimiK2) {
-    // MLA with q_lora: 12 + the absorbed form's 5 more (two packs, two batched GEMMs, the q_pe copy; the
-    // attention op counted in the 12); MoE 8 at one token (pick mode: no permute) + one shared expert's
-    // gate, up, silu·mul, down, add; dense MLP 6. At 64 rows: + the router's f32→bf16, + the permute
-    // (512 picks: one block), + 3 shared-expert conversions.
+    // MLA with q_lora: 11 + the absorbed form's 5 more (two packs, two batched GEMMs, the q_pe copy; the
+    // attention op counted in the 11; the residual add runs in the post-attention norm); MoE 7 at one token
+    // (pick mode: no permute) + one shared expert's gate, up, silu·mul, down and its add into the routed
+    // output; dense MLP 5. At 64 rows: + 4 f32→bf16 conversions in attention, + the router's, + the
+    // permute (512 picks: one block), + 3 shared-expert conversions.
     ModelCosts m = model_costs(testing::kimi_k2_config());
     EngineKernels one = kernels_of_rows(m, 1);
-    EXPECT_EQ(one.attention, 17);
-    EXPECT_EQ(one.moe, 8 + 5);
-    EXPECT_EQ(one.dense_mlp, 6);
+    EXPECT_EQ(one.attention, 16);
+    EXPECT_EQ(one.moe, 7 + 5);
+    EXPECT_EQ(one.dense_mlp, 5);
     EngineKernels big = kernels_of_rows(m, 64);
-    EXPECT_EQ(big.attention, 21);
-    EXPECT_EQ(big.moe, 18);
-    EXPECT_EQ(big.dense_mlp, 9);
+    EXPECT_EQ(big.attention, 20);
+    EXPECT_EQ(big.moe, 17);
+    EXPECT_EQ(big.dense_mlp, 8);
 }
 
 TEST(EngineFacts, ActivationBytesQwen3) {
     // H 2048, q_w 32·128 = 4096, kv_w 4·128 = 512, E 128, I 768, V 151936, fp32 (4 B), one rank.
     ModelCosts m = qwen3_30b();
     EngineActivationBytes one = engine_activation_bytes(m, 1, 1, 4, 4, 1);
-    // 4·(9·2048 + 8·4096 + 10·512) = 4·56,320.
-    EXPECT_DOUBLE_EQ(one.attention_per_token, 225280.0);
-    // 4·(8·2048 + 2·128) + 2·2048 = 70,656; per pair 2·(5·2048 + 2·768) = 23,552.
-    EXPECT_DOUBLE_EQ(one.moe_per_token, 70656.0);
+    // Attention: input norm 2H, q/k/v read 3H, o_proj write H, the add inside the post-attention norm 2H
+    // (residual read, sum written) = 8H; q written, qk_norm_rope_kv_store r/w, attention read, output
+    // w/r = 6·q_w; k and v written, read by the fused op, k and 2 cache rows written = 7·kv_w:
+    // 4·(8·2048 + 6·4096 + 7·512) = 4·44,544 (before fdefb56: 4·56,320, the q/k norms, ropes and stores
+    // 4·q_w + 8·kv_w, the add 3H).
+    EXPECT_DOUBLE_EQ(one.attention_per_token, 178176.0);
+    // 4·(7·2048 + 2·128) + 2·2048 = 62,464 (the add inside the next norm: 2H); per pair
+    // 2·(5·2048 + 2·768) = 23,552.
+    EXPECT_DOUBLE_EQ(one.moe_per_token, 62464.0);
     EXPECT_DOUBLE_EQ(one.moe_per_pair, 23552.0);
     EXPECT_DOUBLE_EQ(one.dense_mlp_per_token, 0.0);
     // 4·(4·2048 + 2·151936) = 1,248,256.
     EXPECT_DOUBLE_EQ(one.head_per_row, 1248256.0);
+    // A sending pipeline stage's last add alone: 3H, the H more than inside the norm.
+    EXPECT_DOUBLE_EQ(one.stage_send_per_token, 4.0 * 2048);
     // Past 16 rows: + 4·(3·2048 + 4096) for q, k, v, o; + 4·2048 for the router and for the LM head.
     EngineActivationBytes big = engine_activation_bytes(m, 1, 1, 4, 4, 17);
-    EXPECT_DOUBLE_EQ(big.attention_per_token, 225280.0 + 40960.0);
-    EXPECT_DOUBLE_EQ(big.moe_per_token, 70656.0 + 8192.0);
+    EXPECT_DOUBLE_EQ(big.attention_per_token, 178176.0 + 40960.0);
+    EXPECT_DOUBLE_EQ(big.moe_per_token, 62464.0 + 8192.0);
     EXPECT_DOUBLE_EQ(big.head_per_row, 1248256.0 + 8192.0);
-    // Attention TP 2 halves q_w and the vocab slice: 4·(9·2048 + 8·2048 + 10·256).
+    // Attention TP 2 halves q_w and the vocab slice: 4·(8·2048 + 6·2048 + 7·256).
     EXPECT_DOUBLE_EQ(engine_activation_bytes(m, 2, 1, 2, 4, 1).attention_per_token,
-                     4.0 * (18432 + 16384 + 2560));
+                     4.0 * (16384 + 12288 + 1792));
 }
 
 class Qwen3OnMeasuredH200 : public ::testing::Test {
@@ -150,14 +172,15 @@ protected:
 };
 
 TEST_F(Qwen3OnMeasuredH200, KernelsAtTheMeasuredLatency) {
-    // 48 layers · 21 (pick mode: no permute) + head 4 = 1012 kernels, each graph_kernel_us 0.5 +
-    // kernel_latency_us 7.42 (that profile's engine, 6c868cd, launched the permute: 1060).
+    // 48 layers · 14 (pick mode: no permute; fdefb56's fused norms and q/k preparation) + head 4 = 676
+    // kernels, each graph_kernel_us 0.5 + kernel_latency_us 7.42 (that profile's engine, 6c868cd, launched
+    // 1060: 22 per layer with the permute).
     DecodeResult one = decode_step(in_, 1, 1 << 30);
-    EXPECT_EQ(one.step.kernels, 1012);
-    EXPECT_NEAR(one.step.launch_us, 1012 * 7.92, 1e-6);
-    // 1024 rows: 48 · (17 + 18) + 5 = 1685 kernels.
+    EXPECT_EQ(one.step.kernels, 676);
+    EXPECT_NEAR(one.step.launch_us, 676 * 7.92, 1e-6);
+    // 1024 rows: 48 · (11 + 17) + 5 = 1349 kernels.
     DecodeResult big = decode_step(in_, 1024, 1 << 30);
-    EXPECT_EQ(big.step.kernels, 1685);
+    EXPECT_EQ(big.step.kernels, 1349);
 }
 
 TEST_F(Qwen3OnMeasuredH200, ExpertsAtTheGroupedGemmRate) {

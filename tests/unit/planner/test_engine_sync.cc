@@ -36,13 +36,17 @@ protected:
 // One request on one GPU of the tiny model (tp1), everything but the kernels, per layer: attention weights
 // 4 · 1024 · 1024 params = 8,388,608 B = 8.388608 µs at 1000 GB/s; KV (the engine's bf16) 100 · 8 heads · 2 ·
 // 128 · 2 B = 409,600 B = 0.4096 µs; 2 experts · 3 · 1024 · 512 · 2 B = 6.291456 µs; router 8 · 1024 · 2 B =
-// 0.016384 µs; activations (engine_facts.h) 4 · (9 + 6 + 8) · 1024 = 94,208 B + 4 · (8 · 1024 + 16) + 2 · 1024
-// = 34,880 B + 2 pairs · 2 · (5 · 1024 + 2 · 512) = 24,576 B: 0.153664 µs. Sum 15.259712 µs per layer.
-constexpr double kLayerUs = 8.388608 + 0.4096 + 6.291456 + 0.016384 + 0.153664;
+// 0.016384 µs; activations (engine_facts.h) 4 · (8 + 6 + 7) · 1024 = 86,016 B + 4 · (7 · 1024 + 16) +
+// 2 · 1024 = 30,784 B + 2 pairs · 2 · (5 · 1024 + 2 · 512) = 24,576 B: 0.141376 µs. Sum 15.247424 µs per
+// layer.
+constexpr double kLayerUs = 8.388608 + 0.4096 + 6.291456 + 0.016384 + 0.141376;
 // LM head 1000 · 1024 · 2 B = 2.048 µs, its activations 4 · (4 · 1024 + 2 · 1000) = 24,384 B = 0.024384 µs.
 constexpr double kHeadUs = 2.048 + 0.024384;
-// 19 kernels per layer at one row (GQA 11, MoE 8: pick mode, no permute), 4 for the head.
-constexpr int kLayerKernels = 19, kHeadKernels = 4;
+// 14 kernels per layer at one row (GQA 7, MoE 7: pick mode, no permute; the residual adds inside the
+// norms), 4 for the head. A pipeline stage that sends runs its last add alone: 1 kernel, 4 · 1024 B more
+// per row (0.004096 µs at one row).
+constexpr int kLayerKernels = 14, kHeadKernels = 4, kSendAddKernels = 1;
+constexpr double kSendAddUs = 0.004096;
 
 TEST(EngineFacts, DecodeGraphsOnlyOnOneRank) {
     // models/model_decode_graph.cc decode_graph_fits: one rank, decode only, 1..256 rows (MLA too: its
@@ -101,12 +105,12 @@ TEST(EngineFacts, TheSynchronousEnginesCollectiveGapIsRefused) {
 TEST_F(EngineSync, KernelCostWithAndWithoutGraphs) {
     EXPECT_DOUBLE_EQ(kernel_fixed_us(hw_.gpu, true), 1.5);
     EXPECT_DOUBLE_EQ(kernel_fixed_us(hw_.gpu, false), 3.0);
-    // tp1, one request: a decode graph, 4 · 19 (pick mode: no permute) + 4 = 80 kernels at 1.5 µs.
+    // tp1, one request: a decode graph, 4 · 14 (pick mode: no permute) + 4 = 60 kernels at 1.5 µs.
     DecodeResult one = decode_step(inputs(ParallelLayout{1, 1, 1, 1, 1}), 1, 1 << 30);
     EXPECT_TRUE(one.step.decode_graph);
-    EXPECT_EQ(one.step.kernels, 80);
-    EXPECT_NEAR(one.step.launch_us, 80 * 1.5, 1e-9);
-    EXPECT_NEAR(one.step.step_us, 4 * kLayerUs + kHeadUs + 80 * 1.5, 1e-9);
+    EXPECT_EQ(one.step.kernels, 60);
+    EXPECT_NEAR(one.step.launch_us, 60 * 1.5, 1e-9);
+    EXPECT_NEAR(one.step.step_us, 4 * kLayerUs + kHeadUs + 60 * 1.5, 1e-9);
     // 257 rows: past the largest graph; launched one by one.
     DecodeResult big = decode_step(inputs(ParallelLayout{1, 1, 1, 1, 1}), 257, 1 << 30);
     EXPECT_FALSE(big.step.decode_graph);
@@ -114,32 +118,32 @@ TEST_F(EngineSync, KernelCostWithAndWithoutGraphs) {
 }
 
 TEST_F(EngineSync, TwoRanksLaunchEagerlyAndQueueTheirCollectives) {
-    // tp2, one request (test_cost_model.cc Tp2DecodeOneRequest with these kernel figures): no graph, so 80
+    // tp2, one request (test_cost_model.cc Tp2DecodeOneRequest with these kernel figures): no graph, so 60
     // kernels at 2 + 1 µs; each of the 8 all-reduces is queued on the stream and costs its link time alone:
     // 10 + 4096 · 1 / 1e5 = 10.04096 µs.
     DecodeResult r = decode_step(inputs(ParallelLayout{1, 2, 1, 2, 1}), 1, 1 << 30);
     const StepBreakdown& s = r.step;
     EXPECT_FALSE(s.decode_graph);
-    EXPECT_EQ(s.kernels, 80);
-    EXPECT_NEAR(s.launch_us, 80 * 3.0, 1e-9);
+    EXPECT_EQ(s.kernels, 60);
+    EXPECT_NEAR(s.launch_us, 60 * 3.0, 1e-9);
     const CollectiveTerm* attn = term(s, "attention all_reduce");
     ASSERT_NE(attn, nullptr);
     EXPECT_NEAR(attn->us_per_call, 10.04096, 1e-9);
     EXPECT_NEAR(s.collectives_us(), 8 * 10.04096, 1e-9);
-    const double parts = 17.596416 + 4 * 3.145728 + (4 * 0.016384 + 1.024) + (4 * 0.122944 + 0.020384);
-    EXPECT_NEAR(s.step_us, parts + 80 * 3.0 + 8 * 10.04096, 1e-9);
+    const double parts = 17.596416 + 4 * 3.145728 + (4 * 0.016384 + 1.024) + (4 * 0.112704 + 0.020384);
+    EXPECT_NEAR(s.step_us, parts + 60 * 3.0 + 8 * 10.04096, 1e-9);
 }
 
 TEST_F(EngineSync, PipelineOfOneMicroBatchRunsTheStagesInTurn) {
     // pp2, one request: one micro-batch, so stage 1 waits for all of stage 0: the whole model's time, not
-    // half. Stage 0: layers 0–1, 38 kernels at 3 µs (no graph on two ranks); stage 1: layers 2–3 and the
-    // head, 42 kernels. Send of one fp32 row (4096 B): 5 + 4096 / 2e5 µs; then the broadcast of the id and
-    // the non-finite flag (MPI on the host): 2 · (5 + 4 / 2e5) µs.
+    // half. Stage 0: layers 0–1 and the add before its send, 29 kernels at 3 µs (no graph on two ranks);
+    // stage 1: layers 2–3 and the head, 32 kernels. Send of one fp32 row (4096 B): 5 + 4096 / 2e5 µs; then
+    // the broadcast of the id and the non-finite flag (MPI on the host): 2 · (5 + 4 / 2e5) µs.
     DecodeResult r = decode_step(inputs(ParallelLayout{2, 1, 1, 1, 1}), 1, 1 << 30);
     const StepBreakdown& s = r.step;
     EXPECT_EQ(s.micro_batches, 1);
     EXPECT_FALSE(s.decode_graph);
-    const double stage0 = 2 * kLayerUs + 2 * kLayerKernels * 3.0;
+    const double stage0 = 2 * kLayerUs + kSendAddUs + (2 * kLayerKernels + kSendAddKernels) * 3.0;
     const double stage1 = 2 * kLayerUs + kHeadUs + (2 * kLayerKernels + kHeadKernels) * 3.0;
     const double send = 5.0 + 4096 / 2e5;
     const double broadcast = 2 * (5.0 + 4 / 2e5);
@@ -158,7 +162,7 @@ TEST_F(EngineSync, PipelineOfTwoMicroBatchesWithSendsThatWaitForTheReceiver) {
     // max(2·t0 + c, t0 + c + t1) + c + t1 = t0 + 2c + 2·t1 here (t1 > t0), then the broadcast of 2 + 2
     // values.
     DecodeResult r = decode_step(inputs(ParallelLayout{2, 1, 1, 1, 1}), 2, 1 << 30);
-    const double t0 = 2 * kLayerUs + 2 * kLayerKernels * 3.0;
+    const double t0 = 2 * kLayerUs + kSendAddUs + (2 * kLayerKernels + kSendAddKernels) * 3.0;
     const double t1 = 2 * kLayerUs + kHeadUs + (2 * kLayerKernels + kHeadKernels) * 3.0;
     const double c = 5.0 + 4096 / 2e5;
     const double broadcast = 2 * (5.0 + 8 / 2e5);
