@@ -11,7 +11,13 @@ namespace epinfer::cuda {
 namespace {
 
 constexpr int kWarps = 4;  // per block
-constexpr int kRows = kMatmulSmallTRowsPerWarp;
+// Weight rows per warp: 4 for 5–8 activation rows (kT = 8: each x chunk serves four weight rows), else 2.
+// Measured on the H200, Qwen3-30B-A3B decode steps (docs/benchmarks/serving.md): with 4 rows, 8 rows per
+// step 12.00 → 11.52 ms, but one row 3.56 → 3.65 ms and 16 rows 16.6 → 17.4 ms (kT = 16's 64 accumulators).
+template <int kT>
+constexpr int rows_per_warp() {
+    return kT == 8 ? 4 : 2;
+}
 
 __device__ __forceinline__ float to_f32(float v) {
     return v;
@@ -58,7 +64,7 @@ __device__ __forceinline__ float load_bias(const void* bias, DType dtype, int64_
 }
 
 // Sums acc over the warp and writes y[t, n] (+ bias) from lane 0 for the valid rows and outputs.
-template <int kT>
+template <int kT, int kRows = rows_per_warp<kT>()>
 __device__ __forceinline__ void reduce_and_store(const MatmulArgs& a, float (&acc)[kRows][kT], int64_t n0,
                                                  int lane) {
 #pragma unroll
@@ -90,6 +96,7 @@ __device__ __forceinline__ void reduce_and_store(const MatmulArgs& a, float (&ac
 template <typename W, int kT>
 __global__ void __launch_bounds__(kWarps * 32) matmul_small_t_vec_kernel(SmallTLaunch l, bool prefetch) {
     constexpr int kElems = 16 / sizeof(W);
+    constexpr int kRows = rows_per_warp<kT>();
     const int lane = threadIdx.x % 32;
     int64_t block = blockIdx.x;
     const MatmulArgs a = block_matmul(l, &block);
@@ -169,6 +176,7 @@ template <typename W>
 __global__ void __launch_bounds__(kWarps * 32) matmul_small_t_scalar_kernel(SmallTLaunch l) {
     pdl_begin();
     constexpr int kT = static_cast<int>(kMatmulSmallTMaxRows);
+    constexpr int kRows = rows_per_warp<kT>();
     const int lane = threadIdx.x % 32;
     int64_t block = blockIdx.x;
     const MatmulArgs a = block_matmul(l, &block);
@@ -203,8 +211,21 @@ __global__ void __launch_bounds__(kWarps * 32) matmul_small_t_scalar_kernel(Smal
 // larger matrix, e.g. an LM head, would evict its own first rows before they are read).
 constexpr int64_t kPrefetchMaxBytes = int64_t{24} << 20;
 
+// Launches `kernel` (kT activation rows) over every block of the group: block_end from its rows per warp.
+template <int kT, typename... KernelArgs, typename... Extra>
+cudaError_t launch_blocks(void (*kernel)(KernelArgs...), SmallTLaunch l, cudaStream_t stream, Extra... extra) {
+    const int64_t rows_per_block = int64_t{kWarps} * rows_per_warp<kT>();
+    int64_t blocks = 0;
+    for (int i = 0; i < l.group.num_matmuls; ++i) {
+        blocks += (l.group.matmuls[i].out_features + rows_per_block - 1) / rows_per_block;
+        l.block_end[i] = blocks;
+    }
+    if (blocks == 0) return cudaSuccess;
+    return launch_pdl(kernel, dim3(static_cast<unsigned>(blocks)), dim3(kWarps * 32), 0, stream, l, extra...);
+}
+
 template <typename W>
-cudaError_t launch_typed(const SmallTLaunch& l, int64_t grid_blocks, cudaStream_t stream) {
+cudaError_t launch_typed(const SmallTLaunch& l, cudaStream_t stream) {
     constexpr int64_t kElems = 16 / sizeof(W);
     bool aligned = true;
     int64_t weight_bytes = 0;
@@ -215,20 +236,19 @@ cudaError_t launch_typed(const SmallTLaunch& l, int64_t grid_blocks, cudaStream_
         weight_bytes += a.out_features * a.in_features * static_cast<int64_t>(sizeof(W));
     }
     const bool prefetch = weight_bytes <= kPrefetchMaxBytes;
-    const dim3 grid(static_cast<unsigned>(grid_blocks)), block(kWarps * 32);
     const int64_t T = l.group.matmuls[0].num_rows;
     if (!aligned) {
-        return launch_pdl(matmul_small_t_scalar_kernel<W>, grid, block, 0, stream, l);
+        return launch_blocks<static_cast<int>(kMatmulSmallTMaxRows)>(matmul_small_t_scalar_kernel<W>, l, stream);
     } else if (T == 1) {
-        return launch_pdl(matmul_small_t_vec_kernel<W, 1>, grid, block, 0, stream, l, prefetch);
+        return launch_blocks<1>(matmul_small_t_vec_kernel<W, 1>, l, stream, prefetch);
     } else if (T == 2) {
-        return launch_pdl(matmul_small_t_vec_kernel<W, 2>, grid, block, 0, stream, l, prefetch);
+        return launch_blocks<2>(matmul_small_t_vec_kernel<W, 2>, l, stream, prefetch);
     } else if (T <= 4) {
-        return launch_pdl(matmul_small_t_vec_kernel<W, 4>, grid, block, 0, stream, l, prefetch);
+        return launch_blocks<4>(matmul_small_t_vec_kernel<W, 4>, l, stream, prefetch);
     } else if (T <= 8) {
-        return launch_pdl(matmul_small_t_vec_kernel<W, 8>, grid, block, 0, stream, l, prefetch);
+        return launch_blocks<8>(matmul_small_t_vec_kernel<W, 8>, l, stream, prefetch);
     } else {
-        return launch_pdl(matmul_small_t_vec_kernel<W, 16>, grid, block, 0, stream, l, prefetch);
+        return launch_blocks<16>(matmul_small_t_vec_kernel<W, 16>, l, stream, prefetch);
     }
 }
 
@@ -238,23 +258,17 @@ cudaError_t launch_matmul_small_t(const MatmulGroupArgs& group, cudaStream_t str
     if (group.num_matmuls < 1 || group.num_matmuls > MatmulGroupArgs::kMaxMatmuls) return cudaErrorInvalidValue;
     const MatmulArgs& first = group.matmuls[0];
     if (first.num_rows < 1 || first.num_rows > kMatmulSmallTMaxRows) return cudaErrorInvalidValue;
+    for (int i = 0; i < group.num_matmuls; ++i)
+        if (group.matmuls[i].w_dtype != first.w_dtype) return cudaErrorInvalidValue;
     SmallTLaunch l;
     l.group = group;
-    const int64_t rows_per_block = int64_t{kWarps} * kRows;
-    int64_t blocks = 0;
-    for (int i = 0; i < group.num_matmuls; ++i) {
-        if (group.matmuls[i].w_dtype != first.w_dtype) return cudaErrorInvalidValue;
-        blocks += (group.matmuls[i].out_features + rows_per_block - 1) / rows_per_block;
-        l.block_end[i] = blocks;
-    }
-    if (blocks == 0) return cudaSuccess;
     switch (first.w_dtype) {
         case DType::kBF16:
-            return launch_typed<__nv_bfloat16>(l, blocks, stream);
+            return launch_typed<__nv_bfloat16>(l, stream);
         case DType::kF16:
-            return launch_typed<__half>(l, blocks, stream);
+            return launch_typed<__half>(l, stream);
         case DType::kF32:
-            return launch_typed<float>(l, blocks, stream);
+            return launch_typed<float>(l, stream);
         default:
             return cudaErrorInvalidValue;
     }

@@ -1,7 +1,7 @@
 // Dense matmul for few rows (decode): y = x · Wᵀ + bias with fp32 activations, F32/F16/BF16 weights read
 // in place and fp32 accumulation, bound by reading W once.
 //
-// Each warp owns kMatmulSmallTRowsPerWarp consecutive weight rows (outputs) and streams them with 16-byte
+// Each warp owns 2 consecutive weight rows (outputs; 4 for 5–8 activation rows) and streams them with 16-byte
 // loads, lane l taking the 16-byte chunks l, l + 32, ... (up to four of them per row in flight at once
 // for T ≤ 2); every chunk is multiplied with the T activation
 // rows (fp32, read through L1/L2, shared by the warps of the GPU) into T·rows fp32 accumulators, which
@@ -20,7 +20,6 @@
 namespace epinfer::cuda {
 
 inline constexpr int64_t kMatmulSmallTMaxRows = 16;  // T this kernel takes
-inline constexpr int kMatmulSmallTRowsPerWarp = 2;
 
 // The matmuls of a group in one launch, each block on one of them (a single matmul is a group of one).
 // Falls back to 4-byte loads for the whole launch when any entry is not 16-byte aligned.
