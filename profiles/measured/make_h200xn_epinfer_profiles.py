@@ -9,7 +9,12 @@
   h200x2_nvlink_epinfer_2026-11-30b.json, h200x2_no_p2p_epinfer_2026-11-30b.json (2 H200s), over the one-GPU
   calibration of the engine of 7dc5532/011e3cc (h200_epinfer_2026-11-30b.json: the gemv tile height by
   tokens, pick mode at one token; the engine HEAD ccc87c8 runs, whose 2-GPU layouts docs/benchmarks/
-  multi_gpu.md measured at 2026-11-30 12:51 UTC). The 2026-11-30 files stay as the record of dc6daa7's engine.
+  multi_gpu.md measured at 2026-11-30 12:51 UTC);
+  h200x2_nvlink_epinfer_2026-11-30d.json, h200x2_no_p2p_epinfer_2026-11-30d.json (2 H200s), over the one-GPU
+  calibration of the engine of 04be258 (h200_epinfer_2026-11-30d.json: fdefb56's fused norms and q/k
+  preparation, 77f1e2f's projections of one input in one launch, 04be258's few-row matmul; its 2-GPU layouts
+  measured at 2026-11-30 13:32 UTC). The 2026-11-30 and 2026-11-30b files stay as the records of dc6daa7's
+  and ccc87c8's engines.
   All use the same 2026-11-29 NCCL runs (no collective was measured again); no 4-GPU profile is made over a
   2026-11-30 base, since the 4-GPU host_round_trip_us was fitted against predictions with the 2026-11-29 base.
 
@@ -26,12 +31,13 @@ same least-squares fit):
 plus what the bench does not measure:
   - gpu.eager_kernel_us: fitted to the one-GPU --no-decode-graphs runs of the base's engine (below; the
     base's own figure); the 2026-11-30b base's engine has no such runs: its profile keeps the 2026-11-30
-    figure (1.78 us, fitted to dc6daa7's engine, not re-measured) and so do its 2-GPU profiles, as is;
+    figure (1.78 us, fitted to dc6daa7's engine, not re-measured) and so do its 2-GPU profiles, as is, and
+    the same for the 2026-11-30d base (04be258's engine);
   - gpu.host_round_trip_us: in the 4-GPU profiles FITTED to the dp4-ep4 layout runs these profiles are
     compared with (below); the 2-GPU profiles of 2026-11-29 carry none (dp2-ep2 priced without it), those
-    of 2026-11-30 and 2026-11-30b carry the same 4-GPU figure (the same host type; fitted to the 4-GPU
-    runs with the 2026-11-29 base, not to the 2-GPU points they are compared with; not refitted: the
-    2026-11-30b source gives what the 12:51 UTC dp2-ep2 run alone implies, below);
+    of 2026-11-30, 2026-11-30b and 2026-11-30d carry the same 4-GPU figure (the same host type; fitted to
+    the 4-GPU runs with the 2026-11-29 base, not to the 2-GPU points they are compared with; not refitted:
+    the 2026-11-30b and 2026-11-30d sources give what the dp2-ep2 run of their engine alone implies, below);
   - intra_node.send_recv: estimated from the measured 2-rank all_gather (a 2-rank all_gather of 2s bytes is
     one send/recv of s bytes per rank), in both the 2- and 4-GPU profiles;
   - intra_node.kind and note of the no-P2P run (NCCL_P2P_DISABLE=1: traffic through host memory);
@@ -85,17 +91,31 @@ HOST_GAPS_MS = [m - p for measured, predicted in DP4EP4_TPOT_MS.values() for m, 
 HOST_ROUND_TRIP_US = round(1e3 * sum(HOST_GAPS_MS) / (len(HOST_GAPS_MS) * ROUND_TRIPS_PER_STEP), 1)
 PER_POINT_US = [1e3 * g / ROUND_TRIPS_PER_STEP for g in HOST_GAPS_MS]
 
-# What the 2-GPU dp2-ep2 run of the 2026-11-30b base's engine implies, quoted in that source and not used:
-# Qwen3-30B-A3B dp2-ep2 on 2 H200 over NVLink, 2026-11-30 12:51-12:56 UTC, binaries of ccc87c8
-# (docs/benchmarks/multi_gpu.md), TPOT p50 at C = 1, 8, 64, 256, against epinfer plan --model
-# tests/data/configs/qwen3_30b_a3b.json --hardware h200x2_nvlink_epinfer_2026-11-30b.json --gpus 2 --layout
-# dp2-ep2 --input-len 128 --output-len 128 --concurrency 1,8,64,256 with host_round_trip_us 0, over 48 x 9
-# round trips per step.
-DP2EP2_TPOT_MS = ([23.83, 31.37, 43.88, 48.24], [10.066, 13.635, 18.210, 20.311])
+# What the 2-GPU dp2-ep2 run of a base's engine implies, quoted in that base's 2-GPU sources and not used:
+# Qwen3-30B-A3B dp2-ep2 on 2 H200 over NVLink (docs/benchmarks/multi_gpu.md), TPOT p50 at C = 1, 8, 64, 256,
+# against epinfer plan --model tests/data/configs/qwen3_30b_a3b.json --hardware
+# h200x2_nvlink_epinfer_<date>.json --gpus 2 --layout dp2-ep2 --input-len 128 --output-len 128 --concurrency
+# 1,8,64,256 with host_round_trip_us 0 (the planner of the base's day), over 48 x 9 round trips per step.
+DP2EP2_RUNS = {  # date: (the run, (measured, predicted at 0))
+    "2026-11-30b": ("2026-11-30 12:51 UTC, binaries of ccc87c8",
+                    ([23.83, 31.37, 43.88, 48.24], [10.066, 13.635, 18.210, 20.311])),
+    "2026-11-30d": ("2026-11-30 13:32 UTC, binaries of 04be258",
+                    ([19.70, 27.91, 41.55, 47.30], [9.136, 12.664, 17.867, 19.833])),
+}
 DP2EP2_ROUND_TRIPS_PER_STEP = 48 * 9
-DP2EP2_GAPS_MS = [m - p for m, p in zip(*DP2EP2_TPOT_MS)]
-DP2EP2_PER_POINT_US = [1e3 * g / DP2EP2_ROUND_TRIPS_PER_STEP for g in DP2EP2_GAPS_MS]
-DP2EP2_FIT_US = 1e3 * sum(DP2EP2_GAPS_MS) / (len(DP2EP2_GAPS_MS) * DP2EP2_ROUND_TRIPS_PER_STEP)
+
+
+def dp2ep2_quote(date):
+    """What the dp2-ep2 run of the base's engine implies per round trip, quoted in host_round_trip_us's
+    source: per point and the least squares through the origin."""
+    run, (measured, predicted) = DP2EP2_RUNS[date]
+    gaps_ms = [m - p for m, p in zip(measured, predicted)]
+    per_point_us = [1e3 * g / DP2EP2_ROUND_TRIPS_PER_STEP for g in gaps_ms]
+    fit_us = 1e3 * sum(gaps_ms) / (len(gaps_ms) * DP2EP2_ROUND_TRIPS_PER_STEP)
+    return (f"; the dp2-ep2 run of this base's engine ({run}, NVLink) against this profile's plan with the "
+            "figure at 0 implies " + " / ".join(f"{u:.1f}" for u in per_point_us) + " us at C = 1 / 8 / 64 / "
+            f"256 over {DP2EP2_ROUND_TRIPS_PER_STEP} round trips per step (least squares {fit_us:.1f} us), "
+            "quoted, not used")
 
 
 def eager_fit(date):
@@ -127,7 +147,8 @@ RUNS = {2: "2026-11-29 20:39 UTC on 2 H200 SXM, NV18 NVLink (lent kind nvidia-h2
         4: "2026-11-29 20:12 UTC on 4 H200 SXM, NV18 NVLink between every pair (lent kind nvidia-h200-x4)"}
 SETUPS = [(2, "nvlink", "2026-11-29"), (2, "no_p2p", "2026-11-29"), (4, "nvlink", "2026-11-29"),
           (4, "no_p2p", "2026-11-29"), (2, "nvlink", "2026-11-30"), (2, "no_p2p", "2026-11-30"),
-          (2, "nvlink", "2026-11-30b"), (2, "no_p2p", "2026-11-30b")]
+          (2, "nvlink", "2026-11-30b"), (2, "no_p2p", "2026-11-30b"), (2, "nvlink", "2026-11-30d"),
+          (2, "no_p2p", "2026-11-30d")]
 
 
 def figure(value, provenance, source):
@@ -174,12 +195,7 @@ def make(gpus, link, date):
         eager_kernel_us, eager_source = eager_fit(date)
         gpu["eager_kernel_us"] = figure(eager_kernel_us, "measured", eager_source)
     if gpus == 2 and date != "2026-11-29":
-        two_gpu_run = ("" if date == "2026-11-30" else
-                       "; the dp2-ep2 run of this base's engine (2026-11-30 12:51 UTC, binaries of ccc87c8, NVLink) "
-                       "against this profile's plan with the figure at 0 implies "
-                       + " / ".join(f"{u:.1f}" for u in DP2EP2_PER_POINT_US) + " us at C = 1 / 8 / 64 / 256 over "
-                       f"{DP2EP2_ROUND_TRIPS_PER_STEP} round trips per step (least squares {DP2EP2_FIT_US:.1f} us), "
-                       "quoted, not used")
+        two_gpu_run = dp2ep2_quote(date) if date in DP2EP2_RUNS else ""
         gpu["host_round_trip_us"] = figure(
             HOST_ROUND_TRIP_US, "estimate",
             f"the 4-GPU profiles' figure (h200x4_*_epinfer_2026-11-29.json), fitted there to the Qwen3-235B-A22B "

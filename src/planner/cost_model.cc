@@ -172,7 +172,7 @@ public:
 
         // The engine's kernels and activation traffic (engine_facts.h), at the memory roofline.
         const int64_t rows_per_rank = rows.per_rank();
-        const EngineKernels engine = engine_kernels(m_, rows_per_rank, rows.tokens);
+        const EngineKernels engine = engine_kernels(m_, rows_per_rank, rows.tokens, a);
         const EngineActivationBytes act =
             engine_activation_bytes(m_, a, l_.moe_tp, share_.kv_heads_per_rank, act_bytes_, rows_per_rank);
         const double attn_act_us = Tr * act.attention_per_token / (bw_ * 1e3);
@@ -227,7 +227,7 @@ public:
             const EngineActivationBytes head =
                 engine_activation_bytes(m_, a, l_.moe_tp, share_.kv_heads_per_rank, act_bytes_, rows.lm_rows);
             activations += lm_rows * head.head_per_row / (bw_ * 1e3);
-            kernels += engine_kernels(m_, rows.lm_rows, rows.tokens).head;
+            kernels += engine_kernels(m_, rows.lm_rows, rows.tokens, a).head;
         } else if (rows_per_rank > 0) {  // the last layer's residual add, run alone before the send
             kernels += engine.stage_send;
             activations += Tr * act.stage_send_per_token / (bw_ * 1e3);

@@ -4,19 +4,21 @@
 
 namespace epinfer::planner {
 
-EngineKernels engine_kernels(const ModelCosts& m, int64_t rows, int64_t moe_tokens) {
+EngineKernels engine_kernels(const ModelCosts& m, int64_t rows, int64_t moe_tokens, int attn_tp) {
     const int64_t big = rows > kEngineSmallMatmulMaxRows ? 1 : 0;
     EngineKernels k;
     if (m.mla) {
         k.attention = m.q_lora_rank > 0 ? 16 + 4 * big : 14 + 3 * big;
+    } else if (m.qk_norm_full_projection && attn_tp > 1) {  // q, k (each normed and sliced) and v alone
+        k.attention = 11 + 4 * big;
     } else {  // per-head q/k norms run inside qk_norm_rope_kv_store; whole-projection ones before it
-        k.attention = 7 + (m.qk_norm_full_projection ? 2 : 0) + 4 * big;
+        k.attention = 5 + (m.qk_norm_full_projection ? 2 : 0) + 6 * big;
     }
     k.moe = 7 + big;
     // One token: pick mode (CudaMoeTiling::picks), the gemv reads the top-k ids, no permutation plan.
     if (moe_tokens != 1) k.moe += engine_moe_permute_kernels(rows * m.top_k, m.n_experts);
-    if (m.shared_width > 0) k.moe += 5 + 3 * big + (m.shared_expert_gate ? 1 + big : 0);
-    k.dense_mlp = 5 + 3 * big;
+    if (m.shared_width > 0) k.moe += 4 + 4 * big + (m.shared_expert_gate ? 1 + big : 0);
+    k.dense_mlp = 4 + 4 * big;
     k.head = 4 + big;
     k.stage_send = 1;
     return k;

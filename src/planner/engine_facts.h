@@ -12,8 +12,10 @@
 //                     ep_dispatch rows of H·4 bytes); the MoE's permuted rows, gate_up output and down output
 //                     are bf16 (the grouped GEMM's operands, backend/cuda moe_experts)
 //   small matmuls     up to 16 rows: one fp32-activation kernel that reads W once
-//                     (backend/cuda/kernels/matmul_small_t.cuh kMatmulSmallTMaxRows); above, an f32→bf16
-//                     conversion of x and a cuBLAS GEMM: one more kernel per projection
+//                     (backend/cuda/kernels/matmul_small_t.cuh kMatmulSmallTMaxRows); the projections of one
+//                     input, GQA's q, k and v and a dense MLP's (or shared experts') gate and up, run as one
+//                     launch of it (77f1e2f: Backend::matmul_group, layers/linear.h linear_group_forward);
+//                     above, each projection runs alone: an f32→bf16 conversion of x and a cuBLAS GEMM
 // Kernels per layer (one rank), `qkf` = 1 with q/k norms over the whole projection (OLMoE), `big` = 1 when
 // rows > 16 (counted as the CUDA engine launches them, graph memset nodes included;
 // backend/cuda/cuda_backend.cc). Since fdefb56 a block's residual add runs inside the next RMSNorm
@@ -22,14 +24,19 @@
 // norm or the final norm, so no block launches an add of its own. On a pipeline stage that sends to the
 // next, the last layer's add runs alone before the send (EngineKernels::stage_send); with an observer every
 // MLP add does (tests only, not priced).
-//   GQA attention  7 + 2·qkf + 4·big   input norm, q, k, v, [q_norm, k_norm over the whole projection],
-//                                       qk_norm_rope_kv_store (fdefb56, layers/attention_gqa.cc: per-head
-//                                       q/k norms, rope q and k, kv store k and v in one kernel on CUDA for
-//                                       half-split RoPE with rotary_dim ≤ 256 and head_dim − rotary_dim ≤
-//                                       128, every GQA model here; per-head norms whose weights differ in
-//                                       dtype or eps, in no checkpoint seen, run as 2 kernels before it),
-//                                       attention (the flash-attention kernel on a bf16 KV cache,
+//   GQA attention  5 + 2·qkf + 6·big   input norm, [q, k, v] (one launch up to 16 rows; above, q, k and v
+//                                       each a conversion and a GEMM), [q_norm, k_norm over the whole
+//                                       projection], qk_norm_rope_kv_store (fdefb56, layers/attention_gqa.cc:
+//                                       per-head q/k norms, rope q and k, kv store k and v in one kernel on
+//                                       CUDA for half-split RoPE with rotary_dim ≤ 256 and head_dim −
+//                                       rotary_dim ≤ 128, every GQA model here; per-head norms whose weights
+//                                       differ in dtype or eps, in no checkpoint seen, run as 2 kernels
+//                                       before it), attention (the flash-attention kernel on a bf16 KV cache,
 //                                       kernels/flash_attention.cu), o_proj
+//                  11 + 4·big          whole-projection q/k norms under attention TP (OLMoE at attn_tp > 1:
+//                                       GqaAttentionParams::full_num_heads, project_full_then_slice): q, its
+//                                       norm, the copy of this rank's heads (cudaMemcpy2DAsync), the same
+//                                       three for k, then v, each alone (no group), then as above
 //   MLA attention  16 + 4·big (14 + 3·big without q_lora)   input norm, q_a, q_a norm, q_b, rope q, kv_a,
 //                                       kv_a norm, rope latent, kv store, the absorbed form of decode rows
 //                                       (layers/attention_mla.h: bf16 pack and batched GEMM of q_nope · W_UK,
@@ -44,10 +51,10 @@
 //                                       pick mode (b47ccaa; cuda_moe_layer.cc moe_step_tiling,
 //                                       CudaMoeTiling::picks) makes its K picks the gemv's rows, each
 //                                       reading its expert from the top-k ids, with no permutation plan
-//                  + 5 + 3·big per layer with shared experts (gate, up, silu·mul, down, and the add of
-//                                       their output into the routed one; + 1 + big with a sigmoid
-//                                       shared-expert gate)
-//   dense MLP      5 + 3·big            post norm, gate, up, silu·mul, down
+//                  + 4 + 4·big per layer with shared experts ([gate, up] as one launch up to 16 rows,
+//                                       silu·mul, down, and the add of their output into the routed one;
+//                                       + 1 + big with a sigmoid shared-expert gate, a matmul alone)
+//   dense MLP      4 + 4·big            post norm, [gate, up] (one launch up to 16 rows), silu·mul, down
 //   head           4 + big              embedding, final norm, LM head, argmax
 // Not counted (they need the GPU's SM count, which profiles do not give, or the context):
 //   - attention's combine kernel, launched when the keys are split over blocks: fewer blocks than the
@@ -57,9 +64,13 @@
 //     per layer at every row count up to 256 once the longest context passes 256 tokens, none at 1024 rows;
 //   - the split-K tile counters' memset, one node when the narrow MoE tile splits K (a grid under 4 waves:
 //     Qwen3-30B-A3B at 5–10 rows on 132 SMs; never with the ≤ 4-row kGemv tile or the wide tile).
-// Qwen3-30B-A3B (contexts ≤ 256): 7 + 7 = 14 kernels per layer at 1 row (pick mode), 7 + 8 = 15 at 8,
-// 11 + 9 = 20 at 64, 11 + 12 = 23 at 256, 11 + 17 = 28 at 1024; 48 × 14 + 4 = 676 per decode step at one
-// row. Before fdefb56 (the engine of 7dc5532..ccc87c8): 21, 22, 27, 30, 35 per layer, GQA attention being
+// Qwen3-30B-A3B (contexts ≤ 256): 5 + 7 = 12 kernels per layer at 1 row (pick mode), 5 + 8 = 13 at 8,
+// 11 + 9 = 20 at 64, 11 + 12 = 23 at 256, 11 + 17 = 28 at 1024; 48 × 12 + 4 = 580 per decode step at one
+// row. Before 77f1e2f (fdefb56's engine): q, k and v three launches at every row count, gate and up two
+// (GQA attention 7 + 2·qkf + 4·big, shared experts + 5 + 3·big, dense MLP 5 + 3·big): 14, 15 per
+// Qwen3-30B-A3B layer at 1 and 8 rows, 676 per decode step at one row, the count
+// h200_epinfer_2026-11-30c.json was fitted with. Before fdefb56 (the engine of 7dc5532..ccc87c8): 21, 22,
+// 27, 30, 35 per layer, GQA attention being
 // 11 + 2·qkn + 4·big (q_norm and k_norm with any q/k norm, rope q, rope k, kv store k, kv store v and the
 // residual add each a kernel) and every MoE, dense MLP and MLA block one add longer: 48 × 21 + 4 = 1012 per
 // decode step at one row, the count h200_epinfer_2026-11-30b.json was fitted with. Nsight Compute listed
@@ -162,6 +173,7 @@ bool engine_uses_decode_graph(const ModelCosts& model, int world_size, int64_t d
 // the tokens of the MoE step over the EP group (`rows` without DP attention; under it the rows of every DP
 // group, which bound the rows a rank's experts receive). At one MoE token the experts run in pick mode: no
 // permute. The permute's picks are counted at rows·K (under DP attention a rank may receive more).
+// `attn_tp`: the layout's attention TP (with whole-projection q/k norms above 1, q, k and v run alone).
 struct EngineKernels {
     int64_t attention = 0;   // GQA or MLA block, input norm to o_proj
     int64_t moe = 0;         // MoE block, post-attention norm to combine, shared experts included
@@ -169,7 +181,7 @@ struct EngineKernels {
     int64_t head = 0;        // embedding, final norm, LM head, sampling
     int64_t stage_send = 0;  // once per forward on a pipeline stage that sends: its last add, run alone
 };
-EngineKernels engine_kernels(const ModelCosts& model, int64_t rows, int64_t moe_tokens);
+EngineKernels engine_kernels(const ModelCosts& model, int64_t rows, int64_t moe_tokens, int attn_tp);
 
 // Kernels and memsets the MoE permute launches for `picks` = rows · K picks over `num_experts` experts
 // (the model's E; a rank's block under EP may need fewer key bits): 1 (≤ kEnginePermuteOneBlockPicks),
@@ -217,7 +229,8 @@ int64_t engine_attention_temp_bytes(const ModelCosts& model, const EngineAttenti
 // block it opens. Since fdefb56 (before: GQA act·(9H + (6 + 2·qkn)·q_w + (8 + 2·qkn)·kv_w), every other
 // block act·H more, the add's 3H):
 //   GQA attention  act·(8H + (6 + 2·qkf)·q_w + (7 + 2·qkf)·kv_w) + big·4·(3H + q_w)
-//                  H: input norm r/w, q, k, v read x, o_proj write, add; q_w: q written, read and written
+//                  H: input norm r/w, q, k, v read x (each its own x reads, in one launch or three:
+//                  77f1e2f's group moved no byte), o_proj write, add; q_w: q written, read and written
 //                  by qk_norm_rope_kv_store, read by attention, its output written and read by o_proj;
 //                  kv_w: k and v written, read once by qk_norm_rope_kv_store, which writes k and the two
 //                  cache rows (counted at act bytes, as the kv stores' were); qkf: the whole-projection

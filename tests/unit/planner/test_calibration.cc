@@ -296,6 +296,8 @@ constexpr EngineStepAtOneRow kEngineDc6daa7{1060, 48 * (225280.0 + 70656.0) + kP
 constexpr EngineStepAtOneRow kEngine7dc5532{1012, 48 * (225280.0 + 70656.0) + kPairsAndHeadBytes};
 // fdefb56 (h200_epinfer_2026-11-30c.json): 48 × 14 + 4.
 constexpr EngineStepAtOneRow kEngineFdefb56{676, 48 * (178176.0 + 62464.0) + kPairsAndHeadBytes};
+// 04be258 (h200_epinfer_2026-11-30d.json): 48 × 12 + 4, 77f1e2f's q, k, v in one launch (the same bytes).
+constexpr EngineStepAtOneRow kEngine04be258{580, 48 * (178176.0 + 62464.0) + kPairsAndHeadBytes};
 
 // The plan's C = 1 closed-loop TPOT (ms) with `engine`'s kernels and activation bytes in place of today's:
 // kernels at graph_kernel_us + kernel_latency_us (a decode graph), bytes at memory_bandwidth_gbps ·
@@ -481,19 +483,28 @@ TEST(EngineCalibration, MeasuredH200Profile20261130bComesFromItsSources) {
     EXPECT_NE(p->description.find("7dc5532"), std::string::npos) << p->description;
 }
 
-TEST(EngineCalibration, MeasuredH200Profile20261130cComesFromItsSources) {
-    // profiles/measured/h200_epinfer_2026-11-30c.json (engine fdefb56: the residual adds inside the
-    // RMSNorms, GQA's q/k norms, RoPE and KV stores in one kernel; 14 kernels per layer at one row, 21
-    // before), docs/benchmarks/planner.md: h200_epinfer_2026-11-30b.json with
-    //  - kernel_latency_us: fitted so that the plan's C = 1 closed-loop TPOT is 3.81 ms, the mean of the
-    //    3.80 and 3.82 ms of fdefb56's binaries (one H200, 2026-11-30 13:10 UTC);
-    //  - expert_memory_efficiency_by_rows: the same bench layers (7dc5532's MoE kernels, which fdefb56 did
-    //    not change) less their graph nodes at graph_kernel_us + the new kernel_latency_us;
-    //  - every other figure the 30b file's.
-    auto p = load_hardware_profile_file(std::string(EPINFER_TEST_DATA_DIR) +
-                                        "/../../profiles/measured/h200_epinfer_2026-11-30c.json");
-    auto base = load_hardware_profile_file(std::string(EPINFER_TEST_DATA_DIR) +
-                                           "/../../profiles/measured/h200_epinfer_2026-11-30b.json");
+// A one-GPU profile refitted to a later engine from its base profile (30c over 30b, 30d over 30c): every
+// figure the base's but kernel_latency_us, fitted so that the plan's C = 1 closed loop gives the engine's
+// measured TPOT (0.654 ms of bytes besides the experts + 48 × 38.512 µs, the T = 1 bench layer with its 4
+// nodes and 8 experts, + the other kernels × (0.5 + L) µs), and the expert efficiency by rows, the same
+// bench layers (7dc5532's MoE kernels, unchanged since) less their graph nodes at 0.5 + L µs.
+struct LatencyRefit {
+    const char* file;
+    const char* base_file;
+    EngineStepAtOneRow engine;
+    double tpot_ms;
+    const char* tpot_source;    // the measured TPOTs as the figure's source quotes them
+    double kernel_latency_us;   // L
+    const char* other_kernels;  // "kernels - 48 x 4 = other" as the source quotes it
+    std::vector<RowsEfficiencyPoint> by_rows;
+    const char* commit;
+};
+
+void expect_latency_refit(const LatencyRefit& r) {
+    auto p =
+        load_hardware_profile_file(std::string(EPINFER_TEST_DATA_DIR) + "/../../profiles/measured/" + r.file);
+    auto base = load_hardware_profile_file(std::string(EPINFER_TEST_DATA_DIR) + "/../../profiles/measured/" +
+                                           r.base_file);
     ASSERT_TRUE(p.is_ok()) << p.status().message();
     ASSERT_TRUE(base.is_ok()) << base.status().message();
     const GpuSpec& g = p->gpu;
@@ -512,37 +523,79 @@ TEST(EngineCalibration, MeasuredH200Profile20261130cComesFromItsSources) {
     EXPECT_EQ(g.eager_kernel_us.value, b.eager_kernel_us.value);
     EXPECT_NE(g.eager_kernel_us.source.find("not measured for this engine"), std::string::npos);
 
-    // The expert efficiency by rows at the profile's kernel price 0.5 + 2.20 µs: T 1: 75,497,472 B in
-    // 38.512 − 4 · 2.70 = 27.712 µs = 2724.4 GB/s = 0.5676 of 4800; T 8: 471,859,200 B in 161.844 µs, 0.6074;
-    // T 16: 754,974,720 B in 215.876 µs, 0.7286; T 32: 1,028,653,056 B in 279.860 µs, 0.7657; T 64:
-    // 1,198,522,368 B in 323.652 µs, 0.7715; T 256 (8 nodes): 1,207,959,552 B in 331.392 µs, 0.7594.
-    EXPECT_NEAR(g.kernel_latency_us.value, 2.20, 1e-12);
-    const std::vector<MeasuredMoeLayer> layers = bench_moe_layers_7dc5532();
-    expect_by_rows_from_layers(
-        g, layers,
-        {{1.0, 0.5676}, {1.28, 0.6074}, {1.6, 0.7286}, {2.3486, 0.7657}, {4.0315, 0.7715}, {16.0, 0.7594}},
-        1e-12, "2026-11-30T11:29:01Z");
+    const double L = r.kernel_latency_us, node_us = 0.5 + L;
+    EXPECT_NEAR(g.kernel_latency_us.value, L, 1e-12);
+    expect_by_rows_from_layers(g, bench_moe_layers_7dc5532(), r.by_rows, 1e-12, "2026-11-30T11:29:01Z");
     const RowsEfficiencyTable& table = g.expert_memory_efficiency_by_rows;
 
-    // kernel_latency_us: the plan's C = 1 closed loop takes 3.81 ms: 0.654 ms of bytes besides the experts
-    // + 48 × 38.512 µs (the T = 1 layer: its 4 nodes and its 8 experts at the table's first point) + 484
-    // other kernels × (0.5 + L) µs, 676 in all (kEngineFdefb56): L = (3.810 − 0.654 − 1.849) / 484 − 0.5.
     const DecodeResult c1 = qwen3_30b_closed_loop_c1(*p);
     ASSERT_TRUE(c1.has_closed_loop);
-    const double tpot_ms = c1_tpot_of_engine_ms(c1, g, kEngineFdefb56);
-    EXPECT_NEAR(tpot_ms, 3.81, 0.005);
+    const double tpot_ms = c1_tpot_of_engine_ms(c1, g, r.engine);
+    EXPECT_NEAR(tpot_ms, r.tpot_ms, 0.005);
     const double expert_bytes = 3.0 * 2048 * 768 * 2;
     EXPECT_NEAR(c1.step.experts_us, 48 * 8 * expert_bytes / (4800e3 * table.points[0].efficiency), 1e-6);
-    EXPECT_NEAR(c1.step.experts_us + 48 * 4 * 2.70, 48 * 38.512, 0.15);  // the bench layer, 4 digits
+    EXPECT_NEAR(c1.step.experts_us + 48 * 4 * node_us, 48 * 38.512, 0.15);  // the bench layer, 4 digits
     const double other_bytes_ms =
-        tpot_ms - (c1.step.experts_us + kEngineFdefb56.kernels * 2.70) / 1e3;  // weights, KV, activations
+        tpot_ms - (c1.step.experts_us + r.engine.kernels * node_us) / 1e3;  // weights, KV, activations
     EXPECT_NEAR(other_bytes_ms, 0.654, 0.0005);
-    EXPECT_NEAR((3.810 - other_bytes_ms - 48 * 38.512e-3) / (676 - 48 * 4) * 1e3 - 0.5, 2.20, 0.005);
-    EXPECT_NE(g.kernel_latency_us.source.find("TPOT p50 3.80 and 3.82 ms"), std::string::npos);
-    EXPECT_NE(g.kernel_latency_us.source.find("676 - 48 x 4 = 484"), std::string::npos);
-    EXPECT_NE(g.kernel_latency_us.source.find("fdefb56"), std::string::npos) << g.kernel_latency_us.source;
-    EXPECT_NE(table.source.find("fdefb56"), std::string::npos) << table.source;
-    EXPECT_NE(p->description.find("fdefb56"), std::string::npos) << p->description;
+    EXPECT_NEAR((r.tpot_ms - other_bytes_ms - 48 * 38.512e-3) / (r.engine.kernels - 48 * 4) * 1e3 - 0.5, L,
+                0.005);
+    EXPECT_NE(g.kernel_latency_us.source.find(r.tpot_source), std::string::npos)
+        << g.kernel_latency_us.source;
+    EXPECT_NE(g.kernel_latency_us.source.find(r.other_kernels), std::string::npos)
+        << g.kernel_latency_us.source;
+    EXPECT_NE(g.kernel_latency_us.source.find(r.commit), std::string::npos) << g.kernel_latency_us.source;
+    EXPECT_NE(table.source.find(r.commit), std::string::npos) << table.source;
+    EXPECT_NE(p->description.find(r.commit), std::string::npos) << p->description;
+}
+
+TEST(EngineCalibration, MeasuredH200Profile20261130cComesFromItsSources) {
+    // profiles/measured/h200_epinfer_2026-11-30c.json (engine fdefb56: the residual adds inside the
+    // RMSNorms, GQA's q/k norms, RoPE and KV stores in one kernel; 14 kernels per layer at one row, 21
+    // before), docs/benchmarks/planner.md: the 30b file refitted to 3.81 ms, the mean of the 3.80 and
+    // 3.82 ms of fdefb56's binaries (one H200, 2026-11-30 13:10 UTC): L = (3.810 − 0.654 − 1.849) / 484 − 0.5
+    // = 2.20 µs (676 kernels, kEngineFdefb56). By rows at 0.5 + 2.20 µs: T 1: 75,497,472 B in 38.512 − 4 ·
+    // 2.70 = 27.712 µs = 2724.4 GB/s = 0.5676 of 4800; T 8: 471,859,200 B in 161.844 µs, 0.6074; T 16:
+    // 754,974,720 B in 215.876 µs, 0.7286; T 32: 1,028,653,056 B in 279.860 µs, 0.7657; T 64: 1,198,522,368
+    // B in 323.652 µs, 0.7715; T 256 (8 nodes): 1,207,959,552 B in 331.392 µs, 0.7594.
+    expect_latency_refit(
+        {"h200_epinfer_2026-11-30c.json",
+         "h200_epinfer_2026-11-30b.json",
+         kEngineFdefb56,
+         3.81,
+         "TPOT p50 3.80 and 3.82 ms",
+         2.20,
+         "676 - 48 x 4 = 484",
+         {{1.0, 0.5676}, {1.28, 0.6074}, {1.6, 0.7286}, {2.3486, 0.7657}, {4.0315, 0.7715}, {16.0, 0.7594}},
+         "fdefb56"});
+}
+
+TEST(EngineCalibration, MeasuredH200Profile20261130dComesFromItsSources) {
+    // profiles/measured/h200_epinfer_2026-11-30d.json (engine 04be258: fdefb56's plus 77f1e2f's projections
+    // of one input in one launch of the few-row matmul and 04be258's four weight rows per warp at 5–8 rows;
+    // 12 kernels per layer at one row, 14 before), docs/benchmarks/planner.md: the 30c file refitted to
+    // 3.59 ms, the TPOT of 04be258's binaries (one H200, 2026-11-30 13:32 UTC): L = (3.590 − 0.654 − 1.849) /
+    // 388 − 0.5 = 2.30 µs (580 kernels, kEngine04be258). By rows at 0.5 + 2.30 µs: T 1: 75,497,472 B in
+    // 38.512 − 4 · 2.80 = 27.312 µs = 2764.3 GB/s = 0.5759 of 4800; T 8: 471,859,200 B in 161.344 µs, 0.6093;
+    // T 16: 754,974,720 B in 215.376 µs, 0.7303; T 32: 1,028,653,056 B in 279.360 µs, 0.7671; T 64:
+    // 1,198,522,368 B in 323.152 µs, 0.7727; T 256 (8 nodes): 1,207,959,552 B in 330.592 µs, 0.7612.
+    expect_latency_refit(
+        {"h200_epinfer_2026-11-30d.json",
+         "h200_epinfer_2026-11-30c.json",
+         kEngine04be258,
+         3.59,
+         "TPOT p50 3.59 ms",
+         2.30,
+         "580 - 48 x 4 = 388",
+         {{1.0, 0.5759}, {1.28, 0.6093}, {1.6, 0.7303}, {2.3486, 0.7671}, {4.0315, 0.7727}, {16.0, 0.7612}},
+         "04be258"});
+    // Today's engine_facts counts that engine's step: the plan's own TPOT is the fit's.
+    auto p = load_hardware_profile_file(std::string(EPINFER_TEST_DATA_DIR) +
+                                        "/../../profiles/measured/h200_epinfer_2026-11-30d.json");
+    ASSERT_TRUE(p.is_ok()) << p.status().message();
+    const DecodeResult c1 = qwen3_30b_closed_loop_c1(*p);
+    EXPECT_EQ(c1.step.kernels, kEngine04be258.kernels);
+    EXPECT_NEAR(c1.tpot_ms, c1_tpot_of_engine_ms(c1, p->gpu, kEngine04be258), 1e-12);
 }
 
 // The Qwen3-30B-A3B layer of `epinfer bench moe` on one H200, 2026-11-29 (docs/benchmarks/moe_h200.md),
@@ -674,8 +727,9 @@ TEST(CalibratedProfile, MoeLayersBecomeTheEngineFigures) {
 
 TEST(EngineCalibration, MultiGpuProfilesAreTheBenchOverTheEngineProfile) {
     // profiles/measured/h200x{2,4}_{nvlink,no_p2p}_epinfer_2026-11-29.json,
-    // h200x2_{nvlink,no_p2p}_epinfer_2026-11-30.json and h200x2_{nvlink,no_p2p}_epinfer_2026-11-30b.json
-    // (the 30b base keeps the morning's eager_kernel_us): what `bench comm --profile-out --base-profile
+    // h200x2_{nvlink,no_p2p}_epinfer_2026-11-30.json, h200x2_{nvlink,no_p2p}_epinfer_2026-11-30b.json and
+    // h200x2_{nvlink,no_p2p}_epinfer_2026-11-30d.json (the 30b and 30d bases keep the morning's
+    // eager_kernel_us): what `bench comm --profile-out --base-profile
     // profiles/measured/h200_epinfer_<date>.json` writes from the measured tables of the N-GPU run
     // (h200x2_*_nccl_queued_2026-11-29.json, h200x4_*_nccl_2026-11-29.json), the 4-GPU ones with the 2-GPU
     // run's 2-rank tables added, plus the figures the bench does not measure
@@ -694,7 +748,8 @@ TEST(EngineCalibration, MultiGpuProfilesAreTheBenchOverTheEngineProfile) {
         std::string date;
         std::vector<int> gpus;
     };
-    for (const Set& set : {Set{"2026-11-29", {2, 4}}, Set{"2026-11-30", {2}}, Set{"2026-11-30b", {2}}}) {
+    for (const Set& set : {Set{"2026-11-29", {2, 4}}, Set{"2026-11-30", {2}}, Set{"2026-11-30b", {2}},
+                           Set{"2026-11-30d", {2}}}) {
         const std::string base_path = dir + "h200_epinfer_" + set.date + ".json";
         auto engine = load_hardware_profile_file(base_path);
         ASSERT_TRUE(engine.is_ok()) << engine.status().message();
@@ -742,11 +797,15 @@ TEST(EngineCalibration, MultiGpuProfilesAreTheBenchOverTheEngineProfile) {
                     EXPECT_NE(g.host_round_trip_us.source.find("Not fitted to the 2-GPU runs"),
                               std::string::npos);
                 }
-                if (set.date == "2026-11-30b") {
-                    // Quoted, not used: the dp2-ep2 run of 12:51 UTC, (measured − predicted at 0) TPOT ms at
-                    // C = 1, 8, 64, 256 over 48 · 9 round trips per step, least squares through the origin.
+                if (set.date == "2026-11-30b" || set.date == "2026-11-30d") {
+                    // Quoted, not used: the dp2-ep2 run of the base's engine (30b: ccc87c8's of 12:51 UTC;
+                    // 30d: 04be258's of 13:32 UTC, predicted at 0 with the planner of 04be258's counts),
+                    // (measured − predicted at 0) TPOT ms at C = 1, 8, 64, 256 over 48 · 9 round trips per
+                    // step, least squares through the origin.
                     const double gaps_ms =
-                        (23.83 - 10.066) + (31.37 - 13.635) + (43.88 - 18.210) + (48.24 - 20.311);
+                        set.date == "2026-11-30b"
+                            ? (23.83 - 10.066) + (31.37 - 13.635) + (43.88 - 18.210) + (48.24 - 20.311)
+                            : (19.70 - 9.136) + (27.91 - 12.664) + (41.55 - 17.867) + (47.30 - 19.833);
                     char fit[64];
                     std::snprintf(fit, sizeof fit, "least squares %.1f us", 1e3 * gaps_ms / (4 * 48 * 9));
                     EXPECT_NE(g.host_round_trip_us.source.find(fit), std::string::npos)

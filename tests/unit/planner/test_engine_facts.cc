@@ -21,28 +21,30 @@ ModelCosts qwen3_30b() {
     return testing::config_file_costs("qwen3_30b_a3b.json");
 }
 
-// Kernels of one rank's `rows` rows when the MoE step has as many tokens (no DP attention).
+// Kernels of one rank's `rows` rows when the MoE step has as many tokens (no DP attention), attention TP 1.
 EngineKernels kernels_of_rows(const ModelCosts& m, int64_t rows) {
-    return engine_kernels(m, rows, rows);
+    return engine_kernels(m, rows, rows, 1);
 }
 
 TEST(EngineFacts, KernelsPerLayerQwen3) {
-    // Batch 1 (fdefb56): input norm (with the last MLP's add), q, k, v, qk_norm_rope_kv_store (per-head
-    // q/k norms, 2 rope, 2 kv store), flash attention, o_proj = 7; post norm (with the attention's add),
-    // router, top-k, f32→bf16, gate_up, down (kGemv in pick mode: no permute, no split-K), combine = 7.
+    // Batch 1 (77f1e2f): input norm (with the last MLP's add), [q, k, v] in one launch,
+    // qk_norm_rope_kv_store (per-head q/k norms, 2 rope, 2 kv store), flash attention, o_proj = 5 (7 in
+    // fdefb56's engine: q, k, v three launches); post norm (with the attention's add), router, top-k,
+    // f32→bf16, gate_up, down (kGemv in pick mode: no permute, no split-K), combine = 7.
     ModelCosts m = qwen3_30b();
     EngineKernels one = kernels_of_rows(m, 1);
-    EXPECT_EQ(one.attention, 7);
+    EXPECT_EQ(one.attention, 5);
     EXPECT_EQ(one.moe, 7);
     EXPECT_EQ(one.head, 4);
     EXPECT_EQ(one.stage_send, 1);  // a sending pipeline stage's last add, once per forward
     // 2 rows: the permute (one block) plans the rows: 8.
     EXPECT_EQ(kernels_of_rows(m, 2).moe, 8);
     // 8 rows: the narrow tile (its split-K memset at 5–10 rows is not counted).
-    EXPECT_EQ(kernels_of_rows(m, 8).attention, 7);
+    EXPECT_EQ(kernels_of_rows(m, 8).attention, 5);
     EXPECT_EQ(kernels_of_rows(m, 8).moe, 8);
-    // Past 16 rows each projection (q, k, v, o, router, LM head) adds its f32→bf16 conversion.
-    EXPECT_EQ(kernels_of_rows(m, 16).attention, 7);
+    // Past 16 rows q, k and v run one by one, and each projection (q, k, v, o, router, LM head) adds its
+    // f32→bf16 conversion: 5 − 1 + 3 + 4 = 11.
+    EXPECT_EQ(kernels_of_rows(m, 16).attention, 5);
     EngineKernels big = kernels_of_rows(m, 17);
     EXPECT_EQ(big.attention, 11);
     EXPECT_EQ(big.moe, 9);
@@ -63,8 +65,15 @@ TEST(EngineFacts, QkNormsOfTheWholeProjectionRunAlone) {
     // OLMoE's norms over the whole q and k projections are 2 rms_norm kernels before it.
     ModelCosts m = qwen3_30b();
     m.qk_norm_full_projection = true;
-    EXPECT_EQ(kernels_of_rows(m, 1).attention, 7 + 2);
+    EXPECT_EQ(kernels_of_rows(m, 1).attention, 5 + 2);
     EXPECT_EQ(kernels_of_rows(m, 64).attention, 11 + 2);
+    // Under attention TP each rank projects every q and k head (project_full_then_slice): q, its norm, the
+    // copy of the rank's heads, the same for k, then v, each alone (no group at any row count); + the
+    // fused op, attention, o_proj and the input norm = 11; + 4 conversions past 16 rows.
+    EXPECT_EQ(engine_kernels(m, 1, 1, 2).attention, 3 + 3 + 1 + 4);
+    EXPECT_EQ(engine_kernels(m, 64, 64, 2).attention, 11 + 4);
+    // Per-head norms split by heads like any projection: the group under TP too.
+    EXPECT_EQ(engine_kernels(qwen3_30b(), 1, 1, 2).attention, 5);
     // Activation bytes: the two norms read and write q and k once more, 4·2·(4096 + 512).
     EXPECT_DOUBLE_EQ(
         engine_activation_bytes(m, 1, 1, 4, 4, 1).attention_per_token,
@@ -75,8 +84,8 @@ TEST(EngineFacts, PickModeNeedsOneMoeToken) {
     // DP attention, one row on this rank and one on another DP group's: the experts receive both, the
     // permute plans them (8); one MoE token over the group runs pick mode (7).
     ModelCosts m = qwen3_30b();
-    EXPECT_EQ(engine_kernels(m, 1, 2).moe, 8);
-    EXPECT_EQ(engine_kernels(m, 1, 1).moe, 7);
+    EXPECT_EQ(engine_kernels(m, 1, 2, 1).moe, 8);
+    EXPECT_EQ(engine_kernels(m, 1, 1, 1).moe, 7);
 }
 
 TEST(EngineFacts, MoePermuteKernels) {
@@ -110,17 +119,18 @@ TEST(EngineFacts, DpAttentionMoeOnTheHost) {
 TEST(EngineFacts, KernelsPerLayerKimiK2) {
     // MLA with q_lora: 11 + the absorbed form's 5 more (two packs, two batched GEMMs, the q_pe copy; the
     // attention op counted in the 11; the residual add runs in the post-attention norm); MoE 7 at one token
-    // (pick mode: no permute) + one shared expert's gate, up, silu·mul, down and its add into the routed
-    // output; dense MLP 5. At 64 rows: + 4 f32→bf16 conversions in attention, + the router's, + the
-    // permute (512 picks: one block), + 3 shared-expert conversions.
+    // (pick mode: no permute) + one shared expert's [gate, up] (one launch), silu·mul, down and its add
+    // into the routed output; dense MLP 4: post norm, [gate, up], silu·mul, down. At 64 rows: + 4
+    // f32→bf16 conversions in attention, + the router's, + the permute (512 picks: one block), gate and up
+    // apart (+ 1) and 3 conversions in the shared expert and in the dense MLP.
     ModelCosts m = model_costs(testing::kimi_k2_config());
     EngineKernels one = kernels_of_rows(m, 1);
     EXPECT_EQ(one.attention, 16);
-    EXPECT_EQ(one.moe, 7 + 5);
-    EXPECT_EQ(one.dense_mlp, 5);
+    EXPECT_EQ(one.moe, 7 + 4);
+    EXPECT_EQ(one.dense_mlp, 4);
     EngineKernels big = kernels_of_rows(m, 64);
     EXPECT_EQ(big.attention, 20);
-    EXPECT_EQ(big.moe, 17);
+    EXPECT_EQ(big.moe, 7 + 1 + 1 + 8);
     EXPECT_EQ(big.dense_mlp, 8);
 }
 
@@ -128,11 +138,11 @@ TEST(EngineFacts, ActivationBytesQwen3) {
     // H 2048, q_w 32·128 = 4096, kv_w 4·128 = 512, E 128, I 768, V 151936, fp32 (4 B), one rank.
     ModelCosts m = qwen3_30b();
     EngineActivationBytes one = engine_activation_bytes(m, 1, 1, 4, 4, 1);
-    // Attention: input norm 2H, q/k/v read 3H, o_proj write H, the add inside the post-attention norm 2H
-    // (residual read, sum written) = 8H; q written, qk_norm_rope_kv_store r/w, attention read, output
-    // w/r = 6·q_w; k and v written, read by the fused op, k and 2 cache rows written = 7·kv_w:
-    // 4·(8·2048 + 6·4096 + 7·512) = 4·44,544 (before fdefb56: 4·56,320, the q/k norms, ropes and stores
-    // 4·q_w + 8·kv_w, the add 3H).
+    // Attention: input norm 2H, q/k/v read 3H (each projection its x, in one launch or three: 77f1e2f
+    // changed no byte), o_proj write H, the add inside the post-attention norm 2H (residual read, sum
+    // written) = 8H; q written, qk_norm_rope_kv_store r/w, attention read, output w/r = 6·q_w; k and v
+    // written, read by the fused op, k and 2 cache rows written = 7·kv_w: 4·(8·2048 + 6·4096 + 7·512) =
+    // 4·44,544 (before fdefb56: 4·56,320, the q/k norms, ropes and stores 4·q_w + 8·kv_w, the add 3H).
     EXPECT_DOUBLE_EQ(one.attention_per_token, 178176.0);
     // 4·(7·2048 + 2·128) + 2·2048 = 62,464 (the add inside the next norm: 2H); per pair
     // 2·(5·2048 + 2·768) = 23,552.
@@ -172,12 +182,12 @@ protected:
 };
 
 TEST_F(Qwen3OnMeasuredH200, KernelsAtTheMeasuredLatency) {
-    // 48 layers · 14 (pick mode: no permute; fdefb56's fused norms and q/k preparation) + head 4 = 676
-    // kernels, each graph_kernel_us 0.5 + kernel_latency_us 7.42 (that profile's engine, 6c868cd, launched
-    // 1060: 22 per layer with the permute).
+    // 48 layers · 12 (pick mode: no permute; fdefb56's fused norms and q/k preparation, 77f1e2f's one
+    // launch for q, k, v) + head 4 = 580 kernels, each graph_kernel_us 0.5 + kernel_latency_us 7.42 (that
+    // profile's engine, 6c868cd, launched 1060: 22 per layer with the permute).
     DecodeResult one = decode_step(in_, 1, 1 << 30);
-    EXPECT_EQ(one.step.kernels, 676);
-    EXPECT_NEAR(one.step.launch_us, 676 * 7.92, 1e-6);
+    EXPECT_EQ(one.step.kernels, 580);
+    EXPECT_NEAR(one.step.launch_us, 580 * 7.92, 1e-6);
     // 1024 rows: 48 · (11 + 17) + 5 = 1349 kernels.
     DecodeResult big = decode_step(in_, 1024, 1 << 30);
     EXPECT_EQ(big.step.kernels, 1349);
