@@ -9,8 +9,10 @@
 
 #include <chrono>
 #include <condition_variable>
+#include <cstdlib>
 #include <cstring>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <thread>
@@ -141,15 +143,42 @@ ncclRedOp_t nccl_op(ReduceOp op) {
     }
 }
 
-// Non-blocking config: every call may return ncclInProgress and is polled with a deadline.
-ncclConfig_t nonblocking_config() {
+// Blocking communicators: an operation is queued on the stream before its call returns. A non-blocking one
+// (blocking = 0) launched every collective from a thread of NCCL's own, and the host waited ~80 µs for it:
+// on 2× H200 an 8 KiB all_reduce took 100 µs instead of 20, and a tp2 decode step of Qwen3-30B-A3B 13.9–14.9
+// ms instead of 4.5–5.1 (docs/benchmarks/multi_gpu.md). The calls that wait for peers (init, split,
+// finalize) run under call_with_deadline instead.
+ncclConfig_t blocking_config() {
     ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
-    config.blocking = 0;
+    config.blocking = 1;
     return config;
 }
 
-// Polls `comm` until its pending call (init, split, enqueue) completes; ncclInProgress past the deadline
-// returns ncclInProgress.
+// Runs `call` (an NCCL init, split or finalize: they wait for every peer) on a thread of its own and waits
+// for it until `deadline`. Returns its result, or ncclInProgress past the deadline; the thread is then left
+// to finish or block on its own, touching only what `call` owns (its captures, by value).
+ncclResult_t call_with_deadline(std::function<ncclResult_t()> call, Clock::time_point deadline) {
+    struct Outcome {
+        std::mutex mu;
+        std::condition_variable cv;
+        bool done = false;
+        ncclResult_t rc = ncclSuccess;
+    };
+    auto outcome = std::make_shared<Outcome>();
+    std::thread([outcome, call = std::move(call)] {
+        const ncclResult_t rc = call();
+        std::lock_guard<std::mutex> lock(outcome->mu);
+        outcome->rc = rc;
+        outcome->done = true;
+        outcome->cv.notify_all();
+    }).detach();
+    std::unique_lock<std::mutex> lock(outcome->mu);
+    if (!outcome->cv.wait_until(lock, deadline, [&] { return outcome->done; })) return ncclInProgress;
+    return outcome->rc;
+}
+
+// Polls `comm` until its last call has completed (an enqueue, which a blocking communicator finishes before
+// it returns: normally the first poll) or failed; ncclInProgress past the deadline returns ncclInProgress.
 ncclResult_t poll_until_ready(const NcclApi& api, ncclComm_t comm, Clock::time_point deadline) {
     const Clock::time_point start = Clock::now();
     for (int polls = 0;; ++polls) {
@@ -191,13 +220,22 @@ public:
         wake_.notify_all();
         watchdog_.join();
         cudaSetDevice(device_);
+        bool finalizing = false;  // a finalize past its deadline still runs: leave the comm and stream to it
         if (comm_ != nullptr) {
-            // Finalize flushes the communicator's queued work; bounded, then abort.
-            const ncclResult_t rc = api_.comm_finalize(comm_);
-            const bool done = (rc == ncclSuccess || rc == ncclInProgress) &&
-                              poll_until_ready(api_, comm_, deadline_after(timeout_s())) == ncclSuccess;
-            if (done) {
+            // Finalize flushes the communicator's queued work (waiting for peers); bounded, else abort.
+            const NcclApi* api = &api_;
+            const ncclComm_t comm = comm_;
+            const int device = device_;
+            const ncclResult_t rc = call_with_deadline(
+                [api, comm, device] {
+                    cudaSetDevice(device);
+                    return api->comm_finalize(comm);
+                },
+                deadline_after(timeout_s()));
+            if (rc == ncclSuccess) {
                 api_.comm_destroy(comm_);
+            } else if (rc == ncclInProgress) {
+                finalizing = true;
             } else {
                 api_.comm_abort(comm_);
             }
@@ -205,7 +243,7 @@ public:
         for (const Pending& p : pending_) cudaEventDestroy(p.done);
         for (cudaEvent_t e : free_events_) cudaEventDestroy(e);
         if (barrier_buf_ != nullptr) cudaFree(barrier_buf_);
-        if (owns_stream_ && stream_ != nullptr) cudaStreamDestroy(stream_);
+        if (owns_stream_ && stream_ != nullptr && !finalizing) cudaStreamDestroy(stream_);
     }
 
     const char* backend_name() const override { return "nccl"; }
@@ -338,16 +376,26 @@ protected:
         const Clock::time_point deadline = deadline_after(timeout_s());
         std::lock_guard<std::mutex> lock(mu_);
         EPI_RETURN_IF_ERROR(usable("split"));
-        cudaSetDevice(device_);
-        ncclConfig_t config = nonblocking_config();
-        ncclComm_t sub = nullptr;
-        ncclResult_t rc = api_.comm_split(comm_, color, key, &sub, &config);
-        if (rc != ncclSuccess && rc != ncclInProgress) return fail("split", rc);
-        rc = sub != nullptr ? poll_until_ready(api_, sub, deadline) : poll_until_ready(api_, comm_, deadline);
+        // The split waits for every rank of this communicator: on a thread of its own, bounded. Past the
+        // deadline that thread still uses comm_, so the world is marked failed without aborting it.
+        const NcclApi* api = &api_;
+        const ncclComm_t parent = comm_;
+        const int device = device_;
+        auto child = std::make_shared<ncclComm_t>(nullptr);
+        const ncclResult_t rc = call_with_deadline(
+            [api, parent, device, color, key, child] {
+                cudaSetDevice(device);
+                ncclConfig_t config = blocking_config();
+                return api->comm_split(parent, color, key, child.get(), &config);
+            },
+            deadline);
         if (rc == ncclInProgress) {
-            if (sub != nullptr) api_.comm_abort(sub);
-            return break_with(timeout_error("split"));
+            const Status why = timeout_error("split");
+            std::lock_guard<std::mutex> health_lock(health_->mu);
+            if (health_->failure.is_ok()) health_->failure = why;
+            return why;
         }
+        const ncclComm_t sub = *child;
         if (rc != ncclSuccess || sub == nullptr) {
             if (sub != nullptr) api_.comm_abort(sub);
             return fail("split", rc != ncclSuccess ? rc : ncclInternalError);
@@ -553,12 +601,22 @@ Result<std::unique_ptr<Communicator>> create_nccl_communicator(Communicator& boo
         if (owns_stream) cudaStreamDestroy(stream);
     };
     const NcclApi& nccl = **api;
-    ncclConfig_t config = nonblocking_config();
-    ncclComm_t comm = nullptr;
-    const Clock::time_point deadline = deadline_after(timeout_s);
-    ncclResult_t rc = nccl.comm_init_rank_config(&comm, bootstrap.size(), boot.id, bootstrap.rank(), &config);
-    if ((rc == ncclSuccess || rc == ncclInProgress) && comm != nullptr)
-        rc = poll_until_ready(nccl, comm, deadline);
+    // Every connection is made at init, so no later call waits for a peer on the host (NCCL otherwise
+    // connects at an algorithm's first use); a user's own NCCL_RUNTIME_CONNECT is kept.
+    setenv("NCCL_RUNTIME_CONNECT", "0", /*overwrite=*/0);
+    // Init waits for every rank: on a thread of its own, bounded (past the deadline it is left behind).
+    const NcclApi* nccl_api = &nccl;
+    const int device = options.device, size = bootstrap.size(), rank = bootstrap.rank();
+    const ncclUniqueId id = boot.id;
+    auto slot = std::make_shared<ncclComm_t>(nullptr);
+    const ncclResult_t rc = call_with_deadline(
+        [nccl_api, device, size, rank, id, slot] {
+            cudaSetDevice(device);
+            ncclConfig_t config = blocking_config();
+            return nccl_api->comm_init_rank_config(slot.get(), size, id, rank, &config);
+        },
+        deadline_after(timeout_s));
+    const ncclComm_t comm = rc == ncclInProgress ? nullptr : *slot;
     if (rc != ncclSuccess || comm == nullptr) {
         const std::string why = rc == ncclInProgress
                                     ? fmt::format("timed out after {:g} s waiting for peers", timeout_s)

@@ -9,10 +9,13 @@
 // stream, else one it creates); work queued on that stream later runs after it, and the host waits only
 // in synchronize() or barrier(). So a decode step queues its kernels and collectives without draining the
 // GPU at each collective. Device buffers written on another stream must be ready before the call.
-// Bounded waits: every NCCL communicator is non-blocking (ncclConfig_t.blocking = 0). Init, split and the
-// enqueue of every operation are polled (ncclCommGetAsyncError) against a deadline of timeout_s() from
-// the call's start. A watchdog thread per communicator follows the queued operations (a CUDA event after
-// each): one still running timeout_s() after its call, or an asynchronous NCCL error, aborts the
+// Bounded waits: the communicators are blocking (ncclConfig_t.blocking = 1: a non-blocking one launched each
+// collective from an NCCL thread and cost the host ~80 µs per call, docs/benchmarks/multi_gpu.md). The calls
+// that wait for peers — init, split, and finalize when a communicator is destroyed — run on a thread of their
+// own, waited for until a deadline of timeout_s() from the call's start (past it: kTimeout, the thread left
+// behind); init makes every connection (NCCL_RUNTIME_CONNECT=0 unless the user set it), so no later
+// enqueue waits for a peer. A watchdog thread per communicator follows the queued operations (a CUDA event
+// after each): one still running timeout_s() after its call, or an asynchronous NCCL error, aborts the
 // communicator (ncclCommAbort: its kernels exit, so a host wait on the stream returns). The first such
 // failure breaks the world and every communicator split from it: their next call, synchronize() or
 // barrier() returns kCommFailure quoting it ("... unusable after an earlier failure: rank 1/4:
