@@ -423,8 +423,10 @@ struct HttpServer::Impl {
             }
             set_error(res, 500, message);
         });
-        http.set_logger([this](const httplib::Request& req, const httplib::Response& res) {
-            if (req.method == "POST" && req.path == "/v1/completions") metrics.count_response(res.status);
+        // Called once per response, after it is written (routing 404s and 405s, the library's 400s and
+        // 413s, a stream once it ended), so every status is counted here and only here.
+        http.set_logger([this](const httplib::Request&, const httplib::Response& res) {
+            metrics.count_response(res.status);
         });
     }
 
@@ -449,6 +451,11 @@ struct HttpServer::Impl {
         if (listen_thread.joinable()) listen_thread.join();
     }
 };
+
+std::string host_port_text(const std::string& host, int port) {
+    const bool ipv6 = host.find(':') != std::string::npos;
+    return (ipv6 ? "[" + host + "]" : host) + ":" + std::to_string(port);
+}
 
 Result<std::unique_ptr<HttpServer>> HttpServer::start(Engine& engine, const ServerOptions& options) {
     if (options.port < 0 || options.port > 65535)
@@ -478,10 +485,10 @@ Result<std::unique_ptr<HttpServer>> HttpServer::start(Engine& engine, const Serv
         impl.port = -1;
     }
     if (impl.port <= 0)
-        return invalid_argument("cannot listen on " + options.host + ":" + std::to_string(options.port) +
+        return invalid_argument("cannot listen on " + host_port_text(options.host, options.port) +
                                 " (the port is in use, or the host is not an address of this machine)");
     if (::listen(impl.http.listening_socket(), kListenBacklog) != 0)
-        return internal_error("listen() on " + options.host + ":" + std::to_string(impl.port) + " failed");
+        return internal_error("listen() on " + host_port_text(options.host, impl.port) + " failed");
     impl.loop.start();
     impl.listen_thread = std::thread([&impl] {
         impl.http.listen_after_bind();

@@ -43,6 +43,9 @@ struct ServerOptions {
     double health_stall_s = 60.0;
 };
 
+// "HOST:PORT" as a URL writes it: an IPv6 literal (a host with a ':') in brackets, "[::1]:8000".
+std::string host_port_text(const std::string& host, int port);
+
 class HttpServer {
 public:
     // Starts an EngineLoop over `engine` (driver rank; the engine must outlive the server), binds

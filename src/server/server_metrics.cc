@@ -82,8 +82,9 @@ std::string ServerMetrics::render(const EngineStats& stats) const {
     std::lock_guard<std::mutex> lock(mutex_);
     ttft_.render("epinfer_ttft_seconds", "Time from request arrival to its first token.", &out);
     tpot_.render("epinfer_tpot_seconds", "Time per output token after the first, per request.", &out);
-    out += "# HELP epinfer_requests_total Responses to POST /v1/completions by HTTP status.\n"
-           "# TYPE epinfer_requests_total counter\n";
+    out +=
+        "# HELP epinfer_requests_total HTTP responses on every path by status.\n"
+        "# TYPE epinfer_requests_total counter\n";
     for (const auto& [status, count] : responses_by_status_)
         out += "epinfer_requests_total{status=\"" + std::to_string(status) + "\"} " + std::to_string(count) + "\n";
     out += "# HELP epinfer_requests_finished_total Requests that finished in the engine, by finish reason.\n"

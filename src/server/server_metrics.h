@@ -5,7 +5,8 @@
 //       counters, from EngineStats
 //   epinfer_ttft_seconds   histogram: request arrival → its first token
 //   epinfer_tpot_seconds   histogram: per request with ≥ 2 tokens, (last token − first token) / (tokens − 1)
-//   epinfer_requests_total{status="<HTTP status>"}                 POST /v1/completions responses
+//   epinfer_requests_total{status="<HTTP status>"}                 HTTP responses on every path (404s and
+//                                                                   405s included), each once written
 //   epinfer_requests_finished_total{finish_reason="stop|length|abort"}  engine requests that finished
 // Thread-safe.
 #pragma once
@@ -41,7 +42,7 @@ public:
     ServerMetrics();
     // A request finished in the engine: its first-token and per-output-token times (negative: none).
     void observe_finished(FinishReason finish, double ttft_s, double tpot_s);
-    // A response to POST /v1/completions was sent with this HTTP status.
+    // A response (to any request) was sent with this HTTP status.
     void count_response(int http_status);
     // The whole /metrics page with `stats` as the engine's gauges.
     std::string render(const EngineStats& stats) const;

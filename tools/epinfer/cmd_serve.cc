@@ -8,10 +8,11 @@
 //
 // Rank 0 serves; under a layout the other ranks run the driver's engine steps (Engine::run_follower).
 // When ready, one stderr line "epinfer serve: listening on http://HOST:PORT" (--port 0: a free port, the
-// line names it). SIGTERM or SIGINT: new requests get 503, running ones finish (at most --drain-timeout-s,
-// then they are aborted), the followers are released, exit status 0. A second SIGTERM or SIGINT during
-// that drain cuts it short: the requests left are aborted at the next engine step (their clients get
-// finish_reason "abort"), then the same orderly stop, exit status 0 (as when --drain-timeout-s runs out).
+// line names it; an IPv6 HOST in brackets). SIGTERM or SIGINT: new requests get 503, running ones finish
+// (at most --drain-timeout-s, then they are aborted), the followers are released, exit status 0. A second
+// SIGTERM or SIGINT during that drain cuts it short: the requests left are aborted at the next engine step
+// (their clients get finish_reason "abort"), then the same orderly stop, exit status 0 (as when
+// --drain-timeout-s runs out).
 // A fatal engine error stops the server with "epinfer: error: ..." and exit status 1.
 // Under a layout started outside MPI, the process started is mpirun's supervisor (mpi_launch.h): it
 // turns each SIGTERM or SIGINT into a SIGUSR1 that mpirun forwards to every rank (a SIGTERM to mpirun
@@ -23,6 +24,7 @@
 // A SIGTERM or SIGINT sent to a follower itself ends the whole run, exit 1 (run_follower below).
 #include <arpa/inet.h>
 #include <fmt/format.h>
+#include <netdb.h>
 
 #include <atomic>
 #include <charconv>
@@ -108,6 +110,26 @@ Result<double> parse_seconds_flag(const std::string& text, const char* flag, dou
     return value;
 }
 
+// Refuses, before the model loads, a --host the bind would refuse: a dotted number that is not an IPv4
+// address (999.1.1.1), or a name that does not resolve as the bind resolves it.
+Status check_listen_host(const std::string& host) {
+    const bool dotted = host.find_first_not_of("0123456789.") == std::string::npos;
+    in_addr ipv4{};
+    if (dotted && ::inet_pton(AF_INET, host.c_str(), &ipv4) != 1)
+        return invalid_argument("--host " + host + ": not an IPv4 address");
+    addrinfo hints{};
+    hints.ai_family = AF_UNSPEC;
+    hints.ai_socktype = SOCK_STREAM;
+    hints.ai_flags = AI_PASSIVE;
+    addrinfo* found = nullptr;
+    const int rc = ::getaddrinfo(host.c_str(), nullptr, &hints, &found);
+    if (rc != 0)
+        return invalid_argument("--host " + host + ": not an address, nor a name that resolves (" +
+                                ::gai_strerror(rc) + ")");
+    ::freeaddrinfo(found);
+    return Status::ok();
+}
+
 struct ServeValues {
     server::ServerOptions server;
     double drain_timeout_s = 30.0;
@@ -117,13 +139,7 @@ Result<ServeValues> parse_serve_values(const ServeFlags& f) {
     ServeValues v;
     server::ServerOptions& o = v.server;
     if (f.host.empty()) return invalid_argument("--host is empty");
-    // A dotted number that is not an IPv4 address (999.1.1.1) is refused now, before the model loads; a
-    // name is left to the bind, which resolves it.
-    const bool dotted = f.host.find_first_not_of("0123456789.") == std::string::npos;
-    in_addr ipv4{};
-    if (dotted && ::inet_pton(AF_INET, f.host.c_str(), &ipv4) != 1) {
-        return invalid_argument("--host " + f.host + ": not an IPv4 address");
-    }
+    EPI_RETURN_IF_ERROR(check_listen_host(f.host));
     o.host = f.host;
     EPI_ASSIGN_OR_RETURN(const int64_t port, parse_int_flag(f.port, "--port", 0, 65535));
     o.port = static_cast<int>(port);
@@ -211,7 +227,8 @@ Status run_serve(const ServeFlags& flags) {
 
     EPI_ASSIGN_OR_RETURN(std::unique_ptr<server::HttpServer> http,
                          server::HttpServer::start(*engine, values.server));
-    std::fprintf(stderr, "epinfer serve: listening on http://%s:%d\n", http->host().c_str(), http->port());
+    std::fprintf(stderr, "epinfer serve: listening on http://%s\n",
+                 server::host_port_text(http->host(), http->port()).c_str());
     std::fflush(stderr);
     while (g_stop_signal == 0 && http->engine_error().is_ok())
         std::this_thread::sleep_for(std::chrono::milliseconds(100));

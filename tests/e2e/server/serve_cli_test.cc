@@ -88,6 +88,9 @@ TEST(ServeCli, BadFlagIsOneErrorLine) {
     // A dotted number that is no IPv4 address: refused before the model loads (no "ready" line first).
     expect_one_line_error(run_epinfer("serve --model " + kTinyModel + " --port 0 --host 999.1.1.1"),
                           "--host 999.1.1.1: not an IPv4 address");
+    // A name that does not resolve: refused before the model loads too.
+    expect_one_line_error(run_epinfer("serve --model " + kTinyModel + " --port 0 --host not_a_host"),
+                          "--host not_a_host: not an address, nor a name that resolves");
     const CliResult t = run_epinfer("serve --model " + kTinyModel + " --request-timeout-s soon");
     expect_one_line_error(t, "--request-timeout-s 'soon' is not a finite number");
     const CliResult tp = run_epinfer("serve --model " + kTinyModel + " --tp 0");
