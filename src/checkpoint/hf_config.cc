@@ -22,6 +22,8 @@ using Json = nlohmann::json;
 struct Family {
     const char* model_type;
     Architecture architecture;
+    // Parsed so that `epinfer plan` and `inspect` read it; the runtime refuses it (model_registry.h).
+    bool plan_only = false;
 };
 
 constexpr Family kFamilies[] = {
@@ -33,7 +35,7 @@ constexpr Family kFamilies[] = {
     {"mixtral", Architecture::kMixtral},
     {"olmoe", Architecture::kOlmoe},
     {"glm4_moe", Architecture::kGlm4Moe},
-    {"gpt_oss", Architecture::kGptOss},
+    {"gpt_oss", Architecture::kGptOss, /*plan_only=*/true},
 };
 
 // Defaults of the transformers 5.17 configuration class of each family, for keys that are absent.
@@ -68,10 +70,15 @@ FamilyDefaults family_defaults(Architecture arch) {
     return {1e-6, 0, 10000.0, 1.0, 0, 0};
 }
 
+// "deepseek_v3, kimi_k2, ..., glm4_moe; gpt_oss for epinfer plan only": the runtime's model_types, then
+// the plan-only ones.
 std::string supported_list() {
-    std::string out;
-    for (const auto& f : kFamilies) out += (out.empty() ? "" : ", ") + std::string(f.model_type);
-    return out;
+    std::string runs, plan_only;
+    for (const auto& f : kFamilies) {
+        std::string& list = f.plan_only ? plan_only : runs;
+        list += (list.empty() ? "" : ", ") + std::string(f.model_type);
+    }
+    return plan_only.empty() ? runs : runs + "; " + plan_only + " for epinfer plan only";
 }
 
 // A short rendering of a JSON value for error messages.
@@ -668,7 +675,8 @@ void merge_eos(std::vector<int64_t>& into, const std::vector<int64_t>& ids) {
 const std::vector<std::string>& supported_model_types() {
     static const std::vector<std::string> kTypes = [] {
         std::vector<std::string> out;
-        for (const auto& f : kFamilies) out.emplace_back(f.model_type);
+        for (const auto& f : kFamilies)
+            if (!f.plan_only) out.emplace_back(f.model_type);
         return out;
     }();
     return kTypes;

@@ -298,6 +298,14 @@ Result<std::map<std::string, std::string>> read_weight_map(const std::string& in
     }
 }
 
+// True for "model*.safetensors" ("model-00001-of-00002.safetensors" of a folder without its index); other
+// *.safetensors files beside a model (golden.safetensors of the fixtures) are not weights.
+bool is_unindexed_shard_name(const std::string& name) {
+    constexpr std::string_view kPrefix = "model", kSuffix = ".safetensors";
+    return name.size() >= kPrefix.size() + kSuffix.size() && name.starts_with(kPrefix) &&
+           name.ends_with(kSuffix);
+}
+
 // True for a name such as "model-00001-of-00002.safetensors": no folder part, not "." or "..".
 bool is_plain_file_name(const std::string& name) {
     return !name.empty() && name != "." && name != ".." && name.find('/') == std::string::npos;
@@ -358,14 +366,14 @@ Result<std::unique_ptr<Checkpoint>> Checkpoint::open(const std::string& model_di
         std::vector<fs::path> paths;
         for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
             std::error_code type_ec;
-            if (it->path().extension() == ".safetensors" && it->is_regular_file(type_ec)) {
+            if (is_unindexed_shard_name(it->path().filename().string()) && it->is_regular_file(type_ec)) {
                 paths.push_back(it->path());
             }
         }
         if (ec) return not_found(model_dir + ": cannot list: " + ec.message());
         if (paths.empty()) {
-            return not_found(model_dir + ": no " + kSingleFileName + ", " + kIndexFileName +
-                             " or other *.safetensors file");
+            return not_found(model_dir + ": no model weights: neither " + kIndexFileName +
+                             " nor model*.safetensors");
         }
         std::sort(paths.begin(), paths.end());
         for (const fs::path& path : paths) EPI_RETURN_IF_ERROR(add_file(path).status());

@@ -68,13 +68,15 @@ private:
 
 // A checkpoint folder: model.safetensors when present (as transformers), else
 // model.safetensors.index.json with its shards ({"weight_map": {tensor: shard file name}}), else every
-// *.safetensors file in the folder. Every tensor of every opened file is visible, also one that the
-// weight_map does not list.
+// model*.safetensors file in the folder (shards whose index is absent). Other *.safetensors files (a
+// fixture's golden.safetensors) are never read. Every tensor of every opened file is visible, also one
+// that the weight_map does not list.
 class Checkpoint {
 public:
-    // Errors: kNotFound (no folder, no safetensors, missing shard), kNotSupported (as SafetensorsFile),
-    // kDataLoss (as SafetensorsFile, a malformed index, a shard that is not a plain file name, a tensor in
-    // two files, an index naming a tensor its shard does not hold).
+    // Errors: kNotFound (no folder, a missing shard, no weight file: "DIR: no model weights: neither
+    // model.safetensors.index.json nor model*.safetensors"), kNotSupported (as SafetensorsFile), kDataLoss
+    // (as SafetensorsFile, a malformed index, a shard that is not a plain file name, a tensor in two
+    // files, an index naming a tensor its shard does not hold).
     static Result<std::unique_ptr<Checkpoint>> open(const std::string& model_dir);
 
     struct Entry {

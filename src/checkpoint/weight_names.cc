@@ -286,7 +286,8 @@ Status validate_checkpoint_tensors(const ModelConfig& config, const std::vector<
     if (issues.empty()) return Status::ok();
     const TensorIssue& first = issues.front();
     std::string message = first.message;
-    if (issues.size() > 1) message += " (and " + std::to_string(issues.size() - 1) + " more tensor issues)";
+    if (issues.size() == 2) message += " (and 1 more tensor issue)";
+    if (issues.size() > 2) message += " (and " + std::to_string(issues.size() - 1) + " more tensor issues)";
     switch (first.kind) {
         case TensorIssue::Kind::kMissing:
             return not_found(message);

@@ -38,6 +38,6 @@ mkdir "$out/noweights" && cp "$model/config.json" "$out/noweights/"
 "$epinfer" generate --model "$out/noweights" --prompt-ids 5,17 --tp 2 >"$out/nw.out" 2>"$out/nw.err" \
     && fail "--tp 2 without weights succeeded"
 [ "$(wc -l <"$out/nw.err")" -eq 1 ] || fail "--tp 2 without weights: $(wc -l <"$out/nw.err") stderr lines, not 1: $(cat "$out/nw.err")"
-grep -q "^epinfer: error: .*noweights: no model.safetensors" "$out/nw.err" \
+grep -q "^epinfer: error: .*noweights: no model weights: neither" "$out/nw.err" \
     || fail "--tp 2 without weights: unexpected message: $(cat "$out/nw.err")"
 echo "ok: --tp 2 without weights: $(cat "$out/nw.err")"

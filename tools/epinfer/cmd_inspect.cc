@@ -313,8 +313,9 @@ void run_inspect(const InspectOptions& opts) {
         print_text(*report);
     std::fflush(stdout);
     if (report->checkpoint && !report->checkpoint->issues.empty()) {
+        const size_t n = report->checkpoint->issues.size();
         exit_on_error(invalid_argument(opts.model + ": the checkpoint's tensors do not match config.json (" +
-                                       std::to_string(report->checkpoint->issues.size()) + " issues)"));
+                                       std::to_string(n) + (n == 1 ? " issue)" : " issues)")));
     }
 }
 

@@ -59,6 +59,18 @@ TEST(CliModelSetup, LoadingTheWeightlessCheckpointFails) {
     expect_one_line_error(r, "missing");
 }
 
+// deepseek_v3_tiny without its model.safetensors: one line naming the folder and what was looked for, not
+// its golden.safetensors read as weights ("model.embed_tokens.weight: missing ... (and 150 more ...)").
+TEST(CliModelSetup, FolderWithoutWeightFileIsOneLine) {
+    const ScratchModel m("no_model_safetensors");
+    for (const char* f : {"config.json", "generation_config.json", "golden.safetensors"})
+        fs::copy_file(kModel + "/" + f, m.dir / f, fs::copy_options::overwrite_existing);
+    const CliResult r = run_cli(generate(m.path(), ""));
+    expect_one_line_error(r, "epinfer: error: " + m.path() +
+                                 ": no model weights: neither model.safetensors.index.json nor "
+                                 "model*.safetensors\n");
+}
+
 TEST(CliModelSetup, TooLittleMemoryIsOneLineBreakdownBeforeLoading) {
     const WeightlessCheckpoint m;
     const CliResult r = run_cli(generate(m.path(), "--memory-fraction 0.000001"));

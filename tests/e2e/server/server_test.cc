@@ -221,6 +221,7 @@ TEST_F(TinyServer, BadRequestsGetStatusAndJsonError) {
         {R"({"prompt": [1], "top_p": 0})", 400, "'top_p'"},
         {R"({"prompt": [1], "top_k": -2})", 400, "'top_k'"},
         {R"({"prompt": [1], "seed": "x"})", 400, "'seed' must be an integer"},
+        {R"({"prompt": [1], "seed": -1})", 400, "'seed' must be ≥ 0 (omit it for a fresh seed), got -1"},
         {R"({"prompt": [1], "stream": "yes"})", 400, "'stream' must be a boolean"},
         {R"({"prompt": [1], "ignore_eos": 1})", 400, "'ignore_eos' must be a boolean"},
         {R"({"prompt": [1], "stop_token_ids": 3})", 400, "'stop_token_ids' must be an array"},
@@ -331,11 +332,10 @@ TEST_F(TinyServer, WrongMethodOnAKnownPathIs405WithAllow) {
             EXPECT_EQ(r.allow, "");
         }
     }
-    // The routes still answer their own method; the 405s are not counted as completion responses.
+    // The routes still answer their own method; the 405s are counted (each once written).
     EXPECT_EQ(http_get(port(), "/health").status, 200);
-    const HttpReply metrics = http_get(port(), "/metrics");
-    ASSERT_EQ(metrics.status, 200);
-    EXPECT_EQ(metric_value(metrics.body, "epinfer_requests_total{status=\"405\"}"), -1.0) << metrics.body;
+    EXPECT_TRUE(wait_for_metric(port(), "epinfer_requests_total{status=\"405\"}", 9.0, 60.0, true))
+        << http_get(port(), "/metrics").body;
 }
 
 // Sends each request (raw HTTP/1.1 text) on one keep-alive connection after the previous reply has been
@@ -406,6 +406,35 @@ TEST_F(TinyServer, BodilessWrongMethodIs405AndTheConnectionGoesOn) {
     expect_reply(replies[2], k405, "POST", "DELETE is not allowed on /v1/completions");
     expect_reply(replies[3], "HTTP/1.1 404 Not Found", "", "no route for POST /healthz");
     expect_reply(replies[4], "HTTP/1.1 200 OK", "", R"({"status":"ok"})");
+}
+
+// /metrics counts every response by status, routing 404s and 405s too. One keep-alive connection: its
+// requests are served in turn, so each response has been counted before the next request is read.
+TEST(ServerMetrics, EveryResponseIsCountedByStatus) {
+    auto stack = start_stack(tiny_engine_options(), tiny_server_options());
+    ASSERT_NE(stack, nullptr);
+    const std::string completion = R"({"prompt": [5, 6], "max_tokens": 2})";
+    const std::vector<std::string> replies = raw_http_exchange(
+        stack->port(), {"GET /nope HTTP/1.1\r\nHost: localhost\r\n\r\n",
+                        "GET /v1/completions HTTP/1.1\r\nHost: localhost\r\n\r\n",
+                        "POST /v1/completions HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json"
+                        "\r\nContent-Length: " +
+                            std::to_string(completion.size()) + "\r\n\r\n" + completion,
+                        "GET /metrics HTTP/1.1\r\nHost: localhost\r\n\r\n"});
+    ASSERT_EQ(replies.size(), 4u);
+    EXPECT_EQ(replies[0].rfind("HTTP/1.1 404 ", 0), 0u) << replies[0];
+    EXPECT_EQ(replies[1].rfind("HTTP/1.1 405 ", 0), 0u) << replies[1];
+    EXPECT_EQ(replies[2].rfind("HTTP/1.1 200 ", 0), 0u) << replies[2];
+    ASSERT_EQ(replies[3].rfind("HTTP/1.1 200 ", 0), 0u) << replies[3];
+    std::vector<std::string> counted;  // the epinfer_requests_total lines, in order
+    for (size_t pos = 0; (pos = replies[3].find("\nepinfer_requests_total{", pos)) != std::string::npos;) {
+        ++pos;
+        counted.push_back(replies[3].substr(pos, replies[3].find('\n', pos) - pos));
+    }
+    EXPECT_EQ(counted, (std::vector<std::string>{"epinfer_requests_total{status=\"200\"} 1",
+                                                 "epinfer_requests_total{status=\"404\"} 1",
+                                                 "epinfer_requests_total{status=\"405\"} 1"}))
+        << replies[3];
 }
 
 TEST_F(TinyServer, LoadLoopLeavesNoKvBlocks) {
@@ -658,6 +687,14 @@ TEST(ServerOptions, BadOptionsAreRejected) {
     ASSERT_FALSE(second.is_ok());
     EXPECT_EQ(second.status().code(), StatusCode::kInvalidArgument);
     EXPECT_NE(second.status().message().find(std::to_string(o.port)), std::string::npos);
+}
+
+TEST(ServerOptions, HostPortTextBracketsAnIpv6Literal) {
+    EXPECT_EQ(server::host_port_text("127.0.0.1", 8000), "127.0.0.1:8000");
+    EXPECT_EQ(server::host_port_text("localhost", 0), "localhost:0");
+    EXPECT_EQ(server::host_port_text("::1", 36685), "[::1]:36685");
+    EXPECT_EQ(server::host_port_text("::", 8000), "[::]:8000");
+    EXPECT_EQ(server::host_port_text("fe80::1%lo", 80), "[fe80::1%lo]:80");
 }
 
 TEST(OpenAiProtocol, ParsesDefaultsAndFields) {

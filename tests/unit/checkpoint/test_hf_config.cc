@@ -1,12 +1,13 @@
 // config.json → ModelConfig over every real config in tests/data/configs and every fixture.
 #include <gtest/gtest.h>
-#include <nlohmann/json.hpp>
 #include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
+#include <vector>
 
 #include "checkpoint/hf_config.h"
 
@@ -503,6 +504,26 @@ nlohmann::json with(nlohmann::json j, const char* key, nlohmann::json value) {
 nlohmann::json without(nlohmann::json j, const char* key) {
     j.erase(key);
     return j;
+}
+
+// The list names what the runtime runs; gpt_oss parses for `epinfer plan` only (a tester read it as
+// runnable).
+TEST(HfConfig, UnknownModelTypeListsWhatTheRuntimeRuns) {
+    const char kList[] =
+        "deepseek_v3, kimi_k2, deepseek_v2, qwen3_moe, qwen2_moe, mixtral, olmoe, glm4_moe; "
+        "gpt_oss for epinfer plan only";
+    const Result<ModelConfig> llama = parse(with(minimal("qwen3_moe"), "model_type", "llama"));
+    EXPECT_EQ(llama.status().code(), StatusCode::kInvalidArgument);
+    EXPECT_EQ(llama.status().message(),
+              std::string("test/config.json: unsupported model_type 'llama' (supported model_types: ") +
+                  kList + ")");
+    const Result<ModelConfig> none =
+        parse(without(without(minimal("qwen3_moe"), "model_type"), "architectures"));
+    EXPECT_EQ(none.status().message(),
+              std::string("test/config.json: missing required key 'model_type' (supported: ") + kList + ")");
+    EXPECT_EQ(supported_model_types(),
+              (std::vector<std::string>{"deepseek_v3", "kimi_k2", "deepseek_v2", "qwen3_moe", "qwen2_moe",
+                                        "mixtral", "olmoe", "glm4_moe"}));
 }
 
 TEST(HfConfig, Errors) {

@@ -306,9 +306,12 @@ TEST(WeightNames, CheckFindsEveryKindOfIssue) {
     EXPECT_NE(s.message().find("model.layers.1.mlp.experts.0.up_proj.weight: dtype F8_E4M3"),
               std::string::npos);
 
-    // All issues at once, missing first; the Status counts the others.
+    // All issues at once, missing first; the Status counts the others, "1 more tensor issue" singular.
     std::vector<TensorInfo> all = missing;
     all.push_back(beyond);
+    EXPECT_EQ(validate_checkpoint_tensors(c, all).message(), gone + ": missing (expected shape " +
+                                                                 shape_to_string(infos[1].shape) +
+                                                                 ") (and 1 more tensor issue)");
     find(all, "model.layers.1.mlp.gate.weight")->shape = {8, 64};
     const std::vector<TensorIssue> issues = check_checkpoint_tensors(c, all);
     ASSERT_EQ(issues.size(), 3u);
