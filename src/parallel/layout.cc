@@ -141,6 +141,9 @@ Status validate_layout(const ParallelLayout& layout, const LayoutModelDims& dims
             fmt::format("the layout needs pp {} × {} ranks per stage = {} ranks, but the world has {}",
                         layout.pp, w, layout.world_size(), world_size));
     }
+    const bool attn_tp_split = dims.num_attention_heads % layout.attn_tp != 0 ||
+                               dims.dense_intermediate_size % layout.attn_tp != 0 ||
+                               dims.shared_intermediate_size % layout.attn_tp != 0;
     if (dims.num_attention_heads % layout.attn_tp != 0) {
         errors.push_back(fmt::format("num_attention_heads {} is not divisible by attn_tp {}",
                                      dims.num_attention_heads, layout.attn_tp));
@@ -173,6 +176,14 @@ Status validate_layout(const ParallelLayout& layout, const LayoutModelDims& dims
             fmt::format("pp {} exceeds num_hidden_layers {}", layout.pp, dims.num_hidden_layers));
     }
     if (errors.empty()) return Status::ok();
+    // Expert parallelism alone (--ep N, no --dp) leaves attention tensor-parallel over the stage's ranks,
+    // which a user asking for EP may not expect.
+    if (attn_tp_split && layout.moe_ep > 1 && layout.attn_dp == 1) {
+        errors.push_back(
+            fmt::format("with --ep and no --dp, attention and dense MLPs are split over the {} ranks "
+                        "per stage (attn_tp); --dp {} runs them data-parallel instead",
+                        w, w));
+    }
     return invalid_argument(
         fmt::format("parallel layout {}: {}", layout.to_string(), fmt::join(errors, "; ")));
 }

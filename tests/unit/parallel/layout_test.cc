@@ -9,6 +9,7 @@ namespace {
 
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 ParallelLayout from_flags(LayoutFlags flags) {
     Result<ParallelLayout> layout = layout_from_flags(flags);
@@ -199,6 +200,28 @@ TEST(ValidateLayout, EachViolationHasItsNumbers) {
         EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
         EXPECT_THAT(s.message(), HasSubstr(c.message));
     }
+}
+
+// --ep 3 alone leaves attention tensor-parallel over the 3 ranks: an attn_tp error then says how to keep
+// attention whole (--dp 3); with --dp given, or without EP, it does not.
+TEST(ValidateLayout, EpWithoutDpNamesTheDpFlag) {
+    LayoutModelDims d = qwen_like();
+    d.num_attention_heads = 8;
+    d.num_key_value_heads = 1;
+    d.dense_intermediate_size = 0;
+    d.shared_intermediate_size = 0;
+    d.moe_intermediate_size = 768;
+    const std::string hint =
+        "with --ep and no --dp, attention and dense MLPs are split over the 3 ranks per stage (attn_tp); "
+        "--dp 3 "
+        "runs them data-parallel instead";
+    Status s = validate_layout(make(1, 3, 1, 1, 3), d, 3);
+    ASSERT_FALSE(s.is_ok());
+    EXPECT_THAT(s.message(), HasSubstr("num_attention_heads 8 is not divisible by attn_tp 3; " + hint));
+    s = validate_layout(make(1, 3, 1, 3, 1), d, 3);  // --tp 3: asked for
+    ASSERT_FALSE(s.is_ok());
+    EXPECT_THAT(s.message(), Not(HasSubstr("--dp 3")));
+    EXPECT_TRUE(validate_layout(make(1, 1, 3, 1, 3), d, 3).is_ok());  // --ep 3 --dp 3
 }
 
 TEST(ValidateLayout, ReportsEveryViolationInOneLine) {
