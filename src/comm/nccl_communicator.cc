@@ -197,6 +197,12 @@ ncclResult_t poll_until_ready(const NcclApi& api, ncclComm_t comm, Clock::time_p
 struct NcclHealth {
     std::mutex mu;
     Status failure;  // ok while usable
+
+    // Records `why` as the world's failure unless an earlier one was (the first one wins).
+    void record(const Status& why) {
+        std::lock_guard<std::mutex> lock(mu);
+        if (failure.is_ok()) failure = why;
+    }
 };
 
 class NcclCommunicator final : public Communicator {
@@ -391,8 +397,7 @@ protected:
             deadline);
         if (rc == ncclInProgress) {
             const Status why = timeout_error("split");
-            std::lock_guard<std::mutex> health_lock(health_->mu);
-            if (health_->failure.is_ok()) health_->failure = why;
+            health_->record(why);
             return why;
         }
         const ncclComm_t sub = *child;
@@ -527,10 +532,7 @@ private:
     // Records `why` as the NCCL world's failure (the first one wins) and aborts this communicator (mu_
     // held); returns `why`.
     Status break_with(Status why) {
-        {
-            std::lock_guard<std::mutex> lock(health_->mu);
-            if (health_->failure.is_ok()) health_->failure = why;
-        }
+        health_->record(why);
         if (comm_ != nullptr) api_.comm_abort(comm_);
         comm_ = nullptr;
         for (const Pending& p : pending_) free_events_.push_back(p.done);
