@@ -234,7 +234,10 @@ public:
         }
         const double launch =
             static_cast<double>(kernels) * (decode_graph ? graph_kernel_us_ : eager_kernel_us_);
-        const double host = static_cast<double>(host_round_trips) * in_.hardware->gpu.host_round_trip_us.value;
+        const GpuSpec& gpu = in_.hardware->gpu;
+        const double host = static_cast<double>(host_round_trips) *
+                            (gpu.host_round_trip_us.value +
+                             gpu.host_round_trip_us_per_row.value * static_cast<double>(rows_per_rank));
         double comm = 0;
         for (const CollectiveTerm& t : terms) comm += t.total_us();
         StageTime time;

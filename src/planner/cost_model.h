@@ -24,8 +24,8 @@
 //       eager figure fitted to --no-decode-graphs runs (docs/benchmarks/planner.md)
 //   host round trips: under DP attention each MoE layer plans its dispatch on the host, 9 synchronous
 //       device↔host copies and MPI exchanges on a rank with tokens (engine_facts.h
-//       kEngineDpMoeHostRoundTrips), each gpu.host_round_trip_us with the GPU idle; its 2·moe_ep gathers and
-//       adds are kernels as above
+//       kEngineDpMoeHostRoundTrips), each gpu.host_round_trip_us + gpu.host_round_trip_us_per_row × the
+//       rank's rows with the GPU idle; its 2·moe_ep gathers and adds are kernels as above
 //   collectives: every NCCL call returns once queued on the stream (engine_facts.h), so the GPU runs it
 //       between the kernels around it with no host round trip: it costs its measured time (above; `bench
 //       comm` times ops queued back to back, docs/benchmarks/planner.md "4× H200") and nothing more; it is
@@ -35,8 +35,8 @@
 // One decode step of C requests in flight (never divided by pp: ARCHITECTURE.md §5) runs its sequences as
 // m = min(pp, sequences) micro-batches split by count (--micro-batches overrides pp); each stage's time per
 // micro-batch is the sum over its layers of attention, expert GEMMs, dense parts, activation traffic,
-// collectives, kernels and host round trips, with no overlap between them. A closed-loop run (closed_loop_run) replays the
-// engine's scheduler over such steps.
+// collectives, kernels and host round trips, with no overlap between them. A closed-loop run
+// (closed_loop_run) replays the engine's scheduler over such steps.
 #pragma once
 
 #include <cstdint>

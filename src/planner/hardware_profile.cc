@@ -230,8 +230,8 @@ Result<GpuSpec> parse_gpu(const ObjectReader& r) {
     EPI_RETURN_IF_ERROR(r.check_keys(
         {"name", "memory_bytes", "usable_memory_fraction", "memory_bandwidth_gbps", "bf16_tflops",
          "fp8_tflops", "fp4_tflops", "kernel_launch_us", "graph_kernel_us", "kernel_latency_us",
-         "eager_kernel_us", "host_round_trip_us", "memory_efficiency", "matmul_efficiency",
-         "expert_matmul_efficiency", "expert_memory_efficiency_by_rows"}));
+         "eager_kernel_us", "host_round_trip_us", "host_round_trip_us_per_row", "memory_efficiency",
+         "matmul_efficiency", "expert_matmul_efficiency", "expert_memory_efficiency_by_rows"}));
     GpuSpec gpu;
     EPI_ASSIGN_OR_RETURN(gpu.name, r.string("name"));
     EPI_ASSIGN_OR_RETURN(gpu.memory_bytes, r.figure("memory_bytes", 0.0, true));
@@ -259,6 +259,12 @@ Result<GpuSpec> parse_gpu(const ObjectReader& r) {
         EPI_ASSIGN_OR_RETURN(gpu.host_round_trip_us, r.figure("host_round_trip_us", 0.0, false));
     } else {
         gpu.host_round_trip_us = Figure{0.0, Provenance::kUnspecified, "absent: 0"};
+    }
+    if (r.has("host_round_trip_us_per_row")) {
+        EPI_ASSIGN_OR_RETURN(gpu.host_round_trip_us_per_row,
+                             r.figure("host_round_trip_us_per_row", 0.0, false));
+    } else {
+        gpu.host_round_trip_us_per_row = Figure{0.0, Provenance::kUnspecified, "absent: 0"};
     }
     if (r.has("expert_matmul_efficiency")) {
         EPI_ASSIGN_OR_RETURN(gpu.expert_matmul_efficiency,

@@ -105,6 +105,10 @@ struct GpuSpec {
     // (a synchronous device↔host copy), copies, exchanges with the other ranks over MPI and launches again.
     // The engine makes kEngineDpMoeHostRoundTrips of them per MoE layer under DP attention (engine_facts.h).
     Figure host_round_trip_us;
+    // Optional (absent: 0). µs more per host round trip for each token row the rank holds in the step: the
+    // host's copies and loops over the step's routing grow with its rows (2× H200, Qwen3-30B-A3B dp2-ep2:
+    // 11 µs a round trip at one row, 30 at 128; docs/benchmarks/planner.md).
+    Figure host_round_trip_us_per_row;
     // (No per-collective sync figure: the engine's NCCL calls return once queued on the stream, so a
     // collective costs its measured time alone; a profile with gpu.collective_sync_us is refused.)
     Figure memory_efficiency;  // achievable fraction of memory_bandwidth_gbps in GEMV-like kernels

@@ -101,6 +101,15 @@ TEST_F(RoundModel, DpAttentionHostRoundTrips) {
     EXPECT_NEAR(r.step.host_us, 1080.0, 1e-9);
     EXPECT_NEAR(r.step.step_us - base.step.step_us, 1080.0, 1e-9);
     EXPECT_NEAR(r.step.path_us - base.step.path_us, 1080.0, 1e-9);
+    // Each round trip 0.5 µs more per row the rank holds: one row each with two requests (36 · 0.5), two
+    // with four.
+    hw_.gpu.host_round_trip_us_per_row.value = 0.5;
+    DecodeResult per_row = decode_step(inputs(ParallelLayout{1, 1, 2, 1, 2}), 2, 1 << 30);
+    EXPECT_EQ(per_row.step.tokens_per_attn_rank, 1);
+    EXPECT_NEAR(per_row.step.host_us, 36 * (30.0 + 0.5), 1e-9);
+    DecodeResult four = decode_step(inputs(ParallelLayout{1, 1, 2, 1, 2}), 4, 1 << 30);
+    EXPECT_EQ(four.step.tokens_per_attn_rank, 2);
+    EXPECT_NEAR(four.step.host_us, 36 * (30.0 + 2 * 0.5), 1e-9);
     // Without DP attention the routing stays on the GPU: no round trip, the kernels of Tp2DecodeOneRequest.
     DecodeResult tp = decode_step(inputs(ParallelLayout{1, 2, 1, 2, 1}), 1, 1 << 30);
     EXPECT_EQ(tp.step.host_round_trips, 0);

@@ -78,13 +78,16 @@ TEST(HardwareProfile, OptionalKernelFigures) {
     ASSERT_TRUE(round.is_ok()) << round.status().message();
     EXPECT_EQ(round->gpu.kernel_latency_us.value, 0.0);
     EXPECT_EQ(round->gpu.expert_matmul_efficiency.value, round->gpu.matmul_efficiency.value);
+    EXPECT_EQ(round->gpu.host_round_trip_us_per_row.value, 0.0);
     nlohmann::json doc = nlohmann::json::parse(testing::round_profile_json());
     doc["gpu"]["kernel_latency_us"] = 2.5;
     doc["gpu"]["expert_matmul_efficiency"] = 0.25;
+    doc["gpu"]["host_round_trip_us_per_row"] = 0.125;
     auto both = parse_hardware_profile(doc.dump(), "both.json");
     ASSERT_TRUE(both.is_ok()) << both.status().message();
     EXPECT_EQ(both->gpu.kernel_latency_us.value, 2.5);
     EXPECT_EQ(both->gpu.expert_matmul_efficiency.value, 0.25);
+    EXPECT_EQ(both->gpu.host_round_trip_us_per_row.value, 0.125);
     // The expert efficiency by rows: absent, no points; present, its points, provenance and source.
     EXPECT_TRUE(round->gpu.expert_memory_efficiency_by_rows.points.empty());
     doc["gpu"]["expert_memory_efficiency_by_rows"] = {
@@ -128,6 +131,8 @@ TEST(HardwareProfile, ErrorsNameFileAndKey) {
               "bad.json: gpu.hbm_bandwith_gbps: unknown key");
     EXPECT_EQ(error_after([](json& d) { d["gpu"]["kernel_latency_us"] = -1; }),
               "bad.json: gpu.kernel_latency_us: must be >= 0 (got -1)");
+    EXPECT_EQ(error_after([](json& d) { d["gpu"]["host_round_trip_us_per_row"] = -0.5; }),
+              "bad.json: gpu.host_round_trip_us_per_row: must be >= 0 (got -0.5)");
     EXPECT_EQ(error_after([](json& d) { d["gpu"]["expert_matmul_efficiency"] = 0; }),
               "bad.json: gpu.expert_matmul_efficiency: must be > 0 and <= 1 (got 0)");
     // gpu.expert_memory_efficiency_by_rows of two points (r1, e1), (r2, e2).
