@@ -15,8 +15,14 @@
   preparation, 77f1e2f's projections of one input in one launch, 04be258's few-row matmul; its 2-GPU layouts
   measured at 2026-11-30 13:32 UTC). The 2026-11-30 and 2026-11-30b files stay as the records of dc6daa7's
   and ccc87c8's engines.
-  All use the same 2026-11-29 NCCL runs (no collective was measured again); no 4-GPU profile is made over a
-  2026-11-30 base, since the 4-GPU host_round_trip_us was fitted against predictions with the 2026-11-29 base.
+  Those use the same 2026-11-29 NCCL runs, made with the non-blocking communicators of the time (~80 us of
+  host time per collective, docs/benchmarks/multi_gpu.md); no 4-GPU profile is made over a 2026-11-30 base,
+  since the 4-GPU host_round_trip_us was fitted against predictions with the 2026-11-29 base.
+  h200x2_nvlink_epinfer_2026-11-30e.json, h200x2_no_p2p_epinfer_2026-11-30e.json (2 H200s): the 30d base
+  (04be258's engine: 5eb5b48's one-GPU step is the same) with the collectives of the blocking communicators
+  (81d2fcc), measured 2026-11-30 15:02 UTC by the binaries of 5eb5b48 (h200x2_*_nccl_2026-11-30e.json), and
+  gpu.host_round_trip_us with gpu.host_round_trip_us_per_row FITTED to the dp2-ep2 runs over NVLink of that
+  build (below); the no-P2P runs are the held-out check.
 
 Each is what `epinfer bench comm --device cuda --ranks N ... --profile-out OUT --base-profile BASE` writes
 (planner/calibration.h calibrated_profile_json), BASE the one-GPU profile of its date:
@@ -70,6 +76,43 @@ ENGINES = {
                    "kernels": [1060, 1060, 1301, 1445],
                    "when": ", 2026-11-30 05:43-05:46 UTC, commit dc6daa7 + working tree"},
 }
+
+# The 2026-11-30e profiles: base date, 2-GPU NCCL file and its run (blocking communicators).
+BASE_OF = {"2026-11-30e": "2026-11-30d"}
+NCCL_FILES_OF_DATE = {"2026-11-30e": "h200x2_{link}_nccl_2026-11-30e.json"}
+RUNS_OF_DATE = {"2026-11-30e": "2026-11-30 15:02 UTC on 2 H200 SXM, NV18 NVLink (lent kind nvidia-h200-x2), "
+                               "binaries of 5eb5b48 (blocking NCCL communicators, 81d2fcc)"}
+
+# gpu.host_round_trip_us and gpu.host_round_trip_us_per_row of the 2026-11-30e profiles, FITTED to the layout
+# runs they are compared with: Qwen3-30B-A3B dp2-ep2 on 2 H200 over NVLink, binaries of 5eb5b48, closed loop
+# 128/128, TPOT p50 at C = 1, 8, 64, 256, two runs (2026-11-30 15:04 and 15:08 UTC, docs/benchmarks/
+# multi_gpu.md). The plan's closed-loop TPOT is linear in both figures: predicted = P0 + h * DH + r * DR, P0 with
+# both at 0, DH the change per us of host_round_trip_us (432 round trips per decode step, 48 MoE layers x 9),
+# DR per us of the per-row figure (round trips x the rank's rows, averaged over the closed loop's steps), all
+# from epinfer plan --model tests/data/configs/qwen3_30b_a3b.json --hardware <profile with the figures set>
+# --gpus 2 --layout dp2-ep2 --input-len 128 --output-len 128 --concurrency 1,8,64,256. Least squares of
+# (measured - P0) over the 8 NVLink points. The no-P2P run (15:06 UTC) is not fitted: its points check it.
+DP2EP2_BLOCKING = {
+    "measured_nvlink": [[10.58, 16.21, 27.43, 31.06], [10.80, 16.91, 25.80, 30.85]],
+    "measured_no_p2p": [11.60, 18.09, 27.06, 41.88],
+    "p0": [5.8841, 9.6739, 15.1274, 17.7451],
+    "dh": [0.4320, 0.4320, 0.4320, 0.4320],
+    "dr": [0.4320, 1.7280, 17.2766, 75.8313],
+}
+
+
+def blocking_host_fit():
+    """(host_round_trip_us, host_round_trip_us_per_row): least squares over the NVLink dp2-ep2 points."""
+    f = DP2EP2_BLOCKING
+    rows = [(f["dh"][i], f["dr"][i], m[i] - f["p0"][i]) for m in f["measured_nvlink"] for i in range(4)]
+    a11 = sum(x * x for x, _, _ in rows)
+    a12 = sum(x * z for x, z, _ in rows)
+    a22 = sum(z * z for _, z, _ in rows)
+    b1 = sum(x * y for x, _, y in rows)
+    b2 = sum(z * y for _, z, y in rows)
+    det = a11 * a22 - a12 * a12
+    return (b1 * a22 - b2 * a12) / det, (a11 * b2 - a12 * b1) / det
+
 
 # gpu.host_round_trip_us of the 4-GPU profiles. Under DP attention the engine makes 9 host round trips per
 # MoE layer (planner/engine_facts.h kEngineDpMoeHostRoundTrips: 2 copies of the routing to the host, 2 MPI
@@ -148,7 +191,7 @@ RUNS = {2: "2026-11-29 20:39 UTC on 2 H200 SXM, NV18 NVLink (lent kind nvidia-h2
 SETUPS = [(2, "nvlink", "2026-11-29"), (2, "no_p2p", "2026-11-29"), (4, "nvlink", "2026-11-29"),
           (4, "no_p2p", "2026-11-29"), (2, "nvlink", "2026-11-30"), (2, "no_p2p", "2026-11-30"),
           (2, "nvlink", "2026-11-30b"), (2, "no_p2p", "2026-11-30b"), (2, "nvlink", "2026-11-30d"),
-          (2, "no_p2p", "2026-11-30d")]
+          (2, "no_p2p", "2026-11-30d"), (2, "nvlink", "2026-11-30e"), (2, "no_p2p", "2026-11-30e")]
 
 
 def figure(value, provenance, source):
@@ -182,10 +225,11 @@ def load(name):
 
 
 def make(gpus, link, date):
-    nccl_file = NCCL_FILES[gpus].format(link=link)
-    two_file = NCCL_FILES[2].format(link=link)
+    nccl_file = NCCL_FILES_OF_DATE.get(date, NCCL_FILES[gpus]).format(link=link)
+    two_file = nccl_file if date in NCCL_FILES_OF_DATE else NCCL_FILES[2].format(link=link)
+    run = RUNS_OF_DATE.get(date, RUNS[gpus])
     out_file = f"h200x{gpus}_{link}_epinfer_{date}.json"
-    base = f"profiles/measured/h200_epinfer_{date}.json"
+    base = f"profiles/measured/h200_epinfer_{BASE_OF.get(date, date)}.json"
     doc = load(os.path.basename(base))
     base_note = doc["note_calibration"]
     nccl = load(nccl_file)
@@ -194,7 +238,26 @@ def make(gpus, link, date):
     if date in ENGINES:
         eager_kernel_us, eager_source = eager_fit(date)
         gpu["eager_kernel_us"] = figure(eager_kernel_us, "measured", eager_source)
-    if gpus == 2 and date != "2026-11-29":
+    if date in BASE_OF:
+        h, r = blocking_host_fit()
+        f = DP2EP2_BLOCKING
+        where = ("FITTED to the layout runs it is compared with: Qwen3-30B-A3B dp2-ep2 on 2 H200 over NVLink, "
+                 "binaries of 5eb5b48 (blocking NCCL communicators), closed loop 128/128, TPOT p50 at C = 1, 8, "
+                 "64, 256, two runs (" + "; ".join(" / ".join(f"{v:.2f}" for v in m) for m in f["measured_nvlink"])
+                 + " ms; docs/benchmarks/multi_gpu.md): least squares of measured minus the plan with both host "
+                 "figures at 0 (" + " / ".join(f"{v:.2f}" for v in f["p0"]) + " ms), the plan linear in "
+                 "host_round_trip_us (432 round trips per step) and host_round_trip_us_per_row (round trips x "
+                 "the rank's rows). The no-P2P run of the same build is not fitted (its check: "
+                 "docs/benchmarks/planner.md)")
+        gpu["host_round_trip_us"] = figure(round(h, 1), "estimate", f"{where}: {h:.2f} us ({SCRIPT})")
+        gpu["host_round_trip_us_per_row"] = figure(
+            round(r, 3), "estimate",
+            f"{where}: {r:.4f} us per row per round trip ({SCRIPT}). Cross-check, not fitted: `epinfer bench ep "
+            "--device cuda --tokens 1,8,64,128 --hidden 2048 --experts 128 --top-k 8` on the same 2 H200 over "
+            "NVLink spent 155 us in a dispatch and a combine at 1 token per rank and 199 us at 128 (0.35 us "
+            "more per token): the host's time grows with the rows, less than the engine's MoE layer, which "
+            "also copies the routing to the host and uploads the received rows' slots and weights")
+    elif gpus == 2 and date != "2026-11-29":
         two_gpu_run = dp2ep2_quote(date) if date in DP2EP2_RUNS else ""
         gpu["host_round_trip_us"] = figure(
             HOST_ROUND_TRIP_US, "estimate",
@@ -235,21 +298,24 @@ def make(gpus, link, date):
         intra["kind"] = "nvlink"
         intra["note"] = NVLINK_NOTE.format(n=gpus)
         description = (f"{NUMBER[gpus]} NVIDIA H200 SXM as epinfer uses them: the one-GPU engine calibration "
-                       f"(h200_epinfer_{date}) with the collectives measured on {gpus} H200s linked by NV18 "
-                       "NVLink (NCCL 2.28, NVLS off), 2026-11-29")
+                       f"(h200_epinfer_{BASE_OF.get(date, date)}) with the collectives measured on {gpus} H200s "
+                       f"linked by NV18 NVLink (NCCL 2.28, NVLS off), {run[:10]}")
     else:
         intra["kind"] = "pcie_no_p2p"
         busbw = all_reduce_busbw_at_largest(nccl["intra_node"]["all_reduce"], gpus)
         intra["note"] = NO_P2P_NOTE.format(n=gpus, busbw=f"{busbw:.0f}")
         description = (f"{NUMBER[gpus]} NVIDIA H200 SXM as epinfer uses them with NCCL_P2P_DISABLE=1 (traffic "
                        "through host memory: a stand-in for PCIe boxes without P2P): the one-GPU engine "
-                       f"calibration (h200_epinfer_{date}) with the collectives measured that way, 2026-11-29")
+                       f"calibration (h200_epinfer_{BASE_OF.get(date, date)}) with the collectives measured that "
+                       f"way, {run[:10]}")
     if gpus != 2:
         description += ("; 2-rank tables (for 2-rank groups) from 2 H200 SXM of a 2-GPU host of the same NV18 "
                         "type, the same link setting")
     doc["name"] = os.path.splitext(out_file)[0]
     doc["description"] = description
     host_note = ("" if gpus == 2 and date == "2026-11-29" else
+                 ", gpu.host_round_trip_us and gpu.host_round_trip_us_per_row fitted to the dp2-ep2 runs over "
+                 "NVLink of docs/benchmarks/multi_gpu.md as their sources say" if date in BASE_OF else
                  ", gpu.host_round_trip_us fitted to the dp4-ep4 runs of docs/benchmarks/multi_gpu.md as its "
                  "source says")
     two_note = ("" if gpus == 2 else
@@ -261,7 +327,7 @@ def make(gpus, link, date):
         f"{base} (gpu.* of the one-GPU engine calibration, its own note below) with "
         f"intra_node.all_reduce, intra_node.all_gather, intra_node.all_to_all of profiles/measured/{nccl_file} "
         f"(what `epinfer bench comm --device cuda --ranks {gpus} --min-bytes 1K --max-bytes 256M --iters 20 "
-        f"--profile-out OUT --base-profile {base}` writes from those measurements, {RUNS[gpus]}: queued_us, per "
+        f"--profile-out OUT --base-profile {base}` writes from those measurements, {run}: queued_us, per "
         "op of 20 ops issued back to back and waited for once, of the engine whose NCCL calls return once "
         f"queued){two_note}, intra_node.send_recv estimated from the 2-rank all_gather, gpu.eager_kernel_us "
         f"{eager_note}{host_note}; written by {SCRIPT}")

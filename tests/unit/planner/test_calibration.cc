@@ -729,10 +729,11 @@ TEST(EngineCalibration, MultiGpuProfilesAreTheBenchOverTheEngineProfile) {
     // profiles/measured/h200x{2,4}_{nvlink,no_p2p}_epinfer_2026-11-29.json,
     // h200x2_{nvlink,no_p2p}_epinfer_2026-11-30.json, h200x2_{nvlink,no_p2p}_epinfer_2026-11-30b.json and
     // h200x2_{nvlink,no_p2p}_epinfer_2026-11-30d.json (the 30b and 30d bases keep the morning's
-    // eager_kernel_us): what `bench comm --profile-out --base-profile
-    // profiles/measured/h200_epinfer_<date>.json` writes from the measured tables of the N-GPU run
-    // (h200x2_*_nccl_queued_2026-11-29.json, h200x4_*_nccl_2026-11-29.json), the 4-GPU ones with the 2-GPU
-    // run's 2-rank tables added, plus the figures the bench does not measure
+    // eager_kernel_us), h200x2_{nvlink,no_p2p}_epinfer_2026-11-30e.json (the 30d base with the blocking
+    // communicators' tables): what `bench comm --profile-out --base-profile
+    // profiles/measured/h200_epinfer_<base>.json` writes from the measured tables of the N-GPU run
+    // (h200x2_*_nccl_queued_2026-11-29.json, h200x4_*_nccl_2026-11-29.json, h200x2_*_nccl_2026-11-30e.json),
+    // the 4-GPU ones with the 2-GPU run's 2-rank tables added, plus the figures the bench does not measure
     // (profiles/measured/make_h200xn_epinfer_profiles.py).
     const std::string dir = std::string(EPINFER_TEST_DATA_DIR) + "/../../profiles/measured/";
     auto old_engine = load_hardware_profile_file(dir + "h200_epinfer_2026-11-29.json");
@@ -747,10 +748,15 @@ TEST(EngineCalibration, MultiGpuProfilesAreTheBenchOverTheEngineProfile) {
     struct Set {
         std::string date;
         std::vector<int> gpus;
+        std::string base;          // the one-GPU profile's date
+        std::string two_gpu_nccl;  // the 2-GPU run's file after "h200x2_<link>"
     };
-    for (const Set& set : {Set{"2026-11-29", {2, 4}}, Set{"2026-11-30", {2}}, Set{"2026-11-30b", {2}},
-                           Set{"2026-11-30d", {2}}}) {
-        const std::string base_path = dir + "h200_epinfer_" + set.date + ".json";
+    for (const Set& set : {Set{"2026-11-29", {2, 4}, "2026-11-29", "_nccl_queued_2026-11-29.json"},
+                           Set{"2026-11-30", {2}, "2026-11-30", "_nccl_queued_2026-11-29.json"},
+                           Set{"2026-11-30b", {2}, "2026-11-30b", "_nccl_queued_2026-11-29.json"},
+                           Set{"2026-11-30d", {2}, "2026-11-30d", "_nccl_queued_2026-11-29.json"},
+                           Set{"2026-11-30e", {2}, "2026-11-30d", "_nccl_2026-11-30e.json"}}) {
+        const std::string base_path = dir + "h200_epinfer_" + set.base + ".json";
         auto engine = load_hardware_profile_file(base_path);
         ASSERT_TRUE(engine.is_ok()) << engine.status().message();
         for (int gpus : set.gpus) {
@@ -759,8 +765,8 @@ TEST(EngineCalibration, MultiGpuProfilesAreTheBenchOverTheEngineProfile) {
                 const std::string two_stem = std::string("h200x2_") + link;
                 auto multi = load_hardware_profile_file(dir + stem + "_epinfer_" + set.date + ".json");
                 auto nccl = load_hardware_profile_file(
-                    dir + stem + (gpus == 2 ? "_nccl_queued_2026-11-29.json" : "_nccl_2026-11-29.json"));
-                auto two = load_hardware_profile_file(dir + two_stem + "_nccl_queued_2026-11-29.json");
+                    dir + stem + (gpus == 2 ? set.two_gpu_nccl : std::string("_nccl_2026-11-29.json")));
+                auto two = load_hardware_profile_file(dir + two_stem + set.two_gpu_nccl);
                 ASSERT_TRUE(multi.is_ok()) << multi.status().message();
                 ASSERT_TRUE(nccl.is_ok()) << nccl.status().message();
                 ASSERT_TRUE(two.is_ok()) << two.status().message();
@@ -782,7 +788,28 @@ TEST(EngineCalibration, MultiGpuProfilesAreTheBenchOverTheEngineProfile) {
                 // host_round_trip_us, 4 GPUs only: fitted to the dp4-ep4 runs, (measured − predicted at 0)
                 // TPOT ms over the 8 points, least squares through the origin over 94 · 9 round trips per
                 // step.
-                if (gpus == 4) {
+                if (set.date == "2026-11-30e") {
+                    // Both host figures FITTED to the NVLink dp2-ep2 runs of 5eb5b48: least squares of
+                    // (measured − P0) = h·DH + r·DR over the 8 points (two runs), P0, DH, DR from the plan
+                    // (make_h200xn_epinfer_profiles.py DP2EP2_BLOCKING).
+                    const double p0[4] = {5.8841, 9.6739, 15.1274, 17.7451};
+                    const double dr[4] = {0.4320, 1.7280, 17.2766, 75.8313};
+                    const double runs[2][4] = {{10.58, 16.21, 27.43, 31.06}, {10.80, 16.91, 25.80, 30.85}};
+                    double a11 = 0, a12 = 0, a22 = 0, b1 = 0, b2 = 0;
+                    for (const auto& run : runs) {
+                        for (int i = 0; i < 4; ++i) {
+                            const double dh = 0.4320, y = run[i] - p0[i];
+                            a11 += dh * dh, a12 += dh * dr[i], a22 += dr[i] * dr[i], b1 += dh * y,
+                                b2 += dr[i] * y;
+                        }
+                    }
+                    const double det = a11 * a22 - a12 * a12;
+                    EXPECT_NEAR(g.host_round_trip_us.value, (b1 * a22 - b2 * a12) / det, 0.05) << stem;
+                    EXPECT_NEAR(g.host_round_trip_us_per_row.value, (a11 * b2 - a12 * b1) / det, 0.0005)
+                        << stem;
+                    EXPECT_NE(g.host_round_trip_us.source.find("FITTED"), std::string::npos) << stem;
+                    EXPECT_NE(g.host_round_trip_us_per_row.source.find("FITTED"), std::string::npos) << stem;
+                } else if (gpus == 4) {
                     const double gaps_ms = (71.97 - 62.858) + (92.56 - 68.203) + (145.30 - 85.164) +
                                            (150.20 - 96.403) + (70.18 - 62.983) + (94.25 - 68.756) +
                                            (144.05 - 90.221) + (165.13 - 107.386);
