@@ -200,7 +200,8 @@ TEST_F(CudaBackendTest, RmsNormWithResidual) {
 }
 
 // T ≤ 16 runs kernels/matmul_small_t.cuh (16-byte loads when W, x and the strides allow, else 4-byte
-// loads); T > 16 runs cuBLAS (BF16 weights with bf16-rounded activations: tolerance
+// loads; K split over 2 or 4 warps of a block for few rows and a long K: N 37 and 130 with K 2048, 4096,
+// and K 512 from T = 5); T > 16 runs cuBLAS (BF16 weights with bf16-rounded activations: tolerance
 // "matmul_cuda_bf16_activations"; F16/F32 weights in fp32).
 TEST_F(CudaBackendTest, Matmul) {
     struct Shape {
@@ -208,7 +209,8 @@ TEST_F(CudaBackendTest, Matmul) {
     };
     for (DType dtype : kWeightDtypes) {
         for (int64_t T : {1, 2, 3, 5, 8, 13, 16, 17, 33, 100}) {
-            for (Shape s : {Shape{64, 72}, Shape{136, 64}, Shape{72, 136}, Shape{257, 1001}, Shape{1031, 512}}) {
+            for (Shape s : {Shape{64, 72}, Shape{136, 64}, Shape{72, 136}, Shape{257, 1001}, Shape{1031, 512},
+                            Shape{37, 4096}, Shape{130, 2048}}) {
                 for (int variant = 0; variant < 3; ++variant) {
                     const bool bias = variant == 1;
                     // 0: packed rows (the 16-byte path where K allows); 1, 2: strided rows (+5: 4-byte loads).
@@ -242,13 +244,13 @@ TEST_F(CudaBackendTest, Matmul) {
 }
 
 // matmul_group against the CPU: one launch of the few-row kernel for T ≤ 16 (entries of different N, one
-// with a bias; K = 1001 takes the 4-byte path for the whole launch), the matmul of each entry above 16 rows
-// or with mixed weight dtypes. Every output row of every entry is compared, and the padding between rows
-// stays untouched.
+// with a bias; K = 1001 takes the 4-byte path for the whole launch, K = 4096 splits K over the warps), the
+// matmul of each entry above 16 rows or with mixed weight dtypes. Every output row of every entry is
+// compared, and the padding between rows stays untouched.
 TEST_F(CudaBackendTest, MatmulGroup) {
     for (DType dtype : kWeightDtypes) {
         for (int64_t T : {1, 2, 5, 16, 17}) {
-            for (int64_t K : {136, 1001}) {
+            for (int64_t K : {136, 1001, 4096}) {
                 for (bool mixed : {false, true}) {
                     const int64_t ns[] = {257, 64, 72};
                     const std::vector<float> x = random_floats(T * K, 1100 + T * K + mixed);

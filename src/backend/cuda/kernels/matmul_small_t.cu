@@ -19,6 +19,13 @@ constexpr int rows_per_warp() {
     return kT == 8 ? 4 : 2;
 }
 
+// 16-byte chunks of a weight row in flight per lane (loaded before any is used), so a warp waits for memory
+// about chunks / (32 · kBatch) times rather than chunks / 32; fewer with more activation rows (registers).
+template <int kT>
+constexpr int chunk_batch() {
+    return kT <= 2 ? 4 : (kT <= 4 ? 2 : 1);
+}
+
 __device__ __forceinline__ float to_f32(float v) {
     return v;
 }
@@ -63,10 +70,9 @@ __device__ __forceinline__ float load_bias(const void* bias, DType dtype, int64_
     }
 }
 
-// Sums acc over the warp and writes y[t, n] (+ bias) from lane 0 for the valid rows and outputs.
+// Sums acc over the warp: every lane ends with the sums (a butterfly of shuffles).
 template <int kT, int kRows = rows_per_warp<kT>()>
-__device__ __forceinline__ void reduce_and_store(const MatmulArgs& a, float (&acc)[kRows][kT], int64_t n0,
-                                                 int lane) {
+__device__ __forceinline__ void warp_sum(float (&acc)[kRows][kT]) {
 #pragma unroll
     for (int r = 0; r < kRows; ++r) {
 #pragma unroll
@@ -77,7 +83,11 @@ __device__ __forceinline__ void reduce_and_store(const MatmulArgs& a, float (&ac
             acc[r][t] = v;
         }
     }
-    if (lane != 0) return;
+}
+
+// Writes y[t, n] = acc[n − n0][t] (+ bias) for the valid rows and outputs.
+template <int kT, int kRows = rows_per_warp<kT>()>
+__device__ __forceinline__ void store_rows(const MatmulArgs& a, const float (&acc)[kRows][kT], int64_t n0) {
 #pragma unroll
     for (int r = 0; r < kRows; ++r) {
         const int64_t n = n0 + r;
@@ -93,22 +103,28 @@ __device__ __forceinline__ void reduce_and_store(const MatmulArgs& a, float (&ac
 // 16-byte loads: W rows and x rows 16-byte aligned, K a multiple of the chunk. kT ≥ T (rows past T read
 // row T − 1 again and are not stored). prefetch: lane 0 of each warp first prefetches the warp's weight rows
 // into L2, before pdl_begin(), so they stream from DRAM while the previous kernel runs.
-template <typename W, int kT>
+// kSplit (1, 2 or 4) warps of the block share a warp's rows, each over a contiguous kSplit-th of K, and the
+// block adds their sums in warp order through shared memory (split-K inside the block: kSplit times the
+// warps, and the bytes in flight, on a matrix of few rows; the order is fixed, so results do not vary).
+template <typename W, int kT, int kSplit>
 __global__ void __launch_bounds__(kWarps * 32) matmul_small_t_vec_kernel(SmallTLaunch l, bool prefetch) {
     constexpr int kElems = 16 / sizeof(W);
     constexpr int kRows = rows_per_warp<kT>();
-    const int lane = threadIdx.x % 32;
+    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, part = warp % kSplit;
     int64_t block = blockIdx.x;
     const MatmulArgs a = block_matmul(l, &block);
-    const int64_t n0 = (block * kWarps + threadIdx.x / 32) * kRows;
-    if (n0 >= a.out_features) return;
+    const int64_t n0 = (block * (kWarps / kSplit) + warp / kSplit) * kRows;
+    // With kSplit > 1 every warp reaches the block's barrier: rows past N are computed (reread) and not stored.
+    if (kSplit == 1 && n0 >= a.out_features) return;
     const int64_t K = a.in_features;
-    if (prefetch && lane == 0) {
+    if (prefetch && lane == 0 && part == 0 && n0 < a.out_features) {
         const int64_t rows = a.out_features - n0 < kRows ? a.out_features - n0 : kRows;
         prefetch_l2(static_cast<const W*>(a.w) + n0 * K, static_cast<uint32_t>(rows * K * sizeof(W)));
     }
     pdl_begin();
-    const int64_t chunks = K / kElems;
+    const int64_t all_chunks = K / kElems;
+    const int64_t chunk0 = all_chunks * part / kSplit;  // this warp's chunks [chunk0, chunk0 + chunks)
+    const int64_t chunks = all_chunks * (part + 1) / kSplit - chunk0;
     const W* w = static_cast<const W*>(a.w);  // [N, K]
     float acc[kRows][kT];
 #pragma unroll
@@ -120,15 +136,14 @@ __global__ void __launch_bounds__(kWarps * 32) matmul_small_t_vec_kernel(SmallTL
     for (int r = 0; r < kRows; ++r) {
         const int64_t n =
             n0 + r < a.out_features ? n0 + r : a.out_features - 1;  // past N: reread, not stored
-        w_row[r] = w + n * K;
+        w_row[r] = w + n * K + chunk0 * kElems;
     }
     const float* x_row[kT];
 #pragma unroll
-    for (int t = 0; t < kT; ++t) x_row[t] = a.x + (t < a.num_rows ? t : a.num_rows - 1) * a.x_row_stride;
+    for (int t = 0; t < kT; ++t)
+        x_row[t] = a.x + (t < a.num_rows ? t : a.num_rows - 1) * a.x_row_stride + chunk0 * kElems;
 
-    // kBatch chunks per row in flight per lane (loaded before any is used), so a warp waits for memory
-    // about chunks / (32 · kBatch) times rather than chunks / 32; fewer with more activation rows (registers).
-    constexpr int kBatch = kT <= 2 ? 4 : (kT <= 4 ? 2 : 1);
+    constexpr int kBatch = chunk_batch<kT>();
     for (int64_t c0 = lane; c0 < chunks; c0 += 32 * kBatch) {
         uint4 raw[kBatch][kRows];
 #pragma unroll
@@ -168,7 +183,25 @@ __global__ void __launch_bounds__(kWarps * 32) matmul_small_t_vec_kernel(SmallTL
             }
         }
     }
-    reduce_and_store<kT>(a, acc, n0, lane);
+    warp_sum<kT>(acc);
+    if constexpr (kSplit > 1) {  // part 0 adds the other parts' sums, in part order
+        __shared__ float parts[kWarps][kRows][kT];
+        if (lane == 0) {
+#pragma unroll
+            for (int r = 0; r < kRows; ++r)
+#pragma unroll
+                for (int t = 0; t < kT; ++t) parts[warp][r][t] = acc[r][t];
+        }
+        __syncthreads();
+        if (part != 0) return;
+#pragma unroll
+        for (int r = 0; r < kRows; ++r)
+#pragma unroll
+            for (int t = 0; t < kT; ++t)
+#pragma unroll
+                for (int p = 1; p < kSplit; ++p) acc[r][t] += parts[warp + p][r][t];
+    }
+    if (lane == 0) store_rows<kT>(a, acc, n0);
 }
 
 // Any alignment: one element per lane per step.
@@ -204,24 +237,49 @@ __global__ void __launch_bounds__(kWarps * 32) matmul_small_t_scalar_kernel(Smal
             for (int r = 0; r < kRows; ++r) acc[r][t] = fmaf(wv[r], xv, acc[r][t]);
         }
     }
-    reduce_and_store<kT>(a, acc, n0, lane);
+    warp_sum<kT>(acc);
+    if (lane == 0) store_rows<kT>(a, acc, n0);
 }
 
 // A launch's weights (all of a group's) up to this size are prefetched into L2 before pdl_begin() (half the H100/H200's 50 MB L2: a
 // larger matrix, e.g. an LM head, would evict its own first rows before they are read).
 constexpr int64_t kPrefetchMaxBytes = int64_t{24} << 20;
 
-// Launches `kernel` (kT activation rows) over every block of the group: block_end from its rows per warp.
-template <int kT, typename... KernelArgs, typename... Extra>
-cudaError_t launch_blocks(void (*kernel)(KernelArgs...), SmallTLaunch l, cudaStream_t stream, Extra... extra) {
-    const int64_t rows_per_block = int64_t{kWarps} * rows_per_warp<kT>();
+// Blocks of a launch with rows_per_block outputs each, and each matmul's end in l->block_end.
+inline int64_t group_blocks(SmallTLaunch* l, int64_t rows_per_block) {
     int64_t blocks = 0;
-    for (int i = 0; i < l.group.num_matmuls; ++i) {
-        blocks += (l.group.matmuls[i].out_features + rows_per_block - 1) / rows_per_block;
-        l.block_end[i] = blocks;
+    for (int i = 0; i < l->group.num_matmuls; ++i) {
+        blocks += (l->group.matmuls[i].out_features + rows_per_block - 1) / rows_per_block;
+        l->block_end[i] = blocks;
     }
+    return blocks;
+}
+
+// Launches `kernel` (kT activation rows, kSplit warps per row set) over every block of the group.
+template <int kT, int kSplit, typename... KernelArgs, typename... Extra>
+cudaError_t launch_blocks(void (*kernel)(KernelArgs...), SmallTLaunch l, cudaStream_t stream, Extra... extra) {
+    const int64_t blocks = group_blocks(&l, int64_t{kWarps / kSplit} * rows_per_warp<kT>());
     if (blocks == 0) return cudaSuccess;
     return launch_pdl(kernel, dim3(static_cast<unsigned>(blocks)), dim3(kWarps * 32), 0, stream, l, extra...);
+}
+
+// K is split over the warps of a block (matmul_small_t_vec_kernel's kSplit) when the launch unsplit has
+// fewer blocks than this (about 4 per SM on the H200's 132: too few loads in flight for a matrix of few
+// rows), into the most parts, of 4 or 2, that leave every warp at least one full batch of chunks per lane.
+// Measured on the H200 at one row (Nsight Compute, Qwen3-30B-A3B): o_proj (2048 × 4096, 256 blocks) 9.7 →
+// 7.8 µs split in 4, the router (128 × 2048, 16 blocks) 4.1 → 3.2 µs in 2, but q/k/v (5120 × 2048, 640
+// blocks) 9.5 → 10.1 µs in 2.
+constexpr int64_t kSplitBelowBlocks = 512;
+
+template <typename W, int kT>
+cudaError_t launch_vec(SmallTLaunch l, int64_t chunks, bool prefetch, cudaStream_t stream) {
+    const int64_t unsplit = group_blocks(&l, int64_t{kWarps} * rows_per_warp<kT>());
+    const int64_t per_warp = int64_t{32} * chunk_batch<kT>();
+    if (unsplit < kSplitBelowBlocks && chunks >= 4 * per_warp)
+        return launch_blocks<kT, 4>(matmul_small_t_vec_kernel<W, kT, 4>, l, stream, prefetch);
+    if (unsplit < kSplitBelowBlocks && chunks >= 2 * per_warp)
+        return launch_blocks<kT, 2>(matmul_small_t_vec_kernel<W, kT, 2>, l, stream, prefetch);
+    return launch_blocks<kT, 1>(matmul_small_t_vec_kernel<W, kT, 1>, l, stream, prefetch);
 }
 
 template <typename W>
@@ -237,18 +295,20 @@ cudaError_t launch_typed(const SmallTLaunch& l, cudaStream_t stream) {
     }
     const bool prefetch = weight_bytes <= kPrefetchMaxBytes;
     const int64_t T = l.group.matmuls[0].num_rows;
+    const int64_t chunks = l.group.matmuls[0].in_features / kElems;  // the same K for every entry
+    constexpr int kScalarT = static_cast<int>(kMatmulSmallTMaxRows);
     if (!aligned) {
-        return launch_blocks<static_cast<int>(kMatmulSmallTMaxRows)>(matmul_small_t_scalar_kernel<W>, l, stream);
+        return launch_blocks<kScalarT, 1>(matmul_small_t_scalar_kernel<W>, l, stream);
     } else if (T == 1) {
-        return launch_blocks<1>(matmul_small_t_vec_kernel<W, 1>, l, stream, prefetch);
+        return launch_vec<W, 1>(l, chunks, prefetch, stream);
     } else if (T == 2) {
-        return launch_blocks<2>(matmul_small_t_vec_kernel<W, 2>, l, stream, prefetch);
+        return launch_vec<W, 2>(l, chunks, prefetch, stream);
     } else if (T <= 4) {
-        return launch_blocks<4>(matmul_small_t_vec_kernel<W, 4>, l, stream, prefetch);
+        return launch_vec<W, 4>(l, chunks, prefetch, stream);
     } else if (T <= 8) {
-        return launch_blocks<8>(matmul_small_t_vec_kernel<W, 8>, l, stream, prefetch);
+        return launch_vec<W, 8>(l, chunks, prefetch, stream);
     } else {
-        return launch_blocks<16>(matmul_small_t_vec_kernel<W, 16>, l, stream, prefetch);
+        return launch_vec<W, 16>(l, chunks, prefetch, stream);
     }
 }
 

@@ -5,7 +5,9 @@
 // loads, lane l taking the 16-byte chunks l, l + 32, ... (up to four of them per row in flight at once
 // for T ≤ 2); every chunk is multiplied with the T activation
 // rows (fp32, read through L1/L2, shared by the warps of the GPU) into T·rows fp32 accumulators, which
-// a butterfly of shuffles sums at the end. So W is read exactly once, at full width, whatever T is.
+// a butterfly of shuffles sums at the end. So W is read exactly once, at full width, whatever T is. A
+// launch of few blocks (fewer than 512: a matrix of few rows) splits K over 2 or 4 warps of a block, whose
+// sums the block adds in a fixed order through shared memory.
 // Precision: the CPU reference's products in fp32 (fmaf), summed in another order (lane-strided partial
 // sums, then a tree): fp32 summation-order differences only.
 // Falls back to 4-byte loads when W, x or the row strides are not 16-byte aligned.
