@@ -102,11 +102,11 @@
 //                       device→host  routing ids [T, K] and weights [T, K] (moe_route)                   2
 //                       MPI          all_to_all_v of per-peer headers, then of the [rows, K slots + K
 //                                    weights] records over the EP group (ep_dispatch)                    2
-//                       host→device  the send rows' token index (dispatch); the received rows' local
-//                                    slots and weights (moe_dp_forward_device); the combine's zero row
-//                                    and its [moe_ep, T] row_of index (ep_combine_device)                5
+//                       host→device  one upload (ep_dispatch_device): the send rows' token index, the
+//                                    received rows' local slots and weights, the combine's [moe_ep, T]
+//                                    row_of index and its zero row (five uploads before 2026-11-30)      1
 //                     Every backend copy is synchronous (CUDA: cudaMemcpyAsync, then a stream synchronize),
-//                     so each of these 9 is a round trip in which the GPU idles while the host waits,
+//                     so each of these 5 is a round trip in which the GPU idles while the host waits,
 //                     copies or exchanges and launches again (kEngineDpMoeHostRoundTrips). Around them:
 //                     one gather of the rows to send, an NCCL all_to_all_v (dispatch), the experts, an NCCL
 //                     all_to_all_v (combine), then moe_ep gathers and moe_ep − 1 adds that sum the rows
@@ -156,7 +156,7 @@ inline constexpr int kEngineGemmInputCopyBytesPerElement = 2;  // bf16 copy of a
 // MlaAttentionParams::absorb_max_rows on a GPU with the latent-attention kernel: every chunk absorbed.
 inline constexpr int64_t kEngineMlaAbsorbAllRows = std::numeric_limits<int64_t>::max();
 inline constexpr int kEngineOutputBroadcasts = 2;           // pp > 1: sampled ids and non-finite flags
-inline constexpr int kEngineDpMoeHostRoundTrips = 9;        // per MoE layer under DP attention (above)
+inline constexpr int kEngineDpMoeHostRoundTrips = 5;        // per MoE layer under DP attention (above)
 // MoE permute (kernels/moe_permute.cu): up to this many picks, one block plans everything (kSmallPicks);
 inline constexpr int64_t kEnginePermuteOneBlockPicks = 1024;
 // up to this many, CUB's radix sort is one single-tile kernel (256 threads × 19 keys on sm_90, CUDA 13's

@@ -1,12 +1,14 @@
 // ep_dispatch_device / ep_combine_device (layers/moe/ep_device.h) on CPU ranks over MPI against the host
 // ep_dispatch / ep_combine on the same routing: the same rows, picks and weights in the same order, and the
 // same combined sums bit for bit; a share inside a larger x, a rank with zero tokens, and the moe_tp
-// non-lead (write = false: zeros). With bf16 on the wire: the rows are the host rows rounded through bf16
-// and the sums are the host's fp32 sums of bf16-rounded partials, bit for bit; a bad wire dtype is refused.
+// non-lead (combine_writes = false: zeros); the uploaded slots and weights equal the host plan's. With bf16
+// on the wire: the rows are the host rows rounded through bf16 and the sums are the host's fp32 sums of
+// bf16-rounded partials, bit for bit; a bad wire dtype is refused.
 #include "layers/moe/ep_device.h"
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstring>
 #include <memory>
 #include <numeric>
@@ -86,31 +88,33 @@ void check_against_host(uint32_t seed, bool empty_on_rank_one, DType wire = DTyp
     args.topk_weights = b.weights.data();
     args.top_k = kTopK;
     args.wire_dtype = wire;
-    auto dev = ep_dispatch_device(*cpu, w, w, *placement, args);
-    ASSERT_TRUE(dev.is_ok()) << dev.status().message();
-    const int64_t R = host->num_rows;
-    ASSERT_EQ(dev->plan.num_rows, R);
-    const std::vector<float> want_rows =
-        through_wire(reinterpret_cast<const float*>(host->rows.data()), static_cast<size_t>(R * kHidden), wire);
-    EXPECT_TRUE(same_bits(dev->rows.f32(), want_rows.data(), want_rows.size())) << "seed " << seed;
-    EXPECT_EQ(dev->plan.local_slots, host->local_slots);
-    EXPECT_TRUE(same_bits(dev->plan.weights.data(), host->weights.data(), host->weights.size()));
-
     // Partial rows the owner would compute: any values, the same on both paths.
+    const int64_t R = host->num_rows;
     std::vector<float> partial(static_cast<size_t>(R * kHidden));
     for (size_t i = 0; i < partial.size(); ++i) partial[i] = 0.001f * static_cast<float>(i) - 0.7f + me;
     std::vector<float> want(static_cast<size_t>(b.num_tokens * kHidden), -1.0f);
     const std::vector<float> partial_wire = through_wire(partial.data(), partial.size(), wire);
     ASSERT_TRUE(ep_combine(w, {&host->handle, partial_wire.data(), kHidden, want.data()}).is_ok());
     for (const bool write : {true, false}) {
+        args.combine_writes = write;
+        auto dev = ep_dispatch_device(*cpu, w, w, *placement, args);
+        ASSERT_TRUE(dev.is_ok()) << dev.status().message();
+        ASSERT_EQ(dev->plan.num_rows, R);
+        const std::vector<float> want_rows = through_wire(reinterpret_cast<const float*>(host->rows.data()),
+                                                          static_cast<size_t>(R * kHidden), wire);
+        EXPECT_TRUE(same_bits(dev->rows.f32(), want_rows.data(), want_rows.size())) << "seed " << seed;
+        EXPECT_EQ(dev->plan.local_slots, host->local_slots);
+        EXPECT_TRUE(same_bits(dev->plan.weights.data(), host->weights.data(), host->weights.size()));
+        // The uploaded index: the same slots and weights in backend memory (host memory on the CPU backend).
+        const size_t picks = host->local_slots.size();
+        EXPECT_TRUE(std::equal(host->local_slots.begin(), host->local_slots.end(), dev->local_slots()));
+        EXPECT_TRUE(same_bits(dev->weights(), host->weights.data(), picks));
+
         std::vector<float> got(static_cast<size_t>(b.num_rows * kHidden), -5.0f);
         EpDeviceCombineArgs combine;
-        combine.handle = &dev->plan.handle;
+        combine.dispatch = &*dev;
         combine.partial = partial.data();
         combine.hidden = kHidden;
-        combine.num_rows = b.num_rows;
-        combine.first_token = b.first;
-        combine.write = write;
         combine.out = got.data();
         combine.wire_dtype = wire;
         ASSERT_TRUE(ep_combine_device(*cpu, w, combine).is_ok());
@@ -151,15 +155,17 @@ TEST(EpDevice, RefusesAWireDtypeOtherThanF32AndBf16) {
     ASSERT_EQ(dev.status().code(), StatusCode::kInvalidArgument);
     EXPECT_NE(dev.status().message().find("wire dtype F16"), std::string::npos) << dev.status().message();
 
-    EpDispatchHandle handle;
-    handle.send_counts.assign(static_cast<size_t>(w.size()), 0);
+    EpDeviceDispatch dispatch;
+    dispatch.plan.handle.send_counts.assign(static_cast<size_t>(w.size()), 0);
     EpDeviceCombineArgs combine;
-    combine.handle = &handle;
+    combine.dispatch = &dispatch;
     combine.hidden = kHidden;
     combine.wire_dtype = DType::kI32;
     const Status st = ep_combine_device(*cpu, w, combine);
     EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
     EXPECT_NE(st.message().find("wire dtype I32"), std::string::npos) << st.message();
+    combine.dispatch = nullptr;
+    EXPECT_EQ(ep_combine_device(*cpu, w, combine).code(), StatusCode::kInvalidArgument);
 }
 
 }  // namespace

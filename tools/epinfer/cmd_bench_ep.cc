@@ -119,10 +119,9 @@ Result<EpRow> bench_tokens(Communicator& world, Communicator& ep, Backend& backe
         EPI_RETURN_IF_ERROR(world.barrier());
         start = Clock::now();
         EpDeviceCombineArgs combine;
-        combine.handle = &d.plan.handle;
+        combine.dispatch = &d;
         combine.partial = d.rows.f32();
         combine.hidden = H;
-        combine.num_rows = T;
         combine.out = out.f32();
         combine.wire_dtype = wire;
         EPI_RETURN_IF_ERROR(ep_combine_device(backend, ep, combine));

@@ -2,17 +2,39 @@
 
 #include <fmt/format.h>
 
+#include <cstring>
 #include <vector>
 
 namespace epinfer {
 namespace {
 
-// A backend copy of host values (a 1-byte buffer when empty).
+// Appends `values` (4-byte elements) to `words`; returns the word offset they start at.
 template <typename T>
-Result<DeviceBuffer> upload(Backend& backend, const std::vector<T>& host) {
-    EPI_ASSIGN_OR_RETURN(DeviceBuffer buffer, DeviceBuffer::alloc(backend, host.size() * sizeof(T)));
-    if (!host.empty()) EPI_RETURN_IF_ERROR(backend.copy_to_device(buffer.data(), host.data(), host.size() * sizeof(T)));
-    return buffer;
+int64_t append_words(std::vector<int32_t>& words, const T* values, size_t n) {
+    static_assert(sizeof(T) == sizeof(int32_t));
+    const int64_t at = static_cast<int64_t>(words.size());
+    words.resize(words.size() + n);
+    if (n > 0) std::memcpy(words.data() + at, values, n * sizeof(T));
+    return at;
+}
+
+// row_of[d · T + t]: the row of the combine's home buffer ([Σ send_counts + 1, H]: the rows EP ranks return,
+// in send order, then a zero row) that EP rank d returns for token t of x; the zero row when d returns none
+// for t, and for every (d, t) when !writes.
+std::vector<int32_t> combine_row_of(const EpDispatchHandle& h, int64_t num_rows, int64_t first_token,
+                                    bool writes) {
+    const size_t n = h.send_counts.size(), T = static_cast<size_t>(num_rows);
+    const int32_t zero_row = static_cast<int32_t>(h.token_of_send.size());
+    std::vector<int32_t> row_of(n * T, zero_row);  // [ep, T]
+    if (!writes) return row_of;
+    for (size_t d = 0; d < n; ++d) {
+        for (int64_t i = 0; i < h.send_counts[d]; ++i) {
+            const int64_t row = h.send_displs[d] + i;
+            const int64_t t = first_token + h.token_of_send[static_cast<size_t>(row)];
+            row_of[d * T + static_cast<size_t>(t)] = static_cast<int32_t>(row);
+        }
+    }
+    return row_of;
 }
 
 // out[i] = float(table[rows[i]]) for i < num_rows. table: [num_table_rows, H] table_dtype (F32 or BF16);
@@ -67,13 +89,27 @@ Result<EpDeviceDispatch> ep_dispatch_device(Backend& backend, Communicator& host
     EPI_ASSIGN_OR_RETURN(out.plan, ep_dispatch(host_ep, placement, bookkeeping));
     const EpDispatchHandle& h = out.plan.handle;
     const int64_t num_sent = static_cast<int64_t>(h.token_of_send.size());
-    std::vector<int32_t> send_row(h.token_of_send.size());  // [num_sent] row of x
-    for (size_t i = 0; i < send_row.size(); ++i)
-        send_row[i] = static_cast<int32_t>(args.first_token) + h.token_of_send[i];
-    EPI_ASSIGN_OR_RETURN(DeviceBuffer send_row_dev, upload(backend, send_row));
+    out.num_rows = args.num_rows;
+
+    // The index, in one upload: the send rows' x rows, the received rows' slots and weights, the combine's
+    // row_of and a zero row.
+    std::vector<int32_t> words(h.token_of_send.size());  // [num_sent] row of x first
+    for (size_t i = 0; i < words.size(); ++i)
+        words[i] = static_cast<int32_t>(args.first_token) + h.token_of_send[i];
+    out.slots_at = append_words(words, out.plan.local_slots.data(), out.plan.local_slots.size());
+    out.weights_at = append_words(words, out.plan.weights.data(), out.plan.weights.size());
+    const std::vector<int32_t> row_of =
+        combine_row_of(h, args.num_rows, args.first_token, args.combine_writes);
+    out.row_of_at = append_words(words, row_of.data(), row_of.size());
+    out.zero_at = static_cast<int64_t>(words.size());
+    words.resize(words.size() + static_cast<size_t>(H), 0);  // +0.0f and bf16 +0 are all-zero bytes
+    EPI_ASSIGN_OR_RETURN(out.index, DeviceBuffer::alloc(backend, words.size() * sizeof(int32_t)));
+    EPI_RETURN_IF_ERROR(
+        backend.copy_to_device(out.index.data(), words.data(), words.size() * sizeof(int32_t)));
+
     EPI_ASSIGN_OR_RETURN(DeviceBuffer send, DeviceBuffer::alloc_f32(backend, num_sent * H));  // [num_sent, H]
     EPI_RETURN_IF_ERROR(gather_rows(backend, args.x, DType::kF32, args.num_rows,
-                                    static_cast<const int32_t*>(send_row_dev.data()), num_sent, H, send.f32()));
+                                    static_cast<const int32_t*>(out.index.data()), num_sent, H, send.f32()));
     const int64_t num_recv = out.plan.num_rows * H;
     EPI_ASSIGN_OR_RETURN(out.rows, DeviceBuffer::alloc_f32(backend, num_recv));
     // bf16 wire: send_wire [num_sent, H] and recv_wire [R, H] bf16; fp32: the rows themselves.
@@ -95,22 +131,23 @@ Result<EpDeviceDispatch> ep_dispatch_device(Backend& backend, Communicator& host
 }
 
 Status ep_combine_device(Backend& backend, Communicator& ep, const EpDeviceCombineArgs& args) {
-    if (args.handle == nullptr || args.handle->send_counts.size() != static_cast<size_t>(ep.size())) {
-        return invalid_argument(fmt::format("ep_combine_device: the handle is for {} EP ranks, the group has {}",
-                                            args.handle != nullptr ? args.handle->send_counts.size() : 0, ep.size()));
+    if (args.dispatch == nullptr) return invalid_argument("ep_combine_device: no dispatch");
+    const EpDispatchHandle& h = args.dispatch->plan.handle;
+    if (h.send_counts.size() != static_cast<size_t>(ep.size())) {
+        return invalid_argument(
+            fmt::format("ep_combine_device: the dispatch is for {} EP ranks, the group has {}",
+                        h.send_counts.size(), ep.size()));
     }
     EPI_RETURN_IF_ERROR(check_wire_dtype("ep_combine_device", args.wire_dtype));
-    const EpDispatchHandle& h = *args.handle;
-    const int64_t H = args.hidden, T = args.num_rows;
+    const int64_t H = args.hidden, T = args.dispatch->num_rows;
     const int64_t num_sent = static_cast<int64_t>(h.token_of_send.size());
     const size_t elem = dtype_size(args.wire_dtype);
     // home [num_sent + 1, H] wire dtype: the rows sent back, then one zero row (for tokens a rank returned
-    // nothing for); all-zero bytes are +0 in fp32 and bf16.
+    // nothing for), copied from the dispatch's index on the device.
     EPI_ASSIGN_OR_RETURN(DeviceBuffer home,
                          DeviceBuffer::alloc(backend, static_cast<size_t>((num_sent + 1) * H) * elem));
-    const std::vector<unsigned char> zero_row(static_cast<size_t>(H) * elem, 0);
-    EPI_RETURN_IF_ERROR(backend.copy_to_device(static_cast<unsigned char*>(home.data()) + num_sent * H * elem,
-                                               zero_row.data(), zero_row.size()));
+    EPI_RETURN_IF_ERROR(backend.copy_on_device(static_cast<unsigned char*>(home.data()) + num_sent * H * elem,
+                                               args.dispatch->zero_row(), static_cast<size_t>(H) * elem));
     // bf16 wire: the partial rows [R, H] rounded to bf16.
     const bool bf16 = args.wire_dtype == DType::kBF16;
     DeviceBuffer partial_wire;
@@ -125,22 +162,10 @@ Status ep_combine_device(Backend& backend, Communicator& ep, const EpDeviceCombi
                          args.wire_dtype}),
         "ep combine");
     if (T == 0) return Status::ok();
-    // row_of[d · T + t]: the row of home that EP rank d returned for token t (the zero row when none).
     const size_t n = h.send_counts.size();
-    std::vector<int32_t> row_of(n * static_cast<size_t>(T), static_cast<int32_t>(num_sent));  // [ep, T]
-    if (args.write) {
-        for (size_t d = 0; d < n; ++d) {
-            for (int64_t i = 0; i < h.send_counts[d]; ++i) {
-                const int64_t row = h.send_displs[d] + i;
-                const int64_t t = args.first_token + h.token_of_send[static_cast<size_t>(row)];
-                row_of[d * static_cast<size_t>(T) + static_cast<size_t>(t)] = static_cast<int32_t>(row);
-            }
-        }
-    }
-    EPI_ASSIGN_OR_RETURN(DeviceBuffer row_of_dev, upload(backend, row_of));
     EPI_ASSIGN_OR_RETURN(DeviceBuffer term, DeviceBuffer::alloc_f32(backend, T * H));  // [T, H]
     for (size_t d = 0; d < n; ++d) {
-        const int32_t* rows_d = static_cast<const int32_t*>(row_of_dev.data()) + d * static_cast<size_t>(T);
+        const int32_t* rows_d = args.dispatch->row_of() + d * static_cast<size_t>(T);
         EPI_RETURN_IF_ERROR(gather_rows(backend, home.data(), args.wire_dtype, num_sent + 1, rows_d, T, H,
                                         d == 0 ? args.out : term.f32()));
         if (d == 0) continue;

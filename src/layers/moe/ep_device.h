@@ -3,7 +3,10 @@
 // routing and exchanged over a host (MPI) group; only the rows move in the backend's memory:
 //   dispatch: rows of x gathered at the plan's token_of_send (an embedding lookup), one all_to_all_v of
 //             the rows in the wire dtype over `ep`; the owner receives [R, H] fp32 in the plan's order (by
-//             source rank, then source token), with the local slots and weights of each row's picks (host);
+//             source rank, then source token), with the local slots and weights of each row's picks (host
+//             and backend memory). Everything the backend needs of the plan — the send rows' token index,
+//             the received rows' slots and weights, the combine's row index and a zero row — goes up in
+//             one copy (one host round trip; it was five);
 //   combine:  the owner's partial rows [R, H] go home by the reverse all_to_all_v in the wire dtype; home
 //             sums them per token in fp32 in EP-rank order (row from rank 0 + row from rank 1 + ...), as
 //             ep_combine_sum does on the host.
@@ -35,11 +38,28 @@ struct EpDeviceDispatchArgs {
     const float* topk_weights = nullptr;  // [num_tokens, K] fp32 host
     int64_t top_k = 0;                    // K
     DType wire_dtype = DType::kF32;       // rows on the wire: F32 or BF16 (rounded to nearest even)
+    bool combine_writes = true;           // false: this dispatch's combine writes zeros (a moe_tp rank other
+                                          // than the lead)
 };
 
 struct EpDeviceDispatch {
     EpDispatchOutput plan;  // host: handle, num_rows R, local_slots [R, K], weights [R, K] (rows empty)
     DeviceBuffer rows;      // [R, H] fp32, backend memory: the received rows in plan order
+    // Backend memory, one upload of int32 words: the send rows' x rows [Σ send_counts], the received rows'
+    // local slots [R, K] and weights [R, K] (fp32 bits), the combine's row_of [ep, T] (the row of its home
+    // buffer that EP rank d returns for token t: the zero row when none, or always when !combine_writes) and
+    // a zero row of H fp32.
+    DeviceBuffer index;
+    int64_t num_rows = 0;  // T: rows of x, and of the combine's out
+    int64_t slots_at = 0, weights_at = 0, row_of_at = 0, zero_at = 0;  // word offsets in index
+
+    const int32_t* local_slots() const { return word(slots_at); }                              // [R, K]
+    const float* weights() const { return reinterpret_cast<const float*>(word(weights_at)); }  // [R, K]
+    const int32_t* row_of() const { return word(row_of_at); }                                  // [ep, T]
+    const void* zero_row() const { return word(zero_at); }                                     // [H] fp32 0
+
+private:
+    const int32_t* word(int64_t at) const { return static_cast<const int32_t*>(index.data()) + at; }
 };
 
 // Collective over host_ep and ep (the same EP group: MPI for the bookkeeping, the backend's memory for the
@@ -49,18 +69,16 @@ Result<EpDeviceDispatch> ep_dispatch_device(Backend& backend, Communicator& host
                                             const ExpertPlacement& placement, const EpDeviceDispatchArgs& args);
 
 struct EpDeviceCombineArgs {
-    const EpDispatchHandle* handle = nullptr;  // of the dispatch
-    const float* partial = nullptr;            // [R, H] fp32, backend memory: a row per received row
-    int64_t hidden = 0;                        // H
-    int64_t num_rows = 0;                      // rows of out
-    int64_t first_token = 0;                   // the share's first row in out (as dispatched)
-    bool write = true;                         // false: out is all zeros (a moe_tp rank other than the lead)
-    float* out = nullptr;                      // [num_rows, H] fp32, backend memory; rows outside the share: 0
-    DType wire_dtype = DType::kF32;            // partial rows on the wire: F32 or BF16 (nearest even)
+    const EpDeviceDispatch* dispatch = nullptr;  // the dispatch being answered (its plan and index)
+    const float* partial = nullptr;              // [R, H] fp32, backend memory: a row per received row
+    int64_t hidden = 0;                          // H
+    float* out = nullptr;            // [T, H] fp32, backend memory (T: the dispatch's num_rows); rows
+                                     // outside the share, and every row when !combine_writes: 0
+    DType wire_dtype = DType::kF32;  // partial rows on the wire: F32 or BF16 (nearest even)
 };
 
-// Collective over ep. Errors: kInvalidArgument for a handle of another group size or a wire dtype other than
-// F32 and BF16 (before any collective); op and communicator errors.
+// Collective over ep. Errors: kInvalidArgument for a missing dispatch, a dispatch of another group size or
+// a wire dtype other than F32 and BF16 (before any collective); op and communicator errors.
 Status ep_combine_device(Backend& backend, Communicator& ep, const EpDeviceCombineArgs& args);
 
 }  // namespace epinfer

@@ -28,6 +28,7 @@ Status moe_dp_forward_device(Backend& backend, const MoeBlockWeights& w, const M
     dispatch.topk_ids = routing.topk_ids.data() + share.begin * K;
     dispatch.topk_weights = routing.topk_weights.data() + share.begin * K;
     dispatch.top_k = K;
+    dispatch.combine_writes = par.moe_tp_rank == 0;
     EPI_ASSIGN_OR_RETURN(EpDeviceDispatch received,
                          ep_dispatch_device(backend, *par.host_moe_ep, *par.moe_ep, *par.placement, dispatch));
     const int64_t R = received.plan.num_rows;
@@ -35,25 +36,16 @@ Status moe_dp_forward_device(Backend& backend, const MoeBlockWeights& w, const M
     // The local experts on the received rows (local slot ids), summed over moe_tp.
     EPI_ASSIGN_OR_RETURN(DeviceBuffer partial, DeviceBuffer::alloc_f32(backend, R * H));  // [R, H]
     if (R > 0) {
-        const std::vector<int32_t>& slots = received.plan.local_slots;  // [R, K]
-        const std::vector<float>& weights = received.plan.weights;      // [R, K]
-        EPI_ASSIGN_OR_RETURN(DeviceBuffer slots_dev, DeviceBuffer::alloc(backend, slots.size() * 4));
-        EPI_ASSIGN_OR_RETURN(DeviceBuffer weights_dev, DeviceBuffer::alloc_f32(backend, R * K));
-        EPI_RETURN_IF_ERROR(backend.copy_to_device(slots_dev.data(), slots.data(), slots.size() * 4));
-        EPI_RETURN_IF_ERROR(backend.copy_to_device(weights_dev.data(), weights.data(), weights.size() * 4));
         EPI_RETURN_IF_ERROR(moe_experts_forward(backend, w.experts, /*first_expert=*/0,
-                                                static_cast<const int32_t*>(slots_dev.data()), weights_dev.f32(),
+                                                received.local_slots(), received.weights(),
                                                 received.rows.f32(), R, H, K, partial.f32()));
     }
     EPI_RETURN_IF_ERROR(all_reduce_sum_f32(par.moe_tp, partial.f32(), R * H));
 
     EpDeviceCombineArgs combine;
-    combine.handle = &received.plan.handle;
+    combine.dispatch = &received;
     combine.partial = partial.f32();
     combine.hidden = H;
-    combine.num_rows = T;
-    combine.first_token = share.begin;
-    combine.write = par.moe_tp_rank == 0;
     combine.out = out;
     EPI_RETURN_IF_ERROR(ep_combine_device(backend, *par.moe_ep, combine));
     EPI_RETURN_IF_ERROR(moe_add_shared_experts(backend, w, x, T, H, out));

@@ -88,28 +88,28 @@ TEST_F(RoundModel, DpAttentionWithFewerRequestsThanGroups) {
 
 TEST_F(RoundModel, DpAttentionHostRoundTrips) {
     // dp2-ep2, two requests (one per rank): each of the 4 MoE layers plans its dispatch on the host
-    // (engine_facts.h): 2 routing copies to the host + 2 MPI exchanges + 5 uploads = 9 round trips, and
-    // 2·moe_ep = 4 gathers and adds. At 30 µs a round trip: 4 · 9 · 30 = 1080 µs more per step.
+    // (engine_facts.h): 2 routing copies to the host + 2 MPI exchanges + 1 upload = 5 round trips, and
+    // 2·moe_ep = 4 gathers and adds. At 30 µs a round trip: 4 · 5 · 30 = 600 µs more per step.
     DecodeResult base = decode_step(inputs(ParallelLayout{1, 1, 2, 1, 2}), 2, 1 << 30);
-    EXPECT_EQ(base.step.host_round_trips, 36);
+    EXPECT_EQ(base.step.host_round_trips, 20);
     EXPECT_DOUBLE_EQ(base.step.host_us, 0.0);  // the round profile has no host_round_trip_us
     // Kernels: 4 · (GQA 5 + MoE 8 + 4) + head 4 (each rank's experts receive both tokens: the permute).
     EXPECT_EQ(base.step.kernels, 72);
     hw_.gpu.host_round_trip_us.value = 30.0;
     DecodeResult r = decode_step(inputs(ParallelLayout{1, 1, 2, 1, 2}), 2, 1 << 30);
-    EXPECT_EQ(r.step.host_round_trips, 36);
-    EXPECT_NEAR(r.step.host_us, 1080.0, 1e-9);
-    EXPECT_NEAR(r.step.step_us - base.step.step_us, 1080.0, 1e-9);
-    EXPECT_NEAR(r.step.path_us - base.step.path_us, 1080.0, 1e-9);
-    // Each round trip 0.5 µs more per row the rank holds: one row each with two requests (36 · 0.5), two
+    EXPECT_EQ(r.step.host_round_trips, 20);
+    EXPECT_NEAR(r.step.host_us, 600.0, 1e-9);
+    EXPECT_NEAR(r.step.step_us - base.step.step_us, 600.0, 1e-9);
+    EXPECT_NEAR(r.step.path_us - base.step.path_us, 600.0, 1e-9);
+    // Each round trip 0.5 µs more per row the rank holds: one row each with two requests (20 · 0.5), two
     // with four.
     hw_.gpu.host_round_trip_us_per_row.value = 0.5;
     DecodeResult per_row = decode_step(inputs(ParallelLayout{1, 1, 2, 1, 2}), 2, 1 << 30);
     EXPECT_EQ(per_row.step.tokens_per_attn_rank, 1);
-    EXPECT_NEAR(per_row.step.host_us, 36 * (30.0 + 0.5), 1e-9);
+    EXPECT_NEAR(per_row.step.host_us, 20 * (30.0 + 0.5), 1e-9);
     DecodeResult four = decode_step(inputs(ParallelLayout{1, 1, 2, 1, 2}), 4, 1 << 30);
     EXPECT_EQ(four.step.tokens_per_attn_rank, 2);
-    EXPECT_NEAR(four.step.host_us, 36 * (30.0 + 2 * 0.5), 1e-9);
+    EXPECT_NEAR(four.step.host_us, 20 * (30.0 + 2 * 0.5), 1e-9);
     // Without DP attention the routing stays on the GPU: no round trip, the kernels of Tp2DecodeOneRequest.
     DecodeResult tp = decode_step(inputs(ParallelLayout{1, 2, 1, 2, 1}), 1, 1 << 30);
     EXPECT_EQ(tp.step.host_round_trips, 0);

@@ -108,10 +108,10 @@ TEST(EngineFacts, KvCacheIsBf16OnGpus) {
 
 TEST(EngineFacts, DpAttentionMoeOnTheHost) {
     // layers/moe/moe_dp_device.cc, ep_device.cc, ep_dispatch.cc per MoE layer on a rank with tokens:
-    // copies to the host of the ids and weights, 2 MPI all_to_all_v, uploads of the send rows, the local
-    // slots, their weights, the zero row and row_of: 9 round trips. Kernels: 1 gather to send, then moe_ep
+    // copies to the host of the ids and weights, 2 MPI all_to_all_v, one upload of the send rows, the local
+    // slots, their weights, row_of and the zero row: 5 round trips. Kernels: 1 gather to send, then moe_ep
     // gathers and moe_ep − 1 adds home.
-    EXPECT_EQ(kEngineDpMoeHostRoundTrips, 2 + 2 + 5);
+    EXPECT_EQ(kEngineDpMoeHostRoundTrips, 2 + 2 + 1);
     EXPECT_EQ(engine_dp_moe_kernels(4), 1 + 4 + 3);
     EXPECT_EQ(engine_dp_moe_kernels(2), 1 + 2 + 1);
 }
