@@ -92,6 +92,9 @@ RUNS_OF_DATE = {"2026-11-30e": "2026-11-30 15:02 UTC on 2 H200 SXM, NV18 NVLink 
 # from epinfer plan --model tests/data/configs/qwen3_30b_a3b.json --hardware <profile with the figures set>
 # --gpus 2 --layout dp2-ep2 --input-len 128 --output-len 128 --concurrency 1,8,64,256. Least squares of
 # (measured - P0) over the 8 NVLink points. The no-P2P run (15:06 UTC) is not fitted: its points check it.
+# P0, DH and DR are the planner of 743a85e, which counted the 9 round trips per MoE layer of that engine; since
+# 6dccbb1 the engine uploads its dispatch index once (5 per layer) and the planner counts 5: the figures are
+# per round trip and carry over (the first run of that engine, predicted with them: docs/benchmarks/planner.md).
 DP2EP2_BLOCKING = {
     "measured_nvlink": [[10.58, 16.21, 27.43, 31.06], [10.80, 16.91, 25.80, 30.85]],
     "measured_no_p2p": [11.60, 18.09, 27.06, 41.88],
