@@ -6,8 +6,8 @@ the fastest measured (issue 6: within ±25 % per point and the same ranking; doc
   python3 bench/plan_vs_measured.py --epinfer build/tools/epinfer/epinfer \
       --hardware profiles/measured/h200x2_nvlink_epinfer_2026-11-30e.json --gpus 2 layouts_out/bench_*_nvlink.json
 
-The bench files must share model, input and output lengths. A layout is named as the plan names it from the
-bench's "tpA epB ppC dpD" (dpD with epB: dpD-epB; epB alone: epB, attention tensor-parallel).
+The bench files must share model, input and output lengths. A layout is the bench's own layout flags (--pp,
+--tp, --dp, --ep of its command_line), given to the plan as its spec (e.g. "--dp 2 --ep 2" is dp2-ep2).
 """
 import argparse
 import json
@@ -15,19 +15,15 @@ import subprocess
 import sys
 
 
-def plan_layout(bench_layout):
-    parts = dict((p[:2], int(p[2:])) for p in bench_layout.split())
-    tp, ep, pp, dp = parts["tp"], parts["ep"], parts["pp"], parts["dp"]
-    names = []
-    if pp > 1:
-        names.append(f"pp{pp}")
-    if dp > 1:
-        names.append(f"dp{dp}-ep{ep}")
-    elif ep > 1:
-        names.append(f"ep{ep}")
-    elif tp > 1:
-        names.append(f"tp{tp}")
-    return "-".join(names) if names else "tp1"
+def plan_layout(command_line):
+    """The plan's spec of a bench command line's layout flags: "--dp 2 --ep 2" -> "dp2-ep2"; none -> "tp1"."""
+    words = command_line.split()
+    flags = {}
+    for i, w in enumerate(words[:-1]):
+        if w in ("--pp", "--tp", "--dp", "--ep"):
+            flags[w[2:]] = int(words[i + 1])
+    spec = "-".join(f"{k}{flags[k]}" for k in ("pp", "tp", "dp", "ep") if k in flags)
+    return spec or "tp1"
 
 
 def main():
@@ -42,13 +38,18 @@ def main():
     measured = {}  # layout -> {C: TPOT p50 ms}
     model = None
     for path in args.bench_json:
-        with open(path) as f:
-            b = json.load(f)
-        key = (b["model"], b["input_len"], b["output_len"])
+        try:
+            with open(path) as f:
+                b = json.load(f)
+            key = (b["model"], b["input_len"], b["output_len"])
+            layout = plan_layout(b["command_line"])
+            results = {r["concurrency"]: r["tpot_p50_ms"] for r in b["results"]}
+        except (OSError, ValueError, KeyError, TypeError) as e:
+            sys.exit(f"{path}: not an `epinfer bench --json` file ({type(e).__name__}: {e})")
         if model not in (None, key):
             sys.exit(f"{path}: model/lengths {key} differ from {model}")
         model = key
-        measured[plan_layout(b["layout"])] = {r["concurrency"]: r["tpot_p50_ms"] for r in b["results"]}
+        measured[layout] = results
 
     predicted = {}
     for layout, points in measured.items():

@@ -629,6 +629,35 @@ ClosedLoopResult closed_loop_run(const CostInputs& in, int64_t concurrency) {
     int64_t finished = 0;
     double now_us = 0.0;
     while (finished < G) {
+        // A run of steps where every unfinished request decodes (prompts done, all within the budget) until
+        // the next one finishes: priced once at the run's mean contexts, times its length (each request's
+        // context grows by one per step and a step's cost is affine in the contexts, so the sum is the
+        // same; a run of 1000 steps of 1024 requests took seconds one by one).
+        int64_t run = O, unfinished = 0;
+        bool all_decode = true;
+        for (size_t u = 0; u < static_cast<size_t>(G); ++u) {
+            if (finish_us[u] >= 0) continue;
+            ++unfinished;
+            all_decode = all_decode && prompt_done[u] == P;
+            run = std::min(run, O - generated[u]);
+        }
+        if (all_decode && unfinished <= S && run > 1) {
+            seqs.clear();
+            for (size_t u = 0; u < static_cast<size_t>(G); ++u) {
+                if (finish_us[u] < 0)
+                    seqs.push_back({1, static_cast<double>(P + generated[u]) + (run - 1) / 2.0, true});
+            }
+            now_us += static_cast<double>(run) *
+                      price_step(cost, in, stages, split_micro_batches(in, seqs, dp_groups)).step_us;
+            r.steps += run;
+            for (size_t u = 0; u < static_cast<size_t>(G); ++u) {
+                if (finish_us[u] < 0 && (generated[u] += run) == O) {
+                    finish_us[u] = now_us;
+                    ++finished;
+                }
+            }
+            continue;
+        }
         // Every decoding request takes one token of the budget, in arrival order; prompt chunks the rest.
         int64_t budget = S;
         decoding.clear();

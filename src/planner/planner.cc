@@ -100,8 +100,15 @@ Status validate_request(const HardwareProfile& hw, const PlanRequest& r) {
         return invalid_argument(
             fmt::format("--output-len {}: must be 0 (no closed loop) or >= 2", r.output_len));
     }
-    if (r.max_step_tokens < 1) {
-        return invalid_argument(fmt::format("--max-step-tokens {}: must be >= 1", r.max_step_tokens));
+    if (r.max_step_tokens < 1 || r.max_step_tokens > kMaxPlanStepTokens) {
+        return invalid_argument(
+            fmt::format("--max-step-tokens {}: must be in [1, {}]", r.max_step_tokens, kMaxPlanStepTokens));
+    }
+    if (r.output_len > 0 && r.memory.context_tokens < r.input_len + r.output_len) {
+        return invalid_argument(
+            fmt::format("--context {}: shorter than --input-len + --output-len = {} (the "
+                        "closed loop's requests hold them all)",
+                        r.memory.context_tokens, r.input_len + r.output_len));
     }
     if (r.micro_batches < 0) {
         return invalid_argument(fmt::format("--micro-batches {}: must be >= 0", r.micro_batches));
@@ -114,7 +121,7 @@ Status validate_request(const HardwareProfile& hw, const PlanRequest& r) {
     }
     if (r.kv_cache_tokens && *r.kv_cache_tokens > 0 && *r.kv_cache_tokens < kEngineKvBlockTokens) {
         return invalid_argument(
-            fmt::format("a KV cache of {} tokens per rank holds no block of --block-size {}",
+            fmt::format("--kv-cache-tokens {}: holds no KV block of the engine's {} tokens",
                         *r.kv_cache_tokens, kEngineKvBlockTokens));
     }
     return Status::ok();

@@ -18,6 +18,9 @@
 
 namespace epinfer::planner {
 
+// The most tokens per step a plan takes (--max-step-tokens): the engine's buffers are sized by it.
+inline constexpr int64_t kMaxPlanStepTokens = int64_t{1} << 20;
+
 struct PlanRequest {
     std::string model_label;  // shown in reports, e.g. the config file's name
     int gpus = 0;             // all GPUs of the run

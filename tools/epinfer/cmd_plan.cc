@@ -116,6 +116,12 @@ Status run_plan(const PlanArgs& args) {
     // The engine refuses a request past the model's positions: so does the plan, except that the default of
     // 4096 becomes the model's own limit when that is shorter.
     const int64_t positions = config.max_position_embeddings;
+    if (positions > 0 && args.input_len > positions) {
+        return invalid_argument(
+            fmt::format("--input-len {}: more than the model's max_position_embeddings {} (the engine "
+                        "refuses longer requests)",
+                        args.input_len, positions));
+    }
     if (args.context_given || args.output_len > 0) {
         request.memory.context_tokens = args.context_given ? args.context : args.input_len + args.output_len;
         if (positions > 0 && request.memory.context_tokens > positions) {
@@ -148,6 +154,8 @@ Status run_plan(const PlanArgs& args) {
         std::string spec;
         while (std::getline(specs, spec, ',')) {
             EPI_ASSIGN_OR_RETURN(ParallelLayout layout, planner::parse_layout_spec(spec));
+            if (std::find(request.layouts.begin(), request.layouts.end(), layout) != request.layouts.end())
+                return invalid_argument(fmt::format("--layout: {} is named twice", spec));
             request.layouts.push_back(layout);
         }
     }
@@ -163,8 +171,9 @@ void add_plan_command(CLI::App& app) {
     auto args = std::make_shared<PlanArgs>();
     CLI::App* cmd = app.add_subcommand(
         "plan", "Predict memory and throughput of every TP/EP/PP/DP layout of a model on a machine");
-    cmd->add_option("--model", args->model, "config.json or checkpoint folder");
-    cmd->add_option("--hardware", args->hardware, "hardware profile name (profiles/*.json) or FILE.json");
+    cmd->add_option("--model", args->model, "config.json or checkpoint folder (required)");
+    cmd->add_option("--hardware", args->hardware,
+                    "hardware profile name (profiles/*.json) or FILE.json (required)");
     cmd->add_option("--gpus", args->gpus, "GPUs in all (over every node)")->required();
     cmd->add_option("--nodes", args->nodes, "nodes the GPUs split evenly over")->capture_default_str();
     CLI::Option* context = cmd->add_option(

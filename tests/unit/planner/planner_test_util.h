@@ -112,6 +112,14 @@ protected:
         in.context_tokens = 100;
         return in;
     }
+    // tp1 inputs of a closed loop: prompts of input_len, output_len tokens each, steps of step_tokens.
+    CostInputs closed_loop_inputs(int64_t input_len, int64_t output_len, int64_t step_tokens) const {
+        CostInputs in = inputs(ParallelLayout{1, 1, 1, 1, 1});
+        in.input_len = input_len;
+        in.output_len = output_len;
+        in.max_step_tokens = step_tokens;
+        return in;
+    }
     // The term `what` of s.collectives; null when absent.
     static const CollectiveTerm* term(const StepBreakdown& s, const std::string& what) {
         for (const CollectiveTerm& t : s.collectives) {

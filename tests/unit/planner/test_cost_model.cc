@@ -166,10 +166,7 @@ TEST_F(RoundModel, ClosedLoopReplaysTheScheduler) {
     //   step 2: request 0 decodes (context 4) + prompt 1's last 2 tokens (context 1 + 1) → request 1's first
     //   step 3: both decode (contexts 5 and 4) → request 0 done
     //   step 4: request 1 decodes (context 5) → done
-    CostInputs in = inputs(ParallelLayout{1, 1, 1, 1, 1});
-    in.input_len = 3;
-    in.output_len = 3;
-    in.max_step_tokens = 4;
+    const CostInputs in = closed_loop_inputs(3, 3, 4);
     const double t1 = mixed_step(in, 0, 4, 0.0, 1.25, 2).step_us;
     const double t2 = mixed_step(in, 1, 2, 4.0, 2.0, 2).step_us;
     const double t3 = mixed_step(in, 2, 0, 4.5, 0.0, 2).step_us;
@@ -187,6 +184,25 @@ TEST_F(RoundModel, ClosedLoopReplaysTheScheduler) {
     EXPECT_TRUE(d.has_closed_loop);
     EXPECT_DOUBLE_EQ(d.tpot_ms, r.tpot_ms);
     EXPECT_NEAR(d.decode_step_ms, d.step.step_us / 1e3, 1e-12);
+}
+
+TEST_F(RoundModel, ClosedLoopPricesARunOfDecodeStepsAtItsMeanContext) {
+    // Two requests of 3 prompt and 10 output tokens, steps of 100 tokens: step 1 prefills both (6 rows,
+    // context 1.5) and gives each its first token; then both decode 9 steps, at contexts 4 + j (both alike),
+    // j = 0 … 8: one run, priced once at context 8 and counted 9 times, must equal the 9 steps one by one
+    // (a step's cost is affine in the contexts).
+    const CostInputs in = closed_loop_inputs(3, 10, 100);
+    const double t1 = mixed_step(in, 0, 6, 0.0, 1.5, 2).step_us;
+    double decode_us = 0.0;
+    for (int j = 0; j < 9; ++j) decode_us += mixed_step(in, 2, 0, 4.0 + j, 0.0, 2).step_us;
+    ClosedLoopResult r = closed_loop_run(in, 2);
+    EXPECT_EQ(r.steps, 10);
+    EXPECT_EQ(r.mixed_steps, 1);
+    EXPECT_NEAR(r.duration_ms * 1e3, t1 + decode_us, 1e-9 * (t1 + decode_us));
+    EXPECT_NEAR(r.tpot_ms * 1e3, decode_us / 9, 1e-9 * decode_us);
+    // The attention term grows with the context, so pricing every step at the run's first context would
+    // differ: the check above can fail.
+    EXPECT_GT(mixed_step(in, 2, 0, 12.0, 0.0, 2).step_us, mixed_step(in, 2, 0, 4.0, 0.0, 2).step_us);
 }
 
 TEST_F(RoundModel, ExpertBytesAtTheEfficiencyOfTheirRows) {

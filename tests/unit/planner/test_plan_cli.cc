@@ -390,7 +390,18 @@ TEST(PlanCli, BadInputsFailInOneLine) {
     expect_one_line_error(run_plan(kimi + "--hardware h200_sxm --gpus 8 --input-len 262144 --output-len 8"),
                           "--input-len + --output-len 262152: more than the model's max_position_embeddings");
     expect_one_line_error(run_plan(kimi + "--hardware h200_sxm --gpus 8 --kv-cache-tokens 15"),
-                          "a KV cache of 15 tokens per rank holds no block of --block-size 16");
+                          "--kv-cache-tokens 15: holds no KV block of the engine's 16 tokens");
+    // A prompt past the positions also without a closed loop; a context shorter than the closed loop's
+    // requests; a step larger than the plan takes; a layout named twice.
+    expect_one_line_error(run_plan(kimi + "--hardware h200_sxm --gpus 8 --input-len 300000"),
+                          "--input-len 300000: more than the model's max_position_embeddings 262144");
+    expect_one_line_error(
+        run_plan(kimi + "--hardware h200_sxm --gpus 8 --input-len 100 --output-len 100 --context 50"),
+        "--context 50: shorter than --input-len + --output-len = 200");
+    expect_one_line_error(run_plan(kimi + "--hardware h200_sxm --gpus 8 --max-step-tokens 99999999999"),
+                          "--max-step-tokens 99999999999: must be in [1, 1048576]");
+    expect_one_line_error(run_plan(kimi + "--hardware h200_sxm --gpus 8 --layout tp8,dp8-ep8,tp8"),
+                          "--layout: tp8 is named twice");
     expect_one_line_error(run_plan(kimi + "--hardware h200_sxm --gpus 8 --concurrency 1,,8"),
                           "--concurrency '1,,8': '' is not an integer");
     expect_one_line_error(run_plan(kimi + "--hardware h200_sxm --gpus 8 --concurrency 99999999999999"),
