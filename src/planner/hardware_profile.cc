@@ -371,6 +371,9 @@ Result<HardwareProfile> parse_hardware_profile(const std::string& json_text, con
 }
 
 Result<HardwareProfile> load_hardware_profile_file(const std::string& path) {
+    std::error_code ec;
+    if (std::filesystem::is_directory(path, ec))
+        return invalid_argument(fmt::format("{}: a folder, not a hardware profile file", path));
     std::ifstream in(path, std::ios::binary);
     if (!in) return not_found(fmt::format("{}: cannot read hardware profile", path));
     std::stringstream text;

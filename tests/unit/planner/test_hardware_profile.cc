@@ -233,6 +233,12 @@ TEST(HardwareProfile, ResolvesNamesAndFiles) {
         std::string::npos)
         << unknown.status().message();
     EXPECT_EQ(resolve_hardware_profile("/nonexistent/x.json", "").status().code(), StatusCode::kNotFound);
+    // A folder given as the file: said so, not "malformed JSON".
+    const std::string folder = ::testing::TempDir();
+    auto dir = load_hardware_profile_file(folder);
+    ASSERT_FALSE(dir.is_ok());
+    EXPECT_NE(dir.status().message().find(": a folder, not a hardware profile file"), std::string::npos)
+        << dir.status().message();
 }
 
 }  // namespace
