@@ -79,7 +79,8 @@ Result<Plan> make_plan(const ModelConfig& config, const HardwareProfile& hardwar
                        const PlanRequest& request);
 
 // The deciding terms of `winner` over `loser` at one concurrency, e.g.
-// "tp8 loses: 122 all_reduce × 24.6 µs = 3.0 ms per step (dp8-ep8: 120 all_to_all × 31.0 µs = 3.7 ms)".
+// "loses at C=1: 122 all_reduce × 24.6 µs = 3.0 ms per step (dp8-ep8: 120 all_to_all × 31.0 µs = 3.7 ms)";
+// within 1 % of the winner's tokens/s, "ties with dp8-ep8 at C=1 (within 1 %); the term that tips it: …".
 std::string explain_difference(const LayoutPlan& winner, const DecodeResult& win, const LayoutPlan& loser,
                                const DecodeResult& lose);
 

@@ -106,6 +106,17 @@ TEST(Planner, AllReduceTermNamedWhenItDecides) {
     EXPECT_NE(why.find("loses at C=8: 8 all_reduce × 100.6 µs = 0.80 ms per step (dp8-ep8: none"),
               std::string::npos)
         << why;
+    // The same two results with the loser's throughput within 1 % of the winner's: called a tie, with the
+    // term that tips it.
+    const LayoutPlan& win = plan->layouts[1];
+    const LayoutPlan& lose = plan->layouts[0];
+    DecodeResult close = lose.decode[0];
+    close.tokens_per_s = win.decode[0].tokens_per_s / 1.005;
+    const std::string tie = explain_difference(win, win.decode[0], lose, close);
+    EXPECT_EQ(tie.rfind("ties with dp8-ep8 at C=8 (within 1 %); the term that tips it: 8 all_reduce", 0), 0u)
+        << tie;
+    close.tokens_per_s = win.decode[0].tokens_per_s / 1.02;
+    EXPECT_EQ(explain_difference(win, win.decode[0], lose, close).rfind("loses at C=8: 8 all_reduce", 0), 0u);
 }
 
 TEST(Planner, JsonReportIsOneValidDocument) {
