@@ -166,6 +166,7 @@ std::string plan_to_text(const Plan& plan) {
                                  "max_position_embeddings (free/GPU: left after it); KV tokens: what is left\n");
     }
 
+    for (const std::string& note : plan.notes) out += "note: " + note + "\n";
     if (!plan.any_fits) {
         out += "\n" + plan.memory_verdict + "\n";
         return out;
@@ -279,6 +280,7 @@ std::string plan_to_json(const Plan& plan) {
     doc["recommendations"] = recs;
     doc["any_fits"] = plan.any_fits;
     doc["memory_verdict"] = plan.memory_verdict;
+    doc["notes"] = plan.notes;
     return doc.dump(2) + "\n";
 }
 

@@ -4,6 +4,8 @@
 
 #include <algorithm>
 #include <map>
+#include <set>
+#include <tuple>
 
 #include "planner/fit_check.h"
 #include "planner/layouts.h"
@@ -125,6 +127,33 @@ Status validate_request(const HardwareProfile& hw, const PlanRequest& r) {
                         *r.kv_cache_tokens, kEngineKvBlockTokens));
     }
     return Status::ok();
+}
+
+// Plan::notes: each (link, collective, ranks) the decode steps use with no measured table at that rank
+// count while the profile has tables at others (e.g. a 2-GPU profile planned for 8 GPUs).
+std::vector<std::string> extrapolation_notes(const Plan& plan) {
+    std::set<std::tuple<bool, Collective, int>> seen;
+    std::vector<std::string> notes;
+    for (const LayoutPlan& lp : plan.layouts) {
+        for (const DecodeResult& d : lp.decode) {
+            for (const CollectiveTerm& t : d.step.collectives) {
+                const LinkSpec& link = t.inter_node ? *plan.hardware.inter_node : plan.hardware.intra_node;
+                const CollectiveSpec& spec = link[t.kind];
+                if (spec.tables.empty() || spec.table_for(t.ranks) != nullptr) continue;
+                if (!seen.insert({t.inter_node, t.kind, t.ranks}).second) continue;
+                std::string measured;
+                for (const SizeTable& table : spec.tables) {
+                    measured += fmt::format("{}{}", measured.empty() ? "" : ", ", table.ranks);
+                }
+                notes.push_back(fmt::format(
+                    "{}.{} at {} ranks: the profile measured {} ranks only; priced from its fit ({:.1f} µs + "
+                    "bytes at {:.0f} GB/s bus bandwidth)",
+                    t.inter_node ? "inter_node" : "intra_node", collective_name(t.kind), t.ranks, measured,
+                    spec.latency_us.value, spec.bus_bandwidth_gbps.value));
+            }
+        }
+    }
+    return notes;
 }
 
 std::string recommend_reason(const Plan& plan, const Recommendation& rec, size_t ci) {
@@ -307,6 +336,7 @@ Result<Plan> make_plan(const ModelConfig& config, const HardwareProfile& hardwar
     }
 
     if (!plan.any_fits) plan.memory_verdict = memory_verdict(plan);
+    plan.notes = extrapolation_notes(plan);
     for (size_t ci = 0; ci < request.concurrency.size(); ++ci) {
         Recommendation rec;
         rec.concurrency = request.concurrency[ci];

@@ -67,6 +67,9 @@ struct Plan {
     std::vector<Recommendation> recommendations;  // one per concurrency
     bool any_fits = false;
     std::string memory_verdict;  // when nothing fits: why, naming the largest term
+    // Figures the plan extended past what the profile measured: a collective at a rank count for which
+    // the profile has tables at other counts only, priced from its fitted latency and bus bandwidth.
+    std::vector<std::string> notes;
 };
 
 // Errors: kInvalidArgument, one line naming the flag and value, for gpus < 1, nodes < 1, GPUs that do not

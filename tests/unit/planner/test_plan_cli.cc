@@ -303,6 +303,28 @@ TEST(PlanCli, DpAttentionPaysTheHostRoundTrips) {
     }
 }
 
+TEST(PlanCli, NotesCollectivesPricedPastTheProfilesTables) {
+    // The 2-GPU measured profile has 2-rank tables only: planned for 4 GPUs, its 4-rank collectives come
+    // from the fit, and the report says so (text and JSON); planned for 2 GPUs, nothing to note.
+    const std::string profile = kProfilesDir + "/measured/h200x2_nvlink_epinfer_2026-11-30e.json";
+    const std::string args = "--model '" + kConfigsDir + "/qwen3_30b_a3b.json' --hardware '" + profile +
+                             "' --layout tp4 --concurrency 1";
+    CliResult four = run_plan(args + " --gpus 4");
+    ASSERT_EQ(four.exit_code, 0) << four.err;
+    EXPECT_NE(
+        four.out.find("note: intra_node.all_reduce at 4 ranks: the profile measured 2 ranks only; priced "
+                      "from its fit (16.4 µs + bytes at 304 GB/s bus bandwidth)"),
+        std::string::npos)
+        << four.out;
+    CliResult json = run_plan(args + " --gpus 4 --json");
+    ASSERT_EQ(json.exit_code, 0) << json.err;
+    EXPECT_FALSE(nlohmann::json::parse(json.out)["notes"].empty());
+    CliResult two = run_plan("--model '" + kConfigsDir + "/qwen3_30b_a3b.json' --hardware '" + profile +
+                             "' --layout tp2 --concurrency 1 --gpus 2 --json");
+    ASSERT_EQ(two.exit_code, 0) << two.err;
+    EXPECT_TRUE(nlohmann::json::parse(two.out)["notes"].empty()) << two.out;
+}
+
 TEST(PlanCli, KvCacheTokensAndMemoryFractionDecideTheFitAsTheEngine) {
     // Qwen3-235B-A22B dp4-ep4 on 4 H200 (docs/benchmarks/multi_gpu.md): at serve's defaults
     // (--memory-fraction 0.9 --kv-cache-tokens 0) the engine refused it with "dp4-ep4 does not fit: per rank,
