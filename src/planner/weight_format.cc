@@ -91,7 +91,7 @@ Result<WeightFormats> parse_weight_dtype(const std::string& text, const WeightFo
     if (auto all = weight_format_from_name(text)) return WeightFormats{*all, *all};
     WeightFormats formats = base;
     size_t begin = 0;
-    bool any = false;
+    bool any = false, experts = false, dense = false;
     while (begin <= text.size()) {
         size_t end = text.find(',', begin);
         if (end == std::string::npos) end = text.size();
@@ -102,13 +102,11 @@ Result<WeightFormats> parse_weight_dtype(const std::string& text, const WeightFo
         std::string key = part.substr(0, eq);
         auto format = weight_format_from_name(part.substr(eq + 1));
         if (!format) return bad_weight_dtype(text);
-        if (key == "experts") {
-            formats.routed_experts = *format;
-        } else if (key == "dense") {
-            formats.dense = *format;
-        } else {
-            return bad_weight_dtype(text);
-        }
+        if (key != "experts" && key != "dense") return bad_weight_dtype(text);
+        bool& given = key == "experts" ? experts : dense;
+        if (given) return invalid_argument(fmt::format("--weight-dtype '{}': {} is given twice", text, key));
+        given = true;
+        (key == "experts" ? formats.routed_experts : formats.dense) = *format;
         any = true;
     }
     if (!any) return bad_weight_dtype(text);

@@ -53,9 +53,9 @@ struct PlanArgs {
     int64_t output_len = 0;
     int64_t max_step_tokens = planner::kEngineMaxStepTokens;
     std::string concurrency = "1,8,32,64,256,1024";
-    std::string weight_dtype;
+    std::optional<std::string> weight_dtype;  // as given (none: the checkpoint's)
     std::string kv_cache_dtype = "bf16";
-    std::string layouts;
+    std::optional<std::string> layouts;  // as given (none: every layout)
     int micro_batches = 0;
     std::optional<std::string> memory_fraction;  // --memory-fraction as given (none: the profile's fraction)
     std::optional<std::string> kv_cache_tokens;  // --kv-cache-tokens as given (none: the plan's own KV rule)
@@ -135,9 +135,9 @@ Status run_plan(const PlanArgs& args) {
         request.memory.context_tokens = positions > 0 ? std::min(args.context, positions) : args.context;
     }
     request.memory.weights = planner::checkpoint_weight_formats(config);
-    if (!args.weight_dtype.empty()) {
+    if (args.weight_dtype) {
         EPI_ASSIGN_OR_RETURN(request.memory.weights,
-                             planner::parse_weight_dtype(args.weight_dtype, request.memory.weights));
+                             planner::parse_weight_dtype(*args.weight_dtype, request.memory.weights));
     }
     if (args.kv_cache_dtype == "auto" || args.kv_cache_dtype == "bf16") {  // auto: the engine's on GPUs
         request.memory.kv_bytes_per_element = planner::kEngineKvBytesPerElement;
@@ -149,8 +149,9 @@ Status run_plan(const PlanArgs& args) {
         return invalid_argument(
             fmt::format("--kv-cache-dtype '{}': expected auto, bf16, fp32 or fp8", args.kv_cache_dtype));
     }
-    if (!args.layouts.empty()) {
-        std::stringstream specs(args.layouts);
+    if (args.layouts) {
+        if (args.layouts->empty()) return invalid_argument("--layout '': name at least one layout, e.g. tp8");
+        std::stringstream specs(*args.layouts);
         std::string spec;
         while (std::getline(specs, spec, ',')) {
             EPI_ASSIGN_OR_RETURN(ParallelLayout layout, planner::parse_layout_spec(spec));

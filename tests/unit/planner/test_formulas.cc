@@ -45,6 +45,9 @@ TEST(WeightFormat, ParsesWeightDtypeOption) {
     auto both = parse_weight_dtype("experts=mxfp4,dense=bf16", base);
     ASSERT_TRUE(both.is_ok());
     EXPECT_EQ(*both, (WeightFormats{WeightFormat::kMxfp4, WeightFormat::kBf16}));
+    auto twice = parse_weight_dtype("experts=fp8,experts=bf16", base);
+    ASSERT_FALSE(twice.is_ok());
+    EXPECT_EQ(twice.status().message(), "--weight-dtype 'experts=fp8,experts=bf16': experts is given twice");
     for (const char* bad : {"int3", "experts=", "attention=bf16", "experts=int4,", ""}) {
         auto r = parse_weight_dtype(bad, base);
         ASSERT_FALSE(r.is_ok()) << bad;

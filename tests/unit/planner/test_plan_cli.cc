@@ -424,6 +424,11 @@ TEST(PlanCli, BadInputsFailInOneLine) {
                           "--max-step-tokens 99999999999: must be in [1, 1048576]");
     expect_one_line_error(run_plan(kimi + "--hardware h200_sxm --gpus 8 --layout tp8,dp8-ep8,tp8"),
                           "--layout: tp8 is named twice");
+    // Given empty: refused, not taken as absent.
+    expect_one_line_error(run_plan(kimi + "--hardware h200_sxm --gpus 8 --layout ''"),
+                          "--layout '': name at least");
+    expect_one_line_error(run_plan(kimi + "--hardware h200_sxm --gpus 8 --weight-dtype ''"),
+                          "--weight-dtype '':");
     expect_one_line_error(run_plan(kimi + "--hardware h200_sxm --gpus 8 --concurrency 1,,8"),
                           "--concurrency '1,,8': '' is not an integer");
     expect_one_line_error(run_plan(kimi + "--hardware h200_sxm --gpus 8 --concurrency 99999999999999"),
