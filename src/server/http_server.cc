@@ -9,6 +9,7 @@
 #include <cmath>
 #include <condition_variable>
 #include <cstdio>
+#include <cstdlib>
 #include <ctime>
 #include <exception>
 #include <mutex>
@@ -131,6 +132,32 @@ void answer_no_such_route(const httplib::Request& req, httplib::Response& res,
 
 bool write_text(httplib::DataSink& sink, const std::string& text) { return sink.write(text.data(), text.size()); }
 
+// The request body through `reader`, at most max_bytes of it: the library refuses a Content-Length past
+// set_payload_max_length before reading, but reads a chunked body whole. kTooLarge: longer (reading stops
+// there; the caller answers 413); kUnreadable: cut off or malformed; kMultipart: a
+// multipart form (read and dropped). `body` holds the body only with kOk.
+enum class BodyRead { kOk, kTooLarge, kUnreadable, kMultipart };
+BodyRead read_capped_body(const httplib::Request& req, const httplib::ContentReader& reader,
+                          int64_t max_bytes, std::string& body) {
+    if (req.is_multipart_form_data()) {
+        reader([](const httplib::MultipartFormData&) { return true; },
+               [](const char*, size_t) { return true; });
+        return BodyRead::kMultipart;
+    }
+    bool too_large = false;
+    const bool read = reader([&](const char* data, size_t n) {
+        too_large = static_cast<int64_t>(body.size() + n) > max_bytes;
+        if (!too_large) body.append(data, n);
+        return !too_large;
+    });
+    if (read) return BodyRead::kOk;
+    body.clear();
+    const std::string declared = req.get_header_value("Content-Length");  // refused unread by the library
+    if (!declared.empty() && std::strtoull(declared.c_str(), nullptr, 10) > static_cast<uint64_t>(max_bytes))
+        too_large = true;
+    return too_large ? BodyRead::kTooLarge : BodyRead::kUnreadable;
+}
+
 std::string sse_event(const json& data) { return "data: " + dump_json(data) + "\n\n"; }
 
 }  // namespace
@@ -229,9 +256,26 @@ struct HttpServer::Impl {
         };
     }
 
-    void handle_completion(const httplib::Request& req, httplib::Response& res) {
+    void handle_completion(const httplib::Request& req, httplib::Response& res,
+                           const httplib::ContentReader& reader) {
+        std::string body;
+        switch (read_capped_body(req, reader, options.max_body_bytes, body)) {
+            case BodyRead::kTooLarge:
+                // The rest of the body is left unread: the client is asked to close.
+                res.set_header("Connection", "close");
+                return set_error(res, 413, too_large_message());
+            case BodyRead::kUnreadable:
+                res.set_header("Connection", "close");
+                return set_error(res, 400, "the request body was cut off or is not valid chunked encoding");
+            case BodyRead::kMultipart:
+                return set_error(res, 400,
+                                 "the body is a multipart form: send the request as JSON "
+                                 "(Content-Type: application/json)");
+            case BodyRead::kOk:
+                break;
+        }
         if (draining.load()) return set_error(res, 503, "the server is shutting down");
-        Result<CompletionRequest> parsed = parse_completion_request(req.body, limits, next_seed());
+        Result<CompletionRequest> parsed = parse_completion_request(body, limits, next_seed());
         if (!parsed.is_ok()) return set_error(res, http_status_of(parsed.status()), parsed.status().message());
 
         auto pending = std::make_shared<PendingRequest>();
@@ -345,6 +389,11 @@ struct HttpServer::Impl {
         return true;
     }
 
+    std::string too_large_message() const {
+        return "the request body is larger than the limit of " + std::to_string(options.max_body_bytes) +
+               " bytes (--max-body-bytes)";
+    }
+
     json models_json() const {
         return {{"object", "list"},
                 {"data", json::array({{{"id", options.model_name},
@@ -366,7 +415,9 @@ struct HttpServer::Impl {
             setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
         });
         http.Post("/v1/completions",
-                  [this](const httplib::Request& req, httplib::Response& res) { handle_completion(req, res); });
+                  httplib::Server::HandlerWithContentReader(
+                      [this](const httplib::Request& req, httplib::Response& res,
+                             const httplib::ContentReader& reader) { handle_completion(req, res, reader); }));
         http.Get("/v1/models",
                  [this](const httplib::Request&, httplib::Response& res) { set_json(res, 200, models_json()); });
         http.Get("/health", [this](const httplib::Request&, httplib::Response& res) {
@@ -377,8 +428,8 @@ struct HttpServer::Impl {
         http.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
             res.set_content(metrics.render(loop.stats()), "text/plain; version=0.0.4; charset=utf-8");
         });
-        // POST, PUT, PATCH and DELETE on a path that does not answer them: answer_no_such_route. (Handlers
-        // with a content reader are tried before the plain ones, so the POST pattern leaves out POST's route.)
+        // POST, PUT, PATCH and DELETE on a path that does not answer them: answer_no_such_route. (The POST
+        // pattern leaves out POST's route.)
         const httplib::Server::HandlerWithContentReader no_such_route = answer_no_such_route;
         http.Post("(?!/v1/completions$).*", no_such_route);
         http.Put(".*", no_such_route);
@@ -397,14 +448,8 @@ struct HttpServer::Impl {
                               " only";
                 } else if (res.status == 404) {
                     message = "no route for " + req.method + " " + req.path;
-                } else if (res.status == 413 && req.get_header_value("Content-Type").starts_with(
-                                                        "application/x-www-form-urlencoded")) {
-                    // cpp-httplib caps form-encoded bodies (curl -d's default type) at 8192 bytes.
-                    message = "a body sent as application/x-www-form-urlencoded is limited to 8192 bytes by "
-                              "the HTTP library: send it with Content-Type: application/json";
                 } else if (res.status == 413) {
-                    message = "the request body is larger than the limit of " +
-                              std::to_string(options.max_body_bytes) + " bytes (--max-body-bytes)";
+                    message = too_large_message();
                 } else if (res.status == 400) {
                     message = "malformed HTTP request";
                 } else {
