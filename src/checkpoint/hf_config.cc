@@ -4,10 +4,11 @@
 // configs — and DeepseekV3Config at 001f85b3); the modeling dump used for the rest does not hold them.
 #include "checkpoint/hf_config.h"
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
-#include <initializer_list>
 #include <fstream>
+#include <initializer_list>
 #include <limits>
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -134,7 +135,11 @@ public:
             fail(invalid_argument(source_ + ": missing required key '" + prefix_ + key + "'"));
             return 0;
         }
-        const int64_t value = int_or(key, 0);
+        return positive_or(key, 0);
+    }
+    // An integer ≥ 1, or `fallback` when absent or null.
+    int64_t positive_or(const char* key, int64_t fallback) {
+        const int64_t value = int_or(key, fallback);
         if (status_.is_ok() && value < 1)
             fail(invalid_argument(source_ + ": key '" + prefix_ + key + "' must be >= 1, got " +
                                   std::to_string(value)));
@@ -649,6 +654,32 @@ Status check_consistency(const ModelConfig& c, const std::string& source) {
     return Status::ok();
 }
 
+// hidden_act: every MLP this build runs is SwiGLU, down(silu(gate)·up) (layers/dense_ffn.h); "silu" is also
+// the default of every family's transformers configuration class.
+void check_hidden_act(KeyReader& r) {
+    const std::string act = r.string_or("hidden_act", "silu");
+    if (r.status().is_ok() && act != "silu")
+        r.fail(not_supported(r.source() + ": hidden_act '" + act + "' is not supported (supported: silu)"));
+}
+
+// torch_dtype (transformers 4) and dtype (transformers 5) name the torch dtype the checkpoint was saved in
+// (str(torch.bfloat16) without "torch."). Informational: the weights' dtypes are read from the safetensors
+// headers; a name that is no torch floating dtype is refused.
+void check_dtype_names(KeyReader& r) {
+    static constexpr const char* kNames[] = {"float32", "float16",       "bfloat16",
+                                             "float64", "float8_e4m3fn", "float8_e5m2"};
+    for (const char* key : {"torch_dtype", "dtype"}) {
+        if (!r.has(key)) continue;
+        const std::string name = r.string_or(key, "");
+        if (!r.status().is_ok() || std::find(std::begin(kNames), std::end(kNames), name) != std::end(kNames))
+            continue;
+        std::string known;
+        for (const char* n : kNames) known += (known.empty() ? "" : ", ") + std::string(n);
+        r.fail(invalid_argument(r.source() + ": " + key + " '" + name +
+                                "' is not a known dtype (known: " + known + ")"));
+    }
+}
+
 Result<Json> parse_json(const std::string& text, const std::string& source) {
     try {
         return Json::parse(text);
@@ -695,9 +726,11 @@ Result<ModelConfig> parse_hf_config(const std::string& json_text, const std::str
     c.vocab_size = r.required_count("vocab_size");
     c.hidden_size = r.required_count("hidden_size");
     c.num_hidden_layers = r.required_count("num_hidden_layers");
-    c.max_position_embeddings = r.count_or("max_position_embeddings", d.max_position_embeddings);
+    c.max_position_embeddings = r.positive_or("max_position_embeddings", d.max_position_embeddings);
     c.rms_norm_eps = r.number_or("rms_norm_eps", d.rms_norm_eps);
     c.tie_word_embeddings = r.bool_or("tie_word_embeddings", false);
+    check_hidden_act(r);
+    check_dtype_names(r);
     EPI_RETURN_IF_ERROR(r.status());
     EPI_RETURN_IF_ERROR(check_limits({{"vocab_size", c.vocab_size, int64_t{1} << 24},
                                       {"hidden_size", c.hidden_size, 1 << 17},

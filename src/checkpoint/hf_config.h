@@ -25,9 +25,11 @@ const std::vector<std::string>& supported_model_types();
 // Parses the JSON text of a config.json. `source` names the file in error messages.
 // Errors (one line naming `source` and the key): kInvalidArgument for malformed JSON, a missing required
 // key, a key of the wrong type, an unknown model_type/architecture (the message lists the model_types the
-// runtime runs, then "gpt_oss for epinfer plan only") and inconsistent values (heads not divisible by KV
-// heads, K > E, E not divisible by n_group, ...); kNotSupported for valid settings this build does not run
-// (sliding-window attention, clip_qkv, a RoPE type other than default/linear/yarn/llama3, ...).
+// runtime runs, then "gpt_oss for epinfer plan only"), a present max_position_embeddings < 1, a
+// torch_dtype/dtype that names no torch floating dtype, and
+// inconsistent values (heads not divisible by KV heads, K > E, E not divisible by n_group, ...);
+// kNotSupported for settings this build does not run (a hidden_act other than silu, sliding-window
+// attention, clip_qkv, a RoPE type other than default/linear/yarn/llama3, ...).
 Result<ModelConfig> parse_hf_config(const std::string& json_text, const std::string& source);
 
 // Reads DIR/config.json and, when present, DIR/generation_config.json (its eos_token_id is merged after

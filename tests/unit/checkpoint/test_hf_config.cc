@@ -600,6 +600,41 @@ TEST(HfConfig, Errors) {
     EXPECT_NE(r.status().message().find("expected a JSON object"), std::string::npos);
 }
 
+// Values the runtime does not implement are refused at parse time (found by a user trial: `epinfer
+// generate` accepted them and gave wrong output).
+TEST(HfConfig, RefusesValuesTheRuntimeDoesNotImplement) {
+    const nlohmann::json qwen = minimal("qwen3_moe");  // vocab_size 320
+    expect_error(with(qwen, "hidden_act", "gelu"), StatusCode::kNotSupported,
+                 {"hidden_act 'gelu' is not supported (supported: silu)"});
+    expect_error(with(minimal("deepseek_v3"), "hidden_act", "bogus"), StatusCode::kNotSupported,
+                 {"hidden_act 'bogus' is not supported (supported: silu)"});
+    expect_error(with(qwen, "hidden_act", 1), StatusCode::kInvalidArgument,
+                 {"key 'hidden_act' must be a string"});
+    expect_error(with(qwen, "max_position_embeddings", 0), StatusCode::kInvalidArgument,
+                 {"key 'max_position_embeddings' must be >= 1, got 0"});
+    expect_error(with(qwen, "max_position_embeddings", -4096), StatusCode::kInvalidArgument,
+                 {"key 'max_position_embeddings' must be >= 1, got -4096"});
+    expect_error(with(qwen, "torch_dtype", "bogus"), StatusCode::kInvalidArgument,
+                 {"torch_dtype 'bogus' is not a known dtype", "float32, float16, bfloat16"});
+    expect_error(with(qwen, "dtype", "bf16"), StatusCode::kInvalidArgument,
+                 {"dtype 'bf16' is not a known dtype"});
+    expect_error(with(qwen, "dtype", 16), StatusCode::kInvalidArgument, {"key 'dtype' must be a string"});
+}
+
+// An eos_token_id past the vocabulary is accepted, as transformers accepts it (olmoe_tiny's 50279 with 320
+// ids): such a token is never sampled.
+TEST(HfConfig, AcceptsSiluTorchDtypesAndAnyEosId) {
+    const nlohmann::json qwen = minimal("qwen3_moe");  // vocab_size 320
+    for (const nlohmann::json& j :
+         {qwen, with(qwen, "hidden_act", "silu"), with(qwen, "hidden_act", nullptr),
+          with(with(qwen, "torch_dtype", "float32"), "dtype", "float16"), with(qwen, "dtype", "bfloat16"),
+          with(qwen, "torch_dtype", "float8_e4m3fn"), with(qwen, "eos_token_id", {0, 319, 50279}),
+          with(qwen, "max_position_embeddings", 1)}) {
+        Result<ModelConfig> r = parse(j);
+        EXPECT_TRUE(r.is_ok()) << j.dump() << ": " << r.status().message();
+    }
+}
+
 class HfConfigDir : public ::testing::Test {
 protected:
     void SetUp() override {
