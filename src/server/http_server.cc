@@ -37,6 +37,10 @@ constexpr std::chrono::seconds kStreamKeepAlive{5};
 constexpr std::chrono::seconds kResponseWriteGrace{10};
 // How long shutdown waits for the listen thread to have started (it starts within microseconds).
 constexpr std::chrono::seconds kListenStartTimeout{10};
+// After stop(), how long the listen thread may take to join its connection threads: past the library's
+// 5 s keep-alive timeout, so an idle keep-alive connection ends on its own; a client still sending its
+// headers a byte at a time would hold it for ever (the library has no header deadline).
+constexpr std::chrono::seconds kListenStopTimeout{8};
 
 Clock::duration seconds_duration(double s) {
     return std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(s));
@@ -175,7 +179,11 @@ struct HttpServer::Impl {
         id_prefix = prefix;
         created_unix_s = static_cast<int64_t>(std::time(nullptr));
     }
-    ~Impl() { shutdown(0.0); }
+    ~Impl() {
+        // A listen thread shutdown() gave up on must not end the process here (std::thread's destructor
+        // would terminate it); the process is about to end (HttpServer::shutdown).
+        if (!shutdown(0.0) && listen_thread.joinable()) listen_thread.detach();
+    }
 
     ServerOptions options;
     CompletionLimits limits;
@@ -475,9 +483,9 @@ struct HttpServer::Impl {
         });
     }
 
-    void shutdown(double drain_timeout_s) {
+    bool shutdown(double drain_timeout_s) {
         std::lock_guard<std::mutex> lock(shutdown_mutex);
-        if (shut_down) return;
+        if (shut_down) return !listen_thread.joinable();
         shut_down = true;
         draining.store(true);
         loop.drain_and_stop(std::max(0.0, drain_timeout_s));  // every request gets its final output
@@ -493,8 +501,15 @@ struct HttpServer::Impl {
             std::this_thread::sleep_for(std::chrono::milliseconds(1));
         }
         http.stop();
+        const auto stop_deadline = std::chrono::steady_clock::now() + kListenStopTimeout;
+        while (listen_thread.joinable() && !listen_done.load() &&
+               std::chrono::steady_clock::now() < stop_deadline)
+            std::this_thread::sleep_for(std::chrono::milliseconds(10));
+        if (!listen_done.load()) return false;  // a connection thread is still reading: the caller exits
         if (listen_thread.joinable()) listen_thread.join();
+        return true;
     }
+
 };
 
 std::string host_port_text(const std::string& host, int port) {
@@ -548,7 +563,9 @@ const std::string& HttpServer::host() const { return impl_->options.host; }
 int HttpServer::port() const { return impl_->port; }
 bool HttpServer::healthy() const { return impl_->healthy(); }
 Status HttpServer::engine_error() const { return impl_->loop.error(); }
-void HttpServer::shutdown(double drain_timeout_s) { impl_->shutdown(drain_timeout_s); }
+bool HttpServer::shutdown(double drain_timeout_s) {
+    return impl_->shutdown(drain_timeout_s);
+}
 void HttpServer::cut_drain() { impl_->loop.cut_drain(); }
 
 }  // namespace epinfer::server

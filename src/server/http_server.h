@@ -65,8 +65,11 @@ public:
     Status engine_error() const;
     // Stops taking requests (503), lets running and queued ones finish for up to drain_timeout_s
     // (then aborts the rest), waits (bounded) for their responses to be written, shuts the engine down
-    // (followers return from run_follower) and stops listening. Idempotent.
-    void shutdown(double drain_timeout_s);
+    // (followers return from run_follower) and stops listening. False when a connection is still being
+    // read 8 s after that (a client sending its headers slowly: the HTTP library has no deadline for them):
+    // its thread still uses the server, so the caller must end the process (std::_Exit) rather than destroy
+    // the server. Idempotent.
+    bool shutdown(double drain_timeout_s);
     // Cuts a drain short from any thread (e.g. while another thread is in shutdown()) and returns at once:
     // the requests left are aborted at the engine's next step and get their final (aborted) response,
     // so shutdown() returns promptly. Called before shutdown(), that shutdown aborts at once.

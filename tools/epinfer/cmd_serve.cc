@@ -25,14 +25,18 @@
 #include <arpa/inet.h>
 #include <fmt/format.h>
 #include <netdb.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <atomic>
+#include <cerrno>
 #include <charconv>
 #include <chrono>
 #include <cmath>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <memory>
 #include <optional>
 #include <string>
@@ -130,6 +134,30 @@ Status check_listen_host(const std::string& host) {
     return Status::ok();
 }
 
+// Refuses, before the model loads, a --port already in use on --host: binds a socket there (SO_REUSEADDR,
+// as the server) and closes it. A race with another process remains; the server's own bind reports it.
+Status check_listen_port(const std::string& host, int port) {
+    addrinfo hints{};
+    hints.ai_family = AF_UNSPEC;
+    hints.ai_socktype = SOCK_STREAM;
+    hints.ai_flags = AI_PASSIVE;
+    addrinfo* found = nullptr;
+    if (::getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &found) != 0 || found == nullptr)
+        return Status::ok();  // check_listen_host has said what is wrong with the host
+    const int fd = ::socket(found->ai_family, found->ai_socktype, found->ai_protocol);
+    int error = 0;
+    if (fd >= 0) {
+        const int yes = 1;
+        ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
+        if (::bind(fd, found->ai_addr, found->ai_addrlen) != 0) error = errno;
+        ::close(fd);
+    }
+    ::freeaddrinfo(found);
+    if (error == 0) return Status::ok();
+    return invalid_argument(fmt::format("--port {}: cannot listen on {} ({})", port,
+                                        server::host_port_text(host, port), std::strerror(error)));
+}
+
 struct ServeValues {
     server::ServerOptions server;
     double drain_timeout_s = 30.0;
@@ -143,6 +171,8 @@ Result<ServeValues> parse_serve_values(const ServeFlags& f) {
     o.host = f.host;
     EPI_ASSIGN_OR_RETURN(const int64_t port, parse_int_flag(f.port, "--port", 0, 65535));
     o.port = static_cast<int>(port);
+    // A rank under a launcher leaves it to the server (only rank 0 listens, maybe on another node).
+    if (o.port != 0 && !launched_by_mpi()) EPI_RETURN_IF_ERROR(check_listen_port(o.host, o.port));
     EPI_ASSIGN_OR_RETURN(o.max_body_bytes,
                          parse_int_flag(f.max_body_bytes, "--max-body-bytes", 1, int64_t{1} << 32));
     EPI_ASSIGN_OR_RETURN(o.request_timeout_s,
@@ -255,9 +285,17 @@ Status run_serve(const ServeFlags& flags) {
             std::this_thread::sleep_for(std::chrono::milliseconds(50));
         }
     });
-    http->shutdown(values.drain_timeout_s);
+    const bool stopped = http->shutdown(values.drain_timeout_s);
     drained.store(true);
     watcher.join();
+    if (!stopped) {
+        // Every request has its final response; a client still sending its headers holds a connection
+        // thread that the HTTP library cannot interrupt: end the process without waiting for it.
+        std::fprintf(stderr,
+                     "epinfer serve: a connection is still sending its request: stopped without it\n");
+        std::fflush(stderr);
+        std::_Exit(http->engine_error().is_ok() ? 0 : 1);
+    }
     EPI_RETURN_IF_ERROR_CTX(http->engine_error(), "engine");
     std::fprintf(stderr, "epinfer serve: stopped\n");
     return Status::ok();

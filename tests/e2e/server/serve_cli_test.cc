@@ -1,12 +1,19 @@
 // `epinfer serve` as a user runs it (the built binary, EPINFER_CLI_PATH): --port 0 prints the chosen port,
 // /health and a completion answer, SIGTERM drains and exits 0, a second signal cuts the drain short; a bad
 // flag is one error line.
+#include <arpa/inet.h>
 #include <gtest/gtest.h>
+#include <netinet/in.h>
 #include <signal.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
+#include <atomic>
+#include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "common/cli_runner.h"
@@ -38,6 +45,44 @@ TEST(ServeCli, ServesOnAFreePortAndExitsCleanlyOnSigterm) {
     const std::string err = serve.err();
     EXPECT_NE(err.find("SIGTERM: draining"), std::string::npos) << err;
     EXPECT_NE(err.find("epinfer serve: stopped"), std::string::npos) << err;
+}
+
+// A client that sends its request headers a line a second holds a connection thread the HTTP library cannot
+// interrupt; SIGTERM still ends the server: after the drain and a bounded wait for connections (8 s), it
+// says so and exits 0 (it stayed up as long as the client kept sending).
+TEST(ServeCli, ExitsOnSigtermWhileAClientTricklesItsHeaders) {
+    ServeProcess serve({"serve", "--model", kTinyModel, "--port", "0", "--threads", "2", "--kv-cache-tokens",
+                        "4096", "--drain-timeout-s", "1"});
+    ASSERT_GT(serve.pid(), 0);
+    const int port = serve.wait_for_port(120.0);
+    ASSERT_GT(port, 0) << serve.err();
+    const int fd = socket(AF_INET, SOCK_STREAM, 0);
+    ASSERT_GE(fd, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_port = htons(static_cast<uint16_t>(port));
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    ASSERT_EQ(connect(fd, reinterpret_cast<const sockaddr*>(&addr), sizeof(addr)), 0);
+    const std::string start = "POST /v1/completions HTTP/1.1\r\nHost: x\r\n";
+    ASSERT_EQ(send(fd, start.data(), start.size(), MSG_NOSIGNAL), static_cast<ssize_t>(start.size()));
+    std::atomic<bool> done{false};
+    std::thread trickle([&] {
+        for (int i = 0; i < 60 && !done.load(); ++i) {
+            const std::string line = "X-" + std::to_string(i) + ": a\r\n";
+            if (send(fd, line.data(), line.size(), MSG_NOSIGNAL) <= 0) break;
+            std::this_thread::sleep_for(std::chrono::seconds(1));
+        }
+    });
+    std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+    ASSERT_EQ(kill(serve.pid(), SIGTERM), 0);
+    const int code = serve.wait_exit(30.0);
+    done.store(true);
+    trickle.join();
+    close(fd);
+    EXPECT_EQ(code, 0) << serve.err();
+    EXPECT_NE(serve.err().find("a connection is still sending its request: stopped without it"),
+              std::string::npos)
+        << serve.err();
 }
 
 // SIGTERM starts a drain that would wait for the running request (--drain-timeout-s 600); SIGINT during it
@@ -99,6 +144,21 @@ TEST(ServeCli, BadFlagIsOneErrorLine) {
                           "--served-model-name must not be empty");
     expect_one_line_error(run_epinfer("serve --model " + kTinyModel + " --drain-timeout-s -1"),
                           "--drain-timeout-s must be ≥ 0, got -1");
+    // A port in use: refused before the model loads (one line, no "ready" line first).
+    const int fd = socket(AF_INET, SOCK_STREAM, 0);
+    ASSERT_GE(fd, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    ASSERT_EQ(bind(fd, reinterpret_cast<const sockaddr*>(&addr), sizeof(addr)), 0);
+    ASSERT_EQ(listen(fd, 1), 0);
+    socklen_t len = sizeof(addr);
+    ASSERT_EQ(getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len), 0);
+    const int taken = ntohs(addr.sin_port);
+    expect_one_line_error(run_epinfer("serve --model " + kTinyModel + " --port " + std::to_string(taken)),
+                          "--port " + std::to_string(taken) + ": cannot listen on 127.0.0.1:" +
+                              std::to_string(taken) + " (Address already in use)");
+    close(fd);
 }
 
 }  // namespace
