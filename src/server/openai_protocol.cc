@@ -113,6 +113,22 @@ Status check_unsupported(const json& body) {
         if (v != 0) return invalid_argument("'logprobs' is not supported");
     }
     if (field(body, "suffix") != nullptr) return invalid_argument("'suffix' is not supported");
+    // Sampling penalties change the tokens: refused unless at their neutral values (0, or 1 for the
+    // multiplicative repetition_penalty), so a client does not get unpenalized tokens silently.
+    for (const auto& [key, neutral] : {std::pair<const char*, double>{"presence_penalty", 0.0},
+                                       {"frequency_penalty", 0.0},
+                                       {"repetition_penalty", 1.0}}) {
+        if (const json* p = field(body, key)) {
+            EPI_ASSIGN_OR_RETURN(const double v, as_double(*p, key));
+            if (v != neutral)
+                return invalid_argument("'" + std::string(key) +
+                                        "' is not supported (only its neutral value)");
+        }
+    }
+    if (const json* b = field(body, "logit_bias")) {
+        if (!b->is_null() && !(b->is_object() && b->empty()))
+            return invalid_argument("'logit_bias' is not supported");
+    }
     if (const json* s = field(body, "stop")) {
         const bool empty = (s->is_string() && s->get_ref<const std::string&>().empty()) ||
                            (s->is_array() && s->empty());

@@ -229,6 +229,10 @@ TEST_F(TinyServer, BadRequestsGetStatusAndJsonError) {
         {R"({"prompt": [1], "stop": ["x"]})", 400, "stop_token_ids"},
         {R"({"prompt": [1], "n": 2})", 400, "'n' must be 1"},
         {R"({"prompt": [1], "echo": true})", 400, "'echo'"},
+        {R"({"prompt": [1], "presence_penalty": 1.5})", 400, "'presence_penalty' is not supported"},
+        {R"({"prompt": [1], "frequency_penalty": -0.5})", 400, "'frequency_penalty' is not supported"},
+        {R"({"prompt": [1], "repetition_penalty": 1.1})", 400, "'repetition_penalty' is not supported"},
+        {R"({"prompt": [1], "logit_bias": {"5": 100}})", 400, "'logit_bias' is not supported"},
         {R"({"prompt": [1], "model": 3})", 400, "'model' must be a string"},
         {R"({"prompt": [1], "model": "other"})", 404, "'other' does not exist"},
     };
@@ -253,7 +257,9 @@ TEST_F(TinyServer, BadRequestsGetStatusAndJsonError) {
     // The accepted forms next to them, and the other endpoints.
     const HttpReply ok = http_post(port(), "/v1/completions",
                                    R"({"model": "tiny", "prompt": [[5, 6]], "max_tokens": 2, "temperature": 0,
-                                       "top_k": -1, "stop": [], "n": 1, "logprobs": null, "user": "x"})");
+                                       "top_k": -1, "stop": [], "n": 1, "logprobs": null, "user": "x",
+                                       "presence_penalty": 0, "frequency_penalty": 0.0, "repetition_penalty": 1,
+                                       "logit_bias": {}})");
     ASSERT_EQ(ok.status, 200) << ok.body;
     EXPECT_EQ(json::parse(ok.body).at("usage").at("prompt_tokens"), 2);
     const HttpReply models = http_get(port(), "/v1/models");
