@@ -776,6 +776,7 @@ Result<ModelConfig> load_hf_config(const std::string& model_dir) {
     const std::filesystem::path dir(model_dir);
     const std::string config_path = (dir / "config.json").string();
     std::error_code ec;
+    if (!std::filesystem::is_directory(dir, ec)) return not_found(model_dir + ": no such folder");
     if (!std::filesystem::is_regular_file(config_path, ec)) return not_found(config_path + ": not found");
     EPI_ASSIGN_OR_RETURN(const std::string text, read_text_file(config_path));
     EPI_ASSIGN_OR_RETURN(ModelConfig config, parse_hf_config(text, config_path));

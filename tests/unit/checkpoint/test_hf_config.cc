@@ -653,6 +653,12 @@ TEST_F(HfConfigDir, MissingConfigIsNotFound) {
     ASSERT_FALSE(r.is_ok());
     EXPECT_EQ(r.status().code(), StatusCode::kNotFound);
     EXPECT_NE(r.status().message().find((dir_ / "config.json").string()), std::string::npos);
+    // A folder that is not there is named as such (not as a missing config.json inside it).
+    const std::string gone = (dir_ / "nope").string();
+    Result<ModelConfig> missing = load_hf_config(gone);
+    ASSERT_FALSE(missing.is_ok());
+    EXPECT_EQ(missing.status().code(), StatusCode::kNotFound);
+    EXPECT_EQ(missing.status().message(), gone + ": no such folder");
 }
 
 TEST_F(HfConfigDir, EosIdsMergeInOrderWithoutDuplicates) {

@@ -197,7 +197,7 @@ TEST_F(InspectCli, ConfigFileAlone) {
 TEST_F(InspectCli, Errors) {
     CliRun r = run("--model '" + (tmp_ / "nowhere").string() + "'");
     EXPECT_EQ(r.exit_code, 1);
-    EXPECT_EQ(r.err, "epinfer: error: " + (tmp_ / "nowhere" / "config.json").string() + ": not found\n");
+    EXPECT_EQ(r.err, "epinfer: error: " + (tmp_ / "nowhere").string() + ": no such folder\n");
 }
 
 // gpt-oss parses (for the planner): its config alone is inspected like any other.
