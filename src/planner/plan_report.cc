@@ -27,6 +27,16 @@ const char* kv_dtype_name(int bytes_per_element) {
     return bytes_per_element == 1 ? "fp8" : bytes_per_element == 2 ? "bf16" : "fp32";
 }
 
+// How a pipeline stage's GPUs split attention and the experts, factors of 1 left out: "tp4·dp2 / tp2·ep4",
+// "tp8 / ep8", "tp1 / tp1" on one GPU.
+std::string rank_split(const ParallelLayout& l) {
+    const auto split = [](const char* a, int x, const char* b, int y) {
+        if (x > 1 && y > 1) return fmt::format("{}{}·{}{}", a, x, b, y);
+        return y > 1 ? fmt::format("{}{}", b, y) : fmt::format("{}{}", a, x);
+    };
+    return split("tp", l.attn_tp, "dp", l.attn_dp) + " / " + split("tp", l.moe_tp, "ep", l.moe_ep);
+}
+
 std::string decode_cell(const LayoutPlan& lp, const DecodeResult& d) {
     if (!lp.memory.fits) return "-";
     if (!d.kv_fits) return "KV full";
@@ -135,16 +145,19 @@ std::string plan_to_text(const Plan& plan) {
                           r.input_len, r.output_len, r.max_step_tokens)
             : std::string());
 
-    size_t width = 8;
-    for (const LayoutPlan& lp : plan.layouts) width = std::max(width, lp.spec.size() + 2);
-    out += fmt::format("{:<{}}{:>12}{:>11}{:>12}{:>9}  ", "layout", width, "weights/GPU", "free/GPU",
-                       "KV tokens", "max req");
+    size_t width = 8, split_width = 14;
+    for (const LayoutPlan& lp : plan.layouts) {
+        width = std::max(width, lp.spec.size() + 2);
+        split_width = std::max(split_width, rank_split(lp.layout).size() + 2);
+    }
+    out += fmt::format("{:<{}}{:<{}}{:>12}{:>11}{:>12}{:>9}  ", "layout", width, "attn / MoE", split_width,
+                       "weights/GPU", "free/GPU", "KV tokens", "max req");
     for (int64_t c : r.concurrency) out += fmt::format("{:>14}", fmt::format("C={}", c));
     out += fmt::format("{:>22}\n", fmt::format("prefill tok/s @TTFT"));
     for (const LayoutPlan& lp : plan.layouts) {
         const MemoryPlan& m = lp.memory;
-        out += fmt::format("{:<{}}{:>12}{:>11}{:>12}{:>9}  ", lp.spec, width,
-                           fmt::format("{:.1f}G", gib(m.worst().weights.total())),
+        out += fmt::format("{:<{}}{:<{}}{:>12}{:>11}{:>12}{:>9}  ", lp.spec, width, rank_split(lp.layout),
+                           split_width, fmt::format("{:.1f}G", gib(m.worst().weights.total())),
                            m.fits ? fmt::format("{:.1f}G", gib(m.margin_bytes))
                                   : fmt::format("-{:.1f}G", gib(-m.margin_bytes)),
                            m.kv_tokens_total, m.max_requests);
@@ -156,7 +169,9 @@ std::string plan_to_text(const Plan& plan) {
     out +=
         "\ncells: output tok/s of the whole layout @ TPOT ms per request; 'KV full': C requests of the "
         "context do "
-        "not fit; free/GPU: usable memory left after one request's KV (negative: over by)\n";
+        "not fit; free/GPU: usable memory left after one request's KV (negative: over by); attn / MoE: how "
+        "each pipeline stage's GPUs split attention (tp heads × dp requests) and the experts (tp slices × ep "
+        "experts)\n";
     if (r.kv_cache_tokens) {
         out += *r.kv_cache_tokens > 0
                    ? fmt::format("fit as the engine checks it: a KV pool of --kv-cache-tokens {} per rank (free/GPU: "

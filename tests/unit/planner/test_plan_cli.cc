@@ -303,6 +303,18 @@ TEST(PlanCli, DpAttentionPaysTheHostRoundTrips) {
     }
 }
 
+TEST(PlanCli, TableShowsHowEachStageSplitsAttentionAndExperts) {
+    // The layout names keep serve's flags (tp8-dp2-ep4: 8 GPUs per stage, requests over 2, experts over 4);
+    // the table also says what each GPU group holds: attention tp4 × dp2, experts tp2 × ep4.
+    CliResult r = run_plan("--model '" + kConfigsDir + "/deepseek_v3.json' --hardware h200_sxm --gpus 8 "
+                           "--layout tp8-dp2-ep4,ep8,dp8 --concurrency 1 --weight-dtype experts=int4");
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    EXPECT_NE(r.out.find("attn / MoE"), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find("tp8-dp2-ep4  tp4·dp2 / tp2·ep4"), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find("tp8 / ep8"), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find("dp8 / tp8"), std::string::npos) << r.out;
+}
+
 TEST(PlanCli, NotesCollectivesPricedPastTheProfilesTables) {
     // The 2-GPU measured profile has 2-rank tables only: planned for 4 GPUs, its 4-rank collectives come
     // from the fit, and the report says so (text and JSON); planned for 2 GPUs, nothing to note.
