@@ -134,6 +134,14 @@ void answer_no_such_route(const httplib::Request& req, httplib::Response& res,
     res.status = 404;
 }
 
+// Polls `done` every millisecond until it holds or `timeout` has passed.
+template <typename Done>
+void wait_for(std::chrono::steady_clock::duration timeout, Done done) {
+    const auto deadline = std::chrono::steady_clock::now() + timeout;
+    while (!done() && std::chrono::steady_clock::now() < deadline)
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+}
+
 bool write_text(httplib::DataSink& sink, const std::string& text) { return sink.write(text.data(), text.size()); }
 
 // The request body through `reader`, at most max_bytes of it: the library refuses a Content-Length past
@@ -495,17 +503,12 @@ struct HttpServer::Impl {
         }
         // httplib's stop() does nothing before listen_after_bind() has set it running: a server shut down
         // right after start() would leave the listen thread in accept() for ever. Wait (bounded) for it.
-        const auto deadline = std::chrono::steady_clock::now() + kListenStartTimeout;
-        while (listen_thread.joinable() && !http.is_running() && !listen_done.load() &&
-               std::chrono::steady_clock::now() < deadline) {
-            std::this_thread::sleep_for(std::chrono::milliseconds(1));
-        }
+        wait_for(kListenStartTimeout,
+                 [&] { return !listen_thread.joinable() || http.is_running() || listen_done; });
         http.stop();
-        const auto stop_deadline = std::chrono::steady_clock::now() + kListenStopTimeout;
-        while (listen_thread.joinable() && !listen_done.load() &&
-               std::chrono::steady_clock::now() < stop_deadline)
-            std::this_thread::sleep_for(std::chrono::milliseconds(10));
-        if (!listen_done.load()) return false;  // a connection thread is still reading: the caller exits
+        wait_for(kListenStopTimeout, [&] { return !listen_thread.joinable() || listen_done; });
+        // A connection is still being read (a client sending its headers slowly): the caller exits.
+        if (listen_thread.joinable() && !listen_done.load()) return false;
         if (listen_thread.joinable()) listen_thread.join();
         return true;
     }

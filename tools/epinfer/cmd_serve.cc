@@ -116,17 +116,23 @@ Result<double> parse_seconds_flag(const std::string& text, const char* flag, dou
 
 // Refuses, before the model loads, a --host the bind would refuse: a dotted number that is not an IPv4
 // address (999.1.1.1), or a name that does not resolve as the bind resolves it.
+// getaddrinfo for a listening TCP socket on host (and port, when given), as the server's bind resolves it;
+// the caller frees *found when it returns 0.
+int resolve_listen(const std::string& host, const char* port, addrinfo** found) {
+    addrinfo hints{};
+    hints.ai_family = AF_UNSPEC;
+    hints.ai_socktype = SOCK_STREAM;
+    hints.ai_flags = AI_PASSIVE;
+    return ::getaddrinfo(host.c_str(), port, &hints, found);
+}
+
 Status check_listen_host(const std::string& host) {
     const bool dotted = host.find_first_not_of("0123456789.") == std::string::npos;
     in_addr ipv4{};
     if (dotted && ::inet_pton(AF_INET, host.c_str(), &ipv4) != 1)
         return invalid_argument("--host " + host + ": not an IPv4 address");
-    addrinfo hints{};
-    hints.ai_family = AF_UNSPEC;
-    hints.ai_socktype = SOCK_STREAM;
-    hints.ai_flags = AI_PASSIVE;
     addrinfo* found = nullptr;
-    const int rc = ::getaddrinfo(host.c_str(), nullptr, &hints, &found);
+    const int rc = resolve_listen(host, nullptr, &found);
     if (rc != 0)
         return invalid_argument("--host " + host + ": not an address, nor a name that resolves (" +
                                 ::gai_strerror(rc) + ")");
@@ -137,12 +143,8 @@ Status check_listen_host(const std::string& host) {
 // Refuses, before the model loads, a --port already in use on --host: binds a socket there (SO_REUSEADDR,
 // as the server) and closes it. A race with another process remains; the server's own bind reports it.
 Status check_listen_port(const std::string& host, int port) {
-    addrinfo hints{};
-    hints.ai_family = AF_UNSPEC;
-    hints.ai_socktype = SOCK_STREAM;
-    hints.ai_flags = AI_PASSIVE;
     addrinfo* found = nullptr;
-    if (::getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &found) != 0 || found == nullptr)
+    if (resolve_listen(host, std::to_string(port).c_str(), &found) != 0)
         return Status::ok();  // check_listen_host has said what is wrong with the host
     const int fd = ::socket(found->ai_family, found->ai_socktype, found->ai_protocol);
     int error = 0;
