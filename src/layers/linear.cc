@@ -21,6 +21,22 @@ MatmulArgs linear_args(const Linear& linear, const float* x, int64_t num_rows, f
     return args;
 }
 
+// RMSNorm of rows of `width` values (row_stride 0: packed rows) into out, at the same row stride.
+RmsNormArgs rms_norm_args(const RmsNormWeight& norm, const float* x, int64_t num_rows, float* out,
+                          int64_t row_stride) {
+    RmsNormArgs args;
+    args.x = x;
+    args.weight = norm.weight;
+    args.weight_dtype = norm.dtype;
+    args.out = out;
+    args.num_rows = num_rows;
+    args.width = norm.width;
+    args.x_row_stride = row_stride > 0 ? row_stride : norm.width;
+    args.out_row_stride = args.x_row_stride;
+    args.eps = norm.eps;
+    return args;
+}
+
 }  // namespace
 
 Status linear_forward(Backend& backend, const Linear& linear, const float* x, int64_t num_rows, float* y,
@@ -42,32 +58,14 @@ Status linear_group_forward(Backend& backend, std::initializer_list<LinearOutput
 
 Status rms_norm_forward(Backend& backend, const RmsNormWeight& norm, const float* x, int64_t num_rows,
                         float* out, int64_t row_stride) {
-    RmsNormArgs args;
-    args.x = x;
-    args.weight = norm.weight;
-    args.weight_dtype = norm.dtype;
-    args.out = out;
-    args.num_rows = num_rows;
-    args.width = norm.width;
-    args.x_row_stride = row_stride > 0 ? row_stride : norm.width;
-    args.out_row_stride = args.x_row_stride;
-    args.eps = norm.eps;
-    return backend.rms_norm(args);
+    return backend.rms_norm(rms_norm_args(norm, x, num_rows, out, row_stride));
 }
 
 Status add_rms_norm_forward(Backend& backend, const RmsNormWeight& norm, float* hidden, const float* residual,
                             int64_t num_rows, float* out) {
-    RmsNormArgs args;
-    args.x = hidden;
+    RmsNormArgs args = rms_norm_args(norm, hidden, num_rows, out, 0);
     args.residual = residual;
     args.sum_out = hidden;
-    args.weight = norm.weight;
-    args.weight_dtype = norm.dtype;
-    args.out = out;
-    args.num_rows = num_rows;
-    args.width = norm.width;
-    args.x_row_stride = args.out_row_stride = norm.width;
-    args.eps = norm.eps;
     return backend.rms_norm(args);
 }
 
