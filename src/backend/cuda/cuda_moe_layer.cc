@@ -6,10 +6,11 @@
 #include <limits>
 
 #include "backend/cuda/kernels/moe_combine.cuh"
-#include "backend/cuda/kernels/moe_grouped_gemm_sm90.cuh"
+#include "backend/cuda/kernels/moe_grouped_gemm.cuh"
 #include "backend/cuda/kernels/moe_grouped_gemv.cuh"
 #include "backend/cuda/kernels/moe_permute.cuh"
 #include "backend/cuda/kernels/moe_router.cuh"
+#include "backend/cuda/kernels/sm90a.cuh"
 #include "backend/moe_router_args.h"
 
 namespace epinfer::cuda {
@@ -113,7 +114,7 @@ Result<std::unique_ptr<CudaMoeLayer>> CudaMoeLayer::create(const CudaMoeLayerCon
 }
 
 int64_t moe_default_narrow_max_rows(int device) {
-    return moe_grouped_gemm_sm90_available(device) ? 16 : 64;
+    return sm90a_available(device) ? 16 : 64;
 }
 
 CudaMoeTiling moe_step_tiling(int64_t num_tokens, int64_t top_k, int64_t num_experts, int64_t num_extra_groups,

@@ -81,7 +81,7 @@ struct CudaMoeTiling {
 };
 
 // The narrow limit (rows per expert on average) a device is given by default: 16 where kWide runs on
-// wgmma (moe_grouped_gemm_sm90_available), else 64. Crossovers measured on the H200 with bench moe
+// wgmma (sm90a_available), else 64. Crossovers measured on the H200 with bench moe
 // --narrow-max-rows (docs/benchmarks/moe_h200.md): the wgmma tile wins from ~21 rows per expert on.
 int64_t moe_default_narrow_max_rows(int device);
 

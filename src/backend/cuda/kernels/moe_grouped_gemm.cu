@@ -11,6 +11,7 @@
 #include "backend/cuda/kernels/moe_grouped_gemm_tiles.cuh"
 #include "backend/cuda/kernels/moe_grouped_gemv.cuh"
 #include "backend/cuda/kernels/pdl.cuh"
+#include "backend/cuda/kernels/sm90a.cuh"
 
 namespace epinfer::cuda {
 namespace {
@@ -327,7 +328,7 @@ cudaError_t launch_moe_grouped_gemm(const MoeGroupedGemmArgs& args, cudaStream_t
         int device = 0, smem_optin = 0;
         cudaError_t err = cudaGetDevice(&device);
         if (err != cudaSuccess) return err;
-        if (args.kernel == MoeGemmKernel::kAuto && moe_grouped_gemm_sm90_available(device)) {
+        if (args.kernel == MoeGemmKernel::kAuto && sm90a_available(device)) {
             return launch_moe_grouped_gemm_sm90(args, stream);
         }
         err = cudaDeviceGetAttribute(&smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device);

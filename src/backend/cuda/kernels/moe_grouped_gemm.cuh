@@ -29,7 +29,7 @@ enum class MoeGemmEpilogue { kSwiGlu, kStore };
 // kGemv: tiles of gemv_rows ≤ kGemvMaxRows rows (moe_grouped_gemv.cuh: weight streaming on the CUDA
 // cores, decode at one to four tokens), no split-K.
 enum class MoeGemmTile { kNarrow, kWide, kGemv };
-// The kernel of kWide tiles: kAuto: wgmma where moe_grouped_gemm_sm90_available(), else mma.sync;
+// The kernel of kWide tiles: kAuto: wgmma where sm90a_available(), else mma.sync;
 // kMmaSync: mma.sync on every device (the portable kernel, so tests check it on Hopper too).
 enum class MoeGemmKernel { kAuto, kMmaSync };
 
