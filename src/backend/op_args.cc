@@ -1,5 +1,6 @@
 #include "backend/op_args.h"
 
+#include <cmath>
 #include <string>
 
 namespace epinfer {
@@ -183,6 +184,9 @@ Status attention_check(const AttentionArgs& a) {
     EPI_RETURN_IF_ERROR(check_positive(op, "head_dim_qk", a.head_dim_qk));
     EPI_RETURN_IF_ERROR(check_positive(op, "head_dim_v", a.head_dim_v));
     EPI_RETURN_IF_ERROR(check_kv_dtype(op, "kv_dtype", a.kv_dtype));
+    if (!(a.scale > 0.0f) || std::isinf(a.scale)) {  // the GPU kernels take the scores' max before scaling
+        return bad(op, "scale " + std::to_string(a.scale) + " must be positive and finite");
+    }
     if (a.num_heads % a.num_kv_heads != 0) {
         return bad(op, "num_kv_heads " + std::to_string(a.num_kv_heads) + " does not divide num_heads " +
                            std::to_string(a.num_heads));

@@ -147,7 +147,7 @@ struct AttentionArgs {
     int64_t k_token_stride = 0, k_head_stride = 0;
     int64_t v_token_stride = 0, v_head_stride = 0;
     int64_t out_token_stride = 0, out_head_stride = 0;
-    float scale = 1.0f;
+    float scale = 1.0f;  // > 0, finite
     // Optional paging: [num_sequences, block_table_stride] int32, device, or nullptr for contiguous K/V.
     const int32_t* kv_block_tables = nullptr;
     const int32_t* token_sequence = nullptr;  // [T] int32, device, each in [0, num_sequences); or nullptr

@@ -55,7 +55,7 @@ Result<AttentionBenchRow> run_case(Backend& backend, const AttentionDevice& devi
     const int64_t num_blocks = c.batch * table_width;
     const int64_t pool_rows = num_blocks * bs;
 
-    AttentionArgs args;  // pointers below; the plan reads only the sizes
+    AttentionArgs args;  // pointers below; the plan reads the sizes and whether K/V are paged
     args.num_tokens = T;
     args.num_kv_tokens = table_width * bs;  // as set_paged_attention (layers/kv_cache.h)
     args.num_heads = Nh;
@@ -76,9 +76,16 @@ Result<AttentionBenchRow> run_case(Backend& backend, const AttentionDevice& devi
     args.kv_block_size = bs;
     args.kv_dtype = options.kv_dtype;
     args.k = args.v = nullptr;  // the pools below are 256-byte aligned, as flash_attention_supports asks
+    // Every sequence's block table: its slice of one random permutation of the pool's blocks.
+    std::vector<int32_t> tables(static_cast<size_t>(num_blocks));  // [B, table_width]
+    std::iota(tables.begin(), tables.end(), 0);
+    std::mt19937_64 rng(kSeed);
+    std::shuffle(tables.begin(), tables.end(), rng);
+    args.kv_block_tables = tables.data();  // host for now: the plan reads only that K/V are paged
     // The kernel CudaBackend::attention picks for these sizes.
     const AttentionDispatch dispatch = plan_attention_dispatch(args, device);
     row.kernel = attention_kernel_name(dispatch.kernel);
+    if (dispatch.kernel == AttentionKernel::kFlash && dispatch.flash.sm90) row.kernel += "_sm90";
     row.num_splits = dispatch.split().num_splits;
     const size_t workspace_bytes = dispatch.split().workspace_bytes;
 
@@ -99,11 +106,6 @@ Result<AttentionBenchRow> run_case(Backend& backend, const AttentionDevice& devi
                                   static_cast<double>(memory.free_bytes) / (1ull << 30)));
     }
 
-    // Every sequence's block table: its slice of one random permutation of the pool's blocks.
-    std::vector<int32_t> tables(static_cast<size_t>(num_blocks));  // [B, table_width]
-    std::iota(tables.begin(), tables.end(), 0);
-    std::mt19937_64 rng(kSeed);
-    std::shuffle(tables.begin(), tables.end(), rng);
     std::vector<int32_t> positions(static_cast<size_t>(T)), token_sequence(static_cast<size_t>(T));  // [T]
     for (int64_t t = 0; t < T; ++t) {
         positions[t] = static_cast<int32_t>(decode ? c.context - 1 : t);

@@ -63,8 +63,9 @@ struct AttentionBenchOptions {
 struct AttentionBenchRow {
     AttentionBenchCase c;
     AttentionBenchCounts counts;
-    std::string kernel;  // "flash" (kernels/flash_attention.cuh), "mla" (kernels/mla_attention.cuh) or
-                         // "cuda_cores" (kernels/attention.cuh)
+    std::string kernel;        // "flash" (kernels/flash_attention.cuh), "flash_sm90" (its prefill on wgmma,
+                               // kernels/flash_prefill_sm90.cuh), "mla" (kernels/mla_attention.cuh) or
+                               // "cuda_cores" (kernels/attention.cuh)
     int num_splits = 1;        // the kernel plan's key splits (flash-decoding) of the case
     double device_bytes = 0;   // q, out, K/V pools, block tables, positions and workspace
     double time_us = 0;        // median

@@ -1,5 +1,7 @@
 #include "backend/cuda/attention_dispatch.h"
 
+#include "backend/cuda/kernels/sm90a.cuh"
+
 namespace epinfer::cuda {
 
 const char* attention_kernel_name(AttentionKernel kernel) {
@@ -27,6 +29,7 @@ cudaError_t query_attention_device(int device, AttentionDevice* out) {
     // The latent kernel's 160 KiB fit sm_80 and sm_90 but not e.g. sm_120's 99 KiB: there MLA's absorbed
     // attention runs on the CUDA-core kernel and the layer keeps the expanded form for long chunks.
     out->latent_kernel = static_cast<size_t>(smem_optin) >= kMlaAttentionSmemBytes;
+    out->sm90a = sm90a_available(device);
     return cudaSuccess;
 }
 
@@ -37,7 +40,7 @@ AttentionDispatch plan_attention_dispatch(const AttentionArgs& args, const Atten
         d.latent = plan_mla_attention(args, device.num_sms);
     } else if (flash_attention_supports(args)) {
         d.kernel = AttentionKernel::kFlash;
-        d.flash = plan_flash_attention(args, device.num_sms);
+        d.flash = plan_flash_attention(args, device.num_sms, device.sm90a);
     } else {
         d.cuda_cores = plan_attention(args, device.num_sms);
     }

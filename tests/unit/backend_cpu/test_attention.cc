@@ -286,6 +286,22 @@ TEST(Attention, RefusesAnotherKvDtype) {
     for (const float x : out) EXPECT_EQ(x, -7.0f);
 }
 
+// The scale must be positive and finite (the GPU kernels take each row's max before scaling).
+TEST(Attention, RefusesScaleNotPositiveAndFinite) {
+    auto backend = make_cpu_backend(1);
+    const AttentionCase c;
+    std::vector<float> out(c.T * c.Nh * c.Dv, -7.0f);
+    for (const float scale :
+         {0.0f, -0.5f, std::numeric_limits<float>::infinity(), std::numeric_limits<float>::quiet_NaN()}) {
+        AttentionArgs a = c.args(out.data());
+        a.scale = scale;
+        const Status st = backend->attention(a);
+        EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << scale;
+        EXPECT_NE(st.message().find("must be positive and finite"), std::string::npos) << st.message();
+    }
+    for (const float x : out) EXPECT_EQ(x, -7.0f);
+}
+
 // One call over several sequences (token_sequence, block tables padded with −1, one shared pool) gives
 // the same bits as each sequence alone on contiguous K/V.
 TEST(Attention, BatchOfSequencesMatchesEachAlone) {

@@ -17,10 +17,12 @@
 #include <numeric>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "backend/cuda/kernels/flash_attention.cuh"
 #include "backend/cuda/kernels/mla_attention.cuh"
+#include "backend/cuda/kernels/sm90a.cuh"
 #include "common/compare.h"
 #include "cuda_test_util.h"
 
@@ -122,22 +124,27 @@ protected:
         args.out = d_out.f32();
         EXPECT_EQ(cuda::flash_attention_supports(args), flash);
         EXPECT_EQ(cuda::mla_attention_supports(args), shape.latent);
-        const cuda::FlashAttentionPlan plan = flash ? cuda::plan_flash_attention(args, 132) : cuda::FlashAttentionPlan{};
+        plan_ = flash ? cuda::plan_flash_attention(args, 132, cuda::sm90a_available(0))
+                      : cuda::FlashAttentionPlan{};
+        const cuda::FlashAttentionPlan& plan = plan_;
         ASSERT_TRUE(gpu_->attention(args).is_ok());
         const std::vector<float> got = from_gpu<float>(d_out, T * out_tok);
         const Diff d = compare<float>(got, want);
         // The flash and MLA kernels round q and the probabilities to bf16 for the MMA; the CUDA-core kernel
         // reads the same bf16 K/V as the CPU and computes in fp32.
         const DType row = flash || shape.latent ? DType::kBF16 : DType::kF32;
-        const std::string what = fmt::format("heads {}/{} D {}/{} bs {} T {} seqs {}{}", shape.heads, shape.kv_heads,
-                                             shape.dqk, shape.dv, bs, T, num_seqs,
-                                             flash ? fmt::format(" ({}, {} splits)", plan.decode ? "decode" : "prefill",
-                                                                 plan.split.num_splits)
-                                                   : shape.latent ? " (MLA kernel)" : " (CUDA cores)");
+        const std::string kernel = !flash        ? (shape.latent ? "MLA kernel" : "CUDA cores")
+                                   : plan.decode ? fmt::format("decode, {} splits", plan.split.num_splits)
+                                   : plan.sm90   ? std::string("prefill, wgmma")
+                                                 : fmt::format("prefill, {} splits", plan.split.num_splits);
+        const std::string what = fmt::format("heads {}/{} D {}/{} bs {} T {} seqs {} ({})", shape.heads,
+                                             shape.kv_heads, shape.dqk, shape.dv, bs, T, num_seqs, kernel);
         std::printf("measured attention_cuda %s %s: nmse %.3g max_rel %.3g\n", dtype_name(row), what.c_str(), d.nmse,
                     d.max_rel);
         EXPECT_TRUE(within(d, tolerance("attention_cuda", row))) << what;
     }
+
+    cuda::FlashAttentionPlan plan_;  // the flash plan of the last check()
 };
 
 const Shape kFlashShapes[] = {{32, 4, 128, 128}, {24, 2, 64, 64}, {4, 4, 128, 128}, {64, 2, 128, 128},
@@ -164,6 +171,27 @@ TEST_F(AttentionBf16KvTest, FlashPrefillAndMixedBatches) {
     }
     check({32, 4, 128, 128}, Batch{{0}, {77}}, 0, true, seed++);    // contiguous K/V, a prompt
     check({24, 2, 64, 64}, Batch{{999}, {1}}, 0, true, seed++);      // contiguous K/V, one query
+}
+
+// Prompts on the wgmma prefill kernel (flash_prefill_sm90.cuh; H100/H200 with sm_90a in the build): GQA
+// groups of 1, 8, 12 and 32 heads (heads per CTA 1, 8, 4, 16), several 128-key tiles, cached prefixes,
+// block sizes 16 and 5 and contiguous rows, two prompts in one tile, a tile straddling two sequences.
+TEST_F(AttentionBf16KvTest, FlashPrefillWgmma) {
+    if (!cuda::sm90a_available(0))
+        GTEST_SKIP() << "the wgmma kernel needs an sm_90a build on a compute 9.0 GPU";
+    uint32_t seed = 400;
+    const Batch chunked{{300}, {333}};         // a prompt chunk after 300 cached tokens
+    const Batch prompts{{0, 129}, {257, 64}};  // two prompts, one with a prefix
+    for (const Shape& shape :
+         {Shape{32, 4, 128, 128}, Shape{4, 4, 128, 128}, Shape{64, 2, 128, 128}, Shape{24, 2, 128, 128}}) {
+        for (const auto& [batch, bs] : {std::pair{chunked, int64_t{16}}, std::pair{prompts, int64_t{5}},
+                                        std::pair{prompts, int64_t{16}}}) {
+            check(shape, batch, bs, true, seed++);
+            EXPECT_TRUE(plan_.sm90);
+        }
+    }
+    check({32, 4, 128, 128}, Batch{{0}, {201}}, 0, true, seed++);  // contiguous K/V
+    EXPECT_TRUE(plan_.sm90);
 }
 
 // Decode key splits that fill whole waves, pinned to hand counts of ⌈blocks · s / wave⌉ · (keys per split +
@@ -253,42 +281,48 @@ TEST_F(AttentionBf16KvTest, KvCacheStoreRoundsToNearestEvenLikeTheCpu) {
     EXPECT_EQ(got, want);
 }
 
-// The flash kernel reports a query position outside the cache and a negative block id it reaches, with a
-// block size of 4 (a block-table lookup per key) and 16 (one per thread's 8 keys, read a tile ahead).
+// The flash kernels report a query position outside the cache and a negative block id it reaches, with a
+// block size of 4 (a block-table lookup per key) and 16 (one per thread's 8 keys, read a tile ahead): one
+// query (decode) and 16 queries of one sequence (prefill; the wgmma kernel on sm_90a).
 TEST_F(AttentionBf16KvTest, FlashErrorsFailAtSynchronize) {
     const int64_t D = 128;
-    const std::vector<float> q = random_floats(8 * D, 1);
-    DeviceBuffer d_q = to_gpu(q), d_out = to_gpu(std::vector<float>(8 * D));
-    for (const int64_t bs : {int64_t{4}, int64_t{16}}) {
-        const std::vector<uint16_t> pool = random_bf16(8 * bs * 2 * D, 2, 1.0f);  // 8 blocks, K and V
-        DeviceBuffer d_pool = to_gpu(pool);
-        for (const bool bad_position : {true, false}) {
-            DeviceBuffer d_pos = to_gpu(std::vector<int32_t>{static_cast<int32_t>(bad_position ? 2 * bs : bs + 1)});
-            DeviceBuffer d_table = to_gpu(std::vector<int32_t>{1, bad_position ? 2 : -1});
-            AttentionArgs args;
-            args.q = d_q.f32();
-            args.k = d_pool.data();
-            args.v = static_cast<const uint16_t*>(d_pool.data()) + D;
-            args.kv_dtype = DType::kBF16;
-            args.positions = static_cast<const int32_t*>(d_pos.data());
-            args.out = d_out.f32();
-            args.num_tokens = 1;
-            args.num_kv_tokens = 2 * bs;
-            args.num_heads = 8;
-            args.num_kv_heads = 1;
-            args.head_dim_qk = args.head_dim_v = D;
-            args.q_token_stride = 8 * D;
-            args.q_head_stride = args.k_head_stride = args.v_head_stride = args.out_head_stride = D;
-            args.k_token_stride = args.v_token_stride = 2 * D;
-            args.out_token_stride = 8 * D;
-            args.kv_block_tables = static_cast<const int32_t*>(d_table.data());
-            args.num_sequences = 1;
-            args.block_table_stride = 2;
-            args.kv_block_size = bs;
-            ASSERT_TRUE(cuda::flash_attention_supports(args));
-            ASSERT_TRUE(gpu_->attention(args).is_ok());
-            const Status st = gpu_->synchronize();
-            EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << "bs " << bs << " bad position " << bad_position;
+    for (const int64_t T : {int64_t{1}, int64_t{16}}) {
+        const std::vector<float> q = random_floats(T * 8 * D, 1);
+        DeviceBuffer d_q = to_gpu(q), d_out = to_gpu(std::vector<float>(T * 8 * D));
+        for (const int64_t bs : {int64_t{4}, int64_t{16}}) {
+            const std::vector<uint16_t> pool = random_bf16(8 * bs * 2 * D, 2, 1.0f);  // 8 blocks, K and V
+            DeviceBuffer d_pool = to_gpu(pool);
+            for (const bool bad_position : {true, false}) {
+                std::vector<int32_t> positions(T, static_cast<int32_t>(bs + 1));  // in block 1
+                if (bad_position) positions.back() = static_cast<int32_t>(2 * bs);
+                DeviceBuffer d_pos = to_gpu(positions);
+                DeviceBuffer d_table = to_gpu(std::vector<int32_t>{1, bad_position ? 2 : -1});
+                AttentionArgs args;
+                args.q = d_q.f32();
+                args.k = d_pool.data();
+                args.v = static_cast<const uint16_t*>(d_pool.data()) + D;
+                args.kv_dtype = DType::kBF16;
+                args.positions = static_cast<const int32_t*>(d_pos.data());
+                args.out = d_out.f32();
+                args.num_tokens = T;
+                args.num_kv_tokens = 2 * bs;
+                args.num_heads = 8;
+                args.num_kv_heads = 1;
+                args.head_dim_qk = args.head_dim_v = D;
+                args.q_token_stride = 8 * D;
+                args.q_head_stride = args.k_head_stride = args.v_head_stride = args.out_head_stride = D;
+                args.k_token_stride = args.v_token_stride = 2 * D;
+                args.out_token_stride = 8 * D;
+                args.kv_block_tables = static_cast<const int32_t*>(d_table.data());
+                args.num_sequences = 1;
+                args.block_table_stride = 2;
+                args.kv_block_size = bs;
+                ASSERT_TRUE(cuda::flash_attention_supports(args));
+                ASSERT_TRUE(gpu_->attention(args).is_ok());
+                const Status st = gpu_->synchronize();
+                EXPECT_EQ(st.code(), StatusCode::kInvalidArgument)
+                    << "T " << T << " bs " << bs << " bad position " << bad_position;
+            }
         }
     }
 }

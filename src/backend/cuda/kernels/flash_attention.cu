@@ -4,6 +4,8 @@
 
 #include "backend/cuda/kernels/attention.cuh"
 #include "backend/cuda/kernels/flash_attention.cuh"
+#include "backend/cuda/kernels/flash_kv_tile.cuh"
+#include "backend/cuda/kernels/flash_prefill_sm90.cuh"
 #include "backend/cuda/kernels/flash_softmax.cuh"
 #include "backend/cuda/kernels/moe_common.cuh"
 #include "backend/cuda/kernels/pdl.cuh"
@@ -66,10 +68,7 @@ __global__ void __launch_bounds__(kThreads, blocks_per_sm<kDecode>())
     __shared__ float m_s[kWarps * kRows], l_s[kWarps * kRows];
     constexpr int kStages = stages<kDecode>();
     constexpr int kSliceKeys = kDecode ? kTileKeys / kWarps : kTileKeys;  // keys per warp per tile
-    constexpr int kChunks = D / 8;                                        // 16-byte chunks per row
     constexpr int kLd = D + 4;  // fp32 row stride of the final merge: rows 8 apart land on other banks
-    constexpr int kLoads = kTileKeys * kChunks / kThreads;                // per thread per tile, K and V each
-    static_assert(kThreads % kChunks == 0, "a thread copies one chunk column");
 
     const int64_t group = a.num_heads / a.num_kv_heads;
     int64_t block = blockIdx.x;
@@ -136,15 +135,9 @@ __global__ void __launch_bounds__(kThreads, blocks_per_sm<kDecode>())
     for (int n = 0; n < D / 8; ++n) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
     float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
     const float scale_log2 = a.scale * kLog2e;
-    const bf16* k_base = static_cast<const bf16*>(a.k) + kvh * a.k_head_stride;
-    const bf16* v_base = static_cast<const bf16*>(a.v) + kvh * a.v_head_stride;
     const int key_begin = split_index * static_cast<int>(split.keys_per_split);  // positions are int32
-    const int bs = static_cast<int>(a.kv_block_size);
     const int key_slice = kDecode ? warp * kSliceKeys : 0;
-    // This thread's 16-byte chunk column of every K/V row it copies (kThreads is a multiple of kChunks).
-    const bf16* k_chunk = k_base + (threadIdx.x % kChunks) * 8;
-    const bf16* v_chunk = v_base + (threadIdx.x % kChunks) * 8;
-    const int k_stride = static_cast<int>(a.k_token_stride), v_stride = static_cast<int>(a.v_token_stride);
+    KvTileLoader<D, kTileKeys, kThreads> loader(a, kvh);
 
     // Tokens of one sequence at a time (a decode block has one token).
     for (int run_begin = 0; run_begin < num_tok;) {
@@ -158,69 +151,13 @@ __global__ void __launch_bounds__(kThreads, blocks_per_sm<kDecode>())
             active[hr] = row_ok[hr] && row_tok[hr] >= run_begin && row_tok[hr] < run_end;
             pos[hr] = active[hr] ? tok_pos[row_tok[hr]] : -1;
         }
-        const int key_end = min(max_pos + 1, key_begin + static_cast<int>(split.keys_per_split));
-        const int num_tiles = run_seq < 0 || key_end <= key_begin ? 0 : (key_end - key_begin + kTileKeys - 1) / kTileKeys;
-        const int32_t* table = paged ? a.kv_block_tables + static_cast<int64_t>(run_seq) * a.block_table_stride
-                                     : nullptr;
-
-        // Thread t copies chunk t mod kChunks of the kLoads consecutive keys (t / kChunks) · kLoads + i of each
-        // tile, K and V. When the block size is a power of two and a multiple of kLoads (the engine's 16), one
-        // block-table entry covers the thread's keys (read one tile ahead, off the copies' path) and their
-        // rows are consecutive pool rows of that block: a pointer stepped by the row stride.
-        const int key_first = threadIdx.x / kChunks * kLoads, ch = threadIdx.x % kChunks;
-        const bool one_block = table != nullptr && lay.block_shift >= 0 && bs % kLoads == 0;
-        const auto first_block = [&](int tile) {  // the block id of the thread's first key of `tile`
-            const int j = key_begin + tile * kTileKeys + key_first;
-            return j < key_end ? __ldg(table + (j >> lay.block_shift)) : 0;
-        };
-        int next_block = one_block && num_tiles > 0 ? first_block(0) : 0;
-
+        const int key_end = run_seq < 0 ? key_begin
+                                        : min(max_pos + 1, key_begin + static_cast<int>(split.keys_per_split));
+        loader.start(a, lay.block_shift, run_seq, key_begin, key_end);
+        const int num_tiles = loader.num_tiles;
         auto load_tile = [&](int tile) {
             bf16* sk = smem + (tile % kStages) * 2 * kTileKeys * D;
-            bf16* sv = sk + kTileKeys * D;
-            const int j0 = key_begin + tile * kTileKeys + key_first;
-            if (one_block) {
-                const int32_t blk = next_block;
-                if (tile + 1 < num_tiles) next_block = first_block(tile + 1);
-                if (blk < 0 && j0 < key_end) *error_flag = 1;  // its keys read as zeros
-                const int real = blk < 0 ? 0 : key_end - j0;   // the first `real` keys exist
-                // Rows of block max(blk, 0): inside the pool also past key_end, where nothing is read.
-                const int64_t row0 = static_cast<int64_t>(max(blk, 0)) * bs + (j0 & (bs - 1));
-                const bf16* ksrc = k_chunk + row0 * k_stride;
-                const bf16* vsrc = v_chunk + row0 * v_stride;
-#pragma unroll
-                for (int i = 0; i < kLoads; ++i) {
-                    const int bytes = i < real ? 16 : 0;
-                    cp_async_16(sk + swizzle<D>(key_first + i, ch), ksrc, bytes);
-                    cp_async_16(sv + swizzle<D>(key_first + i, ch), vsrc, bytes);
-                    ksrc += k_stride;
-                    vsrc += v_stride;
-                }
-                return;
-            }
-            // Contiguous K/V or any other block size: one lookup per key, all in flight together, then the copies.
-            int32_t blk[kLoads];
-#pragma unroll
-            for (int i = 0; i < kLoads; ++i) {
-                const int j = j0 + i;
-                blk[i] = table != nullptr && j < key_end
-                             ? __ldg(table + (lay.block_shift >= 0 ? j >> lay.block_shift : j / bs))
-                             : 0;
-            }
-#pragma unroll
-            for (int i = 0; i < kLoads; ++i) {
-                const int j = j0 + i;
-                bool ok = j < key_end;
-                if (ok && blk[i] < 0) {
-                    *error_flag = 1;
-                    ok = false;
-                }
-                const int row = table == nullptr ? j : blk[i] * bs + (lay.block_shift >= 0 ? j & (bs - 1) : j % bs);
-                const bf16* ksrc = ok ? k_chunk + static_cast<int64_t>(row) * k_stride : k_base;
-                const bf16* vsrc = ok ? v_chunk + static_cast<int64_t>(row) * v_stride : v_base;
-                cp_async_16(sk + swizzle<D>(key_first + i, ch), ksrc, ok ? 16 : 0);
-                cp_async_16(sv + swizzle<D>(key_first + i, ch), vsrc, ok ? 16 : 0);
-            }
+            loader.load(a, lay.block_shift, tile, sk, sk + kTileKeys * D, [](int key, int c) { return swizzle<D>(key, c); }, error_flag);
         };
 
 #pragma unroll
@@ -368,14 +305,21 @@ bool flash_attention_supports(const AttentionArgs& a) {
            aligned(a.v, a.v_token_stride, a.v_head_stride);
 }
 
-FlashAttentionPlan plan_flash_attention(const AttentionArgs& a, int num_sms) {
+FlashAttentionPlan plan_flash_attention(const AttentionArgs& a, int num_sms, bool sm90a) {
     FlashAttentionPlan plan;
     const int64_t group = a.num_heads / a.num_kv_heads;
-    plan.heads_per_chunk = static_cast<int>(std::min<int64_t>(group, kMaxHeadsPerChunk));
-    plan.num_chunks = static_cast<int>((group + plan.heads_per_chunk - 1) / plan.heads_per_chunk);
     // Every sequence one query token (or a single query): decode.
     const int64_t sequences = a.kv_block_tables != nullptr ? a.num_sequences : 1;
     plan.decode = a.num_tokens <= sequences;
+    if (sm90a && !plan.decode && a.head_dim_qk == 128 && a.num_tokens >= kFlashSm90MinRowsPerSequence * sequences) {
+        plan.sm90 = true;
+        plan.heads_per_chunk = flash_prefill_sm90_heads_per_chunk(group);
+        plan.num_chunks = static_cast<int>(group / plan.heads_per_chunk);
+        plan.tokens_per_block = kFlashPrefillSm90Rows / plan.heads_per_chunk;
+        return plan;
+    }
+    plan.heads_per_chunk = static_cast<int>(std::min<int64_t>(group, kMaxHeadsPerChunk));
+    plan.num_chunks = static_cast<int>((group + plan.heads_per_chunk - 1) / plan.heads_per_chunk);
     plan.tokens_per_block = plan.decode ? 1 : kMaxTokensPerBlock / plan.heads_per_chunk;
     const int64_t tiles = (a.num_tokens + plan.tokens_per_block - 1) / plan.tokens_per_block;
     const int64_t blocks = tiles * a.num_kv_heads * plan.num_chunks;
@@ -402,6 +346,7 @@ cudaError_t launch_flash_attention(const AttentionArgs& args, const FlashAttenti
         lay.block_shift = 0;
         while ((int64_t{1} << lay.block_shift) < bs) ++lay.block_shift;
     }
+    if (plan.sm90) return launch_flash_prefill_sm90(args, plan.heads_per_chunk, lay.block_shift, error_flag, stream);
     const KeySplit split = key_split_in(args, plan.split, workspace);
     const int64_t tiles = (args.num_tokens + plan.tokens_per_block - 1) / plan.tokens_per_block;
     const int64_t num_blocks = tiles * args.num_kv_heads * plan.num_chunks * split.num_splits;

@@ -31,6 +31,7 @@ namespace epinfer::cuda {
 // The launch shape of one flash-attention op, and the workspace it needs.
 struct FlashAttentionPlan {
     bool decode = false;         // decode layout (above) or prefill
+    bool sm90 = false;           // prefill on wgmma (flash_prefill_sm90.cuh; its own layout, no key splits)
     int heads_per_chunk = 0;     // query heads of one group in a block's rows (≤ 16)
     int num_chunks = 0;          // ⌈group / heads_per_chunk⌉
     int tokens_per_block = 0;    // 1 (decode) or ⌊64 / heads_per_chunk⌋
@@ -43,8 +44,12 @@ struct FlashAttentionPlan {
 // more is outside its contract (the engine's pools hold a few million rows).
 bool flash_attention_supports(const AttentionArgs& args);
 
+// sm90a: the device runs the wgmma kernels (sm90a.cuh). Prefill at D = 128 then runs on
+// flash_prefill_sm90.cuh when the batch averages at least kFlashSm90MinRowsPerSequence query tokens per
+// sequence (prompts; a batch of mostly decode rows keeps this kernel, whose 64-row tiles waste less on them).
 // @pre flash_attention_supports(args).
-FlashAttentionPlan plan_flash_attention(const AttentionArgs& args, int num_sms);
+inline constexpr int64_t kFlashSm90MinRowsPerSequence = 16;
+FlashAttentionPlan plan_flash_attention(const AttentionArgs& args, int num_sms, bool sm90a);
 
 // Rows of queries whose position is outside [0, S) or whose token_sequence is outside [0, num_sequences)
 // are zeros and set *error_flag to 1 (never cleared here); a negative block id a query reaches also sets it
