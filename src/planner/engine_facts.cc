@@ -14,7 +14,8 @@ EngineKernels engine_kernels(const ModelCosts& m, int64_t rows, int64_t moe_toke
     } else {  // per-head q/k norms run inside qk_norm_rope_kv_store; whole-projection ones before it
         k.attention = 5 + (m.qk_norm_full_projection ? 2 : 0) + 6 * big;
     }
-    k.moe = 7 + big;
+    // Up to kEngineMoeGemvMaxTokens tokens the gemv tile reads the fp32 x itself: no f32→bf16 kernel.
+    k.moe = (moe_tokens <= kEngineMoeGemvMaxTokens ? 6 : 7) + big;
     // One token: pick mode (CudaMoeTiling::picks), the gemv reads the top-k ids, no permutation plan.
     if (moe_tokens != 1) k.moe += engine_moe_permute_kernels(rows * m.top_k, m.n_experts);
     if (m.shared_width > 0) k.moe += 4 + 4 * big + (m.shared_expert_gate ? 1 + big : 0);

@@ -43,7 +43,9 @@
 //                                       the q_pe copy, attention, bf16 pack and batched GEMM · W_UVᵀ),
 //                                       o_proj; a prompt chunk's expanded form is not counted
 //   MoE            7 + big + permute    post norm, router, top-k, f32→bf16, permute, grouped gate_up,
-//                                       grouped down, combine (cuda_moe_experts.cc run_grouped; split-K
+//                                       grouped down, combine (cuda_moe_experts.cc run_grouped; no
+//                                       f32→bf16 up to kEngineMoeGemvMaxTokens MoE tokens, where the
+//                                       gemv tile reads the fp32 x, MoeGroupedGemmArgs::x_f32; split-K
 //                                       partials are reduced inside the GEMM kernels); the permute of
 //                                       p = rows·K picks (kernels/moe_permute.cu,
 //                                       engine_moe_permute_kernels): 1 kernel up to 1024 picks, 4 up to
@@ -64,9 +66,10 @@
 //     per layer at every row count up to 256 once the longest context passes 256 tokens, none at 1024 rows;
 //   - the split-K tile counters' memset, one node when the narrow MoE tile splits K (a grid under 4 waves:
 //     Qwen3-30B-A3B at 5–10 rows on 132 SMs; never with the ≤ 4-row kGemv tile or the wide tile).
-// Qwen3-30B-A3B (contexts ≤ 256): 5 + 7 = 12 kernels per layer at 1 row (pick mode), 5 + 8 = 13 at 8,
-// 11 + 9 = 20 at 64, 11 + 12 = 23 at 256, 11 + 17 = 28 at 1024; 48 × 12 + 4 = 580 per decode step at one
-// row. Before 77f1e2f (fdefb56's engine): q, k and v three launches at every row count, gate and up two
+// Qwen3-30B-A3B (contexts ≤ 256): 5 + 6 = 11 kernels per layer at 1 row (pick mode), 5 + 8 = 13 at 8,
+// 11 + 9 = 20 at 64, 11 + 12 = 23 at 256, 11 + 17 = 28 at 1024; 48 × 11 + 4 = 532 per decode step at one
+// row (580 before the gemv read the fp32 x, the count h200_epinfer_2026-11-30d.json was fitted with).
+// Before 77f1e2f (fdefb56's engine): q, k and v three launches at every row count, gate and up two
 // (GQA attention 7 + 2·qkf + 4·big, shared experts + 5 + 3·big, dense MLP 5 + 3·big): 14, 15 per
 // Qwen3-30B-A3B layer at 1 and 8 rows, 676 per decode step at one row, the count
 // h200_epinfer_2026-11-30c.json was fitted with. Before fdefb56 (the engine of 7dc5532..ccc87c8): 21, 22,
@@ -149,6 +152,7 @@ inline constexpr int kEngineKvBytesPerElement = 2;          // bf16 KV cache (CU
 inline constexpr int kEngineActivationBytesPerElement = 4;  // fp32 activations
 inline constexpr int kEngineExpertRowBytesPerElement = 2;   // bf16 rows inside the grouped expert GEMMs
 inline constexpr int64_t kEngineSmallMatmulMaxRows = 16;    // matmul rows of the fp32 small-T kernel
+inline constexpr int64_t kEngineMoeGemvMaxTokens = 4;       // MoE steps on the gemv tile (kGemvMaxRows)
 inline constexpr int64_t kEngineMaxStepTokens = 2048;       // default --max-step-tokens (prefill chunk)
 inline constexpr int64_t kEngineMaxGraphRows = 256;         // models/model.h Model::kMaxGraphRows
 inline constexpr int64_t kEngineKvBlockTokens = 16;         // engine/engine.h EngineOptions::block_size

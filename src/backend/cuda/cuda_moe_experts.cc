@@ -169,8 +169,10 @@ Status CudaMoeExperts::run_grouped(Backend& backend, const MoeExpertsArgs& a, co
     const size_t down_partials =
         tiling.split_k_down > 1 ? static_cast<size_t>(tiling.split_k_down * picks * H) : 0;
 
+    // Decode sizes (the gemv tile) read the fp32 x and round it as they go; the others read a bf16 copy.
+    const bool x_f32 = tiling.tile == MoeGemmTile::kGemv && aligned16(a.x);
     Pieces pieces;
-    const size_t x_bf16 = pieces.add(static_cast<size_t>(T * H) * 2);  // [T, H] bf16
+    const size_t x_bf16 = pieces.add(x_f32 ? 0 : static_cast<size_t>(T * H) * 2);  // [T, H] bf16
     const PlanLayout plan = plan_layout(pieces, permute);
     const size_t partials = pieces.add(std::max(gate_up_partials, down_partials) * sizeof(float));
     MoeGroupedGemmArgs gemm;
@@ -200,7 +202,7 @@ Status CudaMoeExperts::run_grouped(Backend& backend, const MoeExpertsArgs& a, co
     EPI_ASSIGN_OR_RETURN(DeviceBuffer buffer, DeviceBuffer::alloc(backend, pieces.total()));
     bind_plan(permute, plan, buffer);
 
-    EPI_CUDA_CHECK(launch_f32_rows_to_bf16(a.x, H, T, H, at<void>(buffer, x_bf16), stream));
+    if (!x_f32) EPI_CUDA_CHECK(launch_f32_rows_to_bf16(a.x, H, T, H, at<void>(buffer, x_bf16), stream));
     if (!tiling.picks) {
         EPI_CUDA_CHECK(
             launch_moe_permute(permute, at<void>(buffer, plan.workspace), plan.workspace_bytes, stream));
@@ -221,7 +223,8 @@ Status CudaMoeExperts::run_grouped(Backend& backend, const MoeExpertsArgs& a, co
 
     MoeGroupedGemmArgs gate_up = gemm;  // h = silu(x·gateᵀ) · (x·upᵀ)
     gate_up.weight_ptrs = reinterpret_cast<const void* const*>(table.device);
-    gate_up.x = at<void>(buffer, x_bf16);
+    gate_up.x = x_f32 ? static_cast<const void*>(a.x) : at<void>(buffer, x_bf16);
+    gate_up.x_f32 = x_f32;
     gate_up.x_row_of_row = tiling.picks ? nullptr : permute.token_of_row;
     gate_up.picks.x_per_token = true;
     gate_up.out_features = I;

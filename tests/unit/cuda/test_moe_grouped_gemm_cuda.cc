@@ -14,8 +14,10 @@
 #include <vector>
 
 #include "backend/cuda/kernels/moe_grouped_gemm.cuh"
+#include "backend/cuda/kernels/moe_grouped_gemv.cuh"
 #include "common/compare.h"
 #include "cuda_test_util.h"
+#include "planner/engine_facts.h"
 
 namespace epinfer::test {
 namespace {
@@ -61,6 +63,34 @@ std::vector<float> reference(const GemmCase& c, const std::vector<std::vector<ui
         }
     }
     return out;
+}
+
+// The planner counts no f32→bf16 kernel in MoE steps the gemv tile takes (engine_facts.h).
+static_assert(planner::kEngineMoeGemvMaxTokens == cuda::kGemvMaxRows, "the planner's gemv token limit");
+
+// An fp32 copy of bf16 values x, each moved by a random relative amount below 2^-10 — less than half a bf16
+// spacing either side — so that rounding to nearest even gives back x: the input of a launch with x_f32.
+std::vector<float> fp32_rounding_to(const std::vector<uint16_t>& x, uint32_t seed) {
+    std::mt19937 rng(seed);
+    std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+    std::vector<float> out(x.size());
+    for (size_t i = 0; i < x.size(); ++i) out[i] = bf16_to_f32(x[i]) * (1.0f + u(rng) * 0x1p-10f);
+    return out;
+}
+
+// Runs `args` (a gemv launch that gave `bits` on the bf16 x) again on an fp32 x that rounds to it, with
+// x_f32: the same bits. out_elems: the output's bf16 elements.
+void expect_same_bits_from_fp32_x(const cuda::MoeGroupedGemmArgs& args, const std::vector<uint16_t>& x,
+                                  uint32_t seed, size_t out_elems, const std::vector<uint16_t>& bits,
+                                  const std::string& what) {
+    cuda::CudaBuffer d_x32 = upload(fp32_rounding_to(x, seed));
+    cuda::CudaBuffer d_out32 = poisoned<uint16_t>(out_elems);
+    cuda::MoeGroupedGemmArgs f32 = args;
+    f32.x = d_x32.data();
+    f32.x_f32 = true;
+    f32.out = d_out32.data();
+    ASSERT_EQ(cuda::launch_moe_grouped_gemm(f32, nullptr), cudaSuccess) << what;
+    EXPECT_EQ(download<uint16_t>(d_out32.data(), out_elems), bits) << what;
 }
 
 class MoeGroupedGemmCudaTest : public CudaTest, public ::testing::WithParamInterface<GemmCase> {};
@@ -158,7 +188,14 @@ TEST_P(MoeGroupedGemmCudaTest, WideAndGemvTilesMatchHostReference) {
         for (size_t i = 0; i < bits.size(); ++i) got[i] = bf16_to_f32(bits[i]);
         const Diff d = compare<float>(got, want);
         EXPECT_TRUE(within(d, tolerance("moe_grouped_gemm_cuda", DType::kBF16))) << c.name << ", " << kernel_name;
+        if (run.tile == cuda::MoeGemmTile::kGemv) {
+            expect_same_bits_from_fp32_x(args, x, seed + 3, static_cast<size_t>(rows * n), bits,
+                                         std::string(c.name) + ", " + kernel_name + ", fp32 x");
+        }
     }
+    args.tile = cuda::MoeGemmTile::kWide;  // fp32 x is the gemv tile's alone
+    args.x_f32 = true;
+    EXPECT_EQ(cuda::launch_moe_grouped_gemm(args, nullptr), cudaErrorInvalidValue);
 }
 
 INSTANTIATE_TEST_SUITE_P(
@@ -217,6 +254,9 @@ TEST_F(CudaTest, GemvPickModeMatchesHostReference) {
             ASSERT_EQ(cuda::launch_moe_grouped_gemm(args, nullptr), cudaSuccess);
             const std::vector<uint16_t> bits =
                 download<uint16_t>(d_out.data(), static_cast<size_t>(rows * n));
+            expect_same_bits_from_fp32_x(args, x, seed + 7, static_cast<size_t>(rows * n), bits,
+                                         "swiglu " + std::to_string(swiglu) + ", x per token " +
+                                             std::to_string(x_per_token) + ", fp32 x");
 
             std::vector<float> got, want;
             int64_t skipped = 0, poison_kept = 0;

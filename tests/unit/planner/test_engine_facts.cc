@@ -30,16 +30,18 @@ TEST(EngineFacts, KernelsPerLayerQwen3) {
     // Batch 1 (77f1e2f): input norm (with the last MLP's add), [q, k, v] in one launch,
     // qk_norm_rope_kv_store (per-head q/k norms, 2 rope, 2 kv store), flash attention, o_proj = 5 (7 in
     // fdefb56's engine: q, k, v three launches); post norm (with the attention's add), router, top-k,
-    // f32→bf16, gate_up, down (kGemv in pick mode: no permute, no split-K), combine = 7.
+    // gate_up, down (kGemv in pick mode: no permute, no split-K, x read as fp32), combine = 6.
     ModelCosts m = qwen3_30b();
     EngineKernels one = kernels_of_rows(m, 1);
     EXPECT_EQ(one.attention, 5);
-    EXPECT_EQ(one.moe, 7);
+    EXPECT_EQ(one.moe, 6);
     EXPECT_EQ(one.head, 4);
     EXPECT_EQ(one.stage_send, 1);  // a sending pipeline stage's last add, once per forward
-    // 2 rows: the permute (one block) plans the rows: 8.
-    EXPECT_EQ(kernels_of_rows(m, 2).moe, 8);
-    // 8 rows: the narrow tile (its split-K memset at 5–10 rows is not counted).
+    // 2 rows: the permute (one block) plans the rows: 7; up to 4 the gemv tile reads the fp32 x.
+    EXPECT_EQ(kernels_of_rows(m, 2).moe, 7);
+    EXPECT_EQ(kernels_of_rows(m, 4).moe, 7);
+    // 8 rows: the narrow tile on a bf16 copy of x (its split-K memset at 5–10 rows is not counted).
+    EXPECT_EQ(kernels_of_rows(m, 5).moe, 8);
     EXPECT_EQ(kernels_of_rows(m, 8).attention, 5);
     EXPECT_EQ(kernels_of_rows(m, 8).moe, 8);
     // Past 16 rows q, k and v run one by one, and each projection (q, k, v, o, router, LM head) adds its
@@ -82,10 +84,12 @@ TEST(EngineFacts, QkNormsOfTheWholeProjectionRunAlone) {
 
 TEST(EngineFacts, PickModeNeedsOneMoeToken) {
     // DP attention, one row on this rank and one on another DP group's: the experts receive both, the
-    // permute plans them (8); one MoE token over the group runs pick mode (7).
+    // permute plans them (7, the gemv tile); one MoE token over the group runs pick mode (6); 5 MoE tokens
+    // the narrow tile, with the f32→bf16 copy of x (8).
     ModelCosts m = qwen3_30b();
-    EXPECT_EQ(engine_kernels(m, 1, 2, 1).moe, 8);
-    EXPECT_EQ(engine_kernels(m, 1, 1, 1).moe, 7);
+    EXPECT_EQ(engine_kernels(m, 1, 2, 1).moe, 7);
+    EXPECT_EQ(engine_kernels(m, 1, 1, 1).moe, 6);
+    EXPECT_EQ(engine_kernels(m, 1, 5, 1).moe, 8);
 }
 
 TEST(EngineFacts, MoePermuteKernels) {
@@ -118,15 +122,15 @@ TEST(EngineFacts, DpAttentionMoeOnTheHost) {
 
 TEST(EngineFacts, KernelsPerLayerKimiK2) {
     // MLA with q_lora: 11 + the absorbed form's 5 more (two packs, two batched GEMMs, the q_pe copy; the
-    // attention op counted in the 11; the residual add runs in the post-attention norm); MoE 7 at one token
-    // (pick mode: no permute) + one shared expert's [gate, up] (one launch), silu·mul, down and its add
-    // into the routed output; dense MLP 4: post norm, [gate, up], silu·mul, down. At 64 rows: + 4
-    // f32→bf16 conversions in attention, + the router's, + the permute (512 picks: one block), gate and up
-    // apart (+ 1) and 3 conversions in the shared expert and in the dense MLP.
+    // attention op counted in the 11; the residual add runs in the post-attention norm); MoE 6 at one token
+    // (pick mode: no permute; the gemv reads the fp32 x) + one shared expert's [gate, up] (one launch),
+    // silu·mul, down and its add into the routed output; dense MLP 4: post norm, [gate, up], silu·mul, down.
+    // At 64 rows: + 4 f32→bf16 conversions in attention, + the router's, + the permute (512 picks: one
+    // block), gate and up apart (+ 1) and 3 conversions in the shared expert and in the dense MLP.
     ModelCosts m = model_costs(testing::kimi_k2_config());
     EngineKernels one = kernels_of_rows(m, 1);
     EXPECT_EQ(one.attention, 16);
-    EXPECT_EQ(one.moe, 7 + 4);
+    EXPECT_EQ(one.moe, 6 + 4);
     EXPECT_EQ(one.dense_mlp, 4);
     EngineKernels big = kernels_of_rows(m, 64);
     EXPECT_EQ(big.attention, 20);
@@ -182,12 +186,12 @@ protected:
 };
 
 TEST_F(Qwen3OnMeasuredH200, KernelsAtTheMeasuredLatency) {
-    // 48 layers · 12 (pick mode: no permute; fdefb56's fused norms and q/k preparation, 77f1e2f's one
-    // launch for q, k, v) + head 4 = 580 kernels, each graph_kernel_us 0.5 + kernel_latency_us 7.42 (that
-    // profile's engine, 6c868cd, launched 1060: 22 per layer with the permute).
+    // 48 layers · 11 (pick mode: no permute, the gemv reading the fp32 x; fdefb56's fused norms and q/k
+    // preparation, 77f1e2f's one launch for q, k, v) + head 4 = 532 kernels, each graph_kernel_us 0.5 +
+    // kernel_latency_us 7.42 (that profile's engine, 6c868cd, launched 1060: 22 per layer with the permute).
     DecodeResult one = decode_step(in_, 1, 1 << 30);
-    EXPECT_EQ(one.step.kernels, 580);
-    EXPECT_NEAR(one.step.launch_us, 580 * 7.92, 1e-6);
+    EXPECT_EQ(one.step.kernels, 532);
+    EXPECT_NEAR(one.step.launch_us, 532 * 7.92, 1e-6);
     // 1024 rows: 48 · (11 + 17) + 5 = 1349 kernels.
     DecodeResult big = decode_step(in_, 1024, 1 << 30);
     EXPECT_EQ(big.step.kernels, 1349);

@@ -42,10 +42,10 @@ protected:
 constexpr double kLayerUs = 8.388608 + 0.4096 + 6.291456 + 0.016384 + 0.141376;
 // LM head 1000 · 1024 · 2 B = 2.048 µs, its activations 4 · (4 · 1024 + 2 · 1000) = 24,384 B = 0.024384 µs.
 constexpr double kHeadUs = 2.048 + 0.024384;
-// 12 kernels per layer at one row (GQA 5: q, k, v in one launch; MoE 7: pick mode, no permute; the residual
-// adds inside the norms), 4 for the head. A pipeline stage that sends runs its last add alone: 1 kernel,
-// 4 · 1024 B more per row (0.004096 µs at one row).
-constexpr int kLayerKernels = 12, kHeadKernels = 4, kSendAddKernels = 1;
+// 11 kernels per layer at one row (GQA 5: q, k, v in one launch; MoE 6: pick mode, no permute, the gemv
+// reading the fp32 x; the residual adds inside the norms), 4 for the head. A pipeline stage that sends runs
+// its last add alone: 1 kernel, 4 · 1024 B more per row (0.004096 µs at one row).
+constexpr int kLayerKernels = 11, kHeadKernels = 4, kSendAddKernels = 1;
 constexpr double kSendAddUs = 0.004096;
 
 TEST(EngineFacts, DecodeGraphsOnlyOnOneRank) {
@@ -105,12 +105,13 @@ TEST(EngineFacts, TheSynchronousEnginesCollectiveGapIsRefused) {
 TEST_F(EngineSync, KernelCostWithAndWithoutGraphs) {
     EXPECT_DOUBLE_EQ(kernel_fixed_us(hw_.gpu, true), 1.5);
     EXPECT_DOUBLE_EQ(kernel_fixed_us(hw_.gpu, false), 3.0);
-    // tp1, one request: a decode graph, 4 · 12 (pick mode: no permute) + 4 = 52 kernels at 1.5 µs.
+    // tp1, one request: a decode graph, 4 · 11 (pick mode: no permute, the gemv reads the fp32 x) + 4 = 48
+    // kernels at 1.5 µs.
     DecodeResult one = decode_step(inputs(ParallelLayout{1, 1, 1, 1, 1}), 1, 1 << 30);
     EXPECT_TRUE(one.step.decode_graph);
-    EXPECT_EQ(one.step.kernels, 52);
-    EXPECT_NEAR(one.step.launch_us, 52 * 1.5, 1e-9);
-    EXPECT_NEAR(one.step.step_us, 4 * kLayerUs + kHeadUs + 52 * 1.5, 1e-9);
+    EXPECT_EQ(one.step.kernels, 48);
+    EXPECT_NEAR(one.step.launch_us, 48 * 1.5, 1e-9);
+    EXPECT_NEAR(one.step.step_us, 4 * kLayerUs + kHeadUs + 48 * 1.5, 1e-9);
     // 257 rows: past the largest graph; launched one by one.
     DecodeResult big = decode_step(inputs(ParallelLayout{1, 1, 1, 1, 1}), 257, 1 << 30);
     EXPECT_FALSE(big.step.decode_graph);
@@ -118,26 +119,26 @@ TEST_F(EngineSync, KernelCostWithAndWithoutGraphs) {
 }
 
 TEST_F(EngineSync, TwoRanksLaunchEagerlyAndQueueTheirCollectives) {
-    // tp2, one request (test_cost_model.cc Tp2DecodeOneRequest with these kernel figures): no graph, so 52
+    // tp2, one request (test_cost_model.cc Tp2DecodeOneRequest with these kernel figures): no graph, so 48
     // kernels at 2 + 1 µs; each of the 8 all-reduces is queued on the stream and costs its link time alone:
     // 10 + 4096 · 1 / 1e5 = 10.04096 µs.
     DecodeResult r = decode_step(inputs(ParallelLayout{1, 2, 1, 2, 1}), 1, 1 << 30);
     const StepBreakdown& s = r.step;
     EXPECT_FALSE(s.decode_graph);
-    EXPECT_EQ(s.kernels, 52);
-    EXPECT_NEAR(s.launch_us, 52 * 3.0, 1e-9);
+    EXPECT_EQ(s.kernels, 48);
+    EXPECT_NEAR(s.launch_us, 48 * 3.0, 1e-9);
     const CollectiveTerm* attn = term(s, "attention all_reduce");
     ASSERT_NE(attn, nullptr);
     EXPECT_NEAR(attn->us_per_call, 10.04096, 1e-9);
     EXPECT_NEAR(s.collectives_us(), 8 * 10.04096, 1e-9);
     const double parts = 17.596416 + 4 * 3.145728 + (4 * 0.016384 + 1.024) + (4 * 0.112704 + 0.020384);
-    EXPECT_NEAR(s.step_us, parts + 52 * 3.0 + 8 * 10.04096, 1e-9);
+    EXPECT_NEAR(s.step_us, parts + 48 * 3.0 + 8 * 10.04096, 1e-9);
 }
 
 TEST_F(EngineSync, PipelineOfOneMicroBatchRunsTheStagesInTurn) {
     // pp2, one request: one micro-batch, so stage 1 waits for all of stage 0: the whole model's time, not
-    // half. Stage 0: layers 0–1 and the add before its send, 25 kernels at 3 µs (no graph on two ranks);
-    // stage 1: layers 2–3 and the head, 28 kernels. Send of one fp32 row (4096 B): 5 + 4096 / 2e5 µs; then
+    // half. Stage 0: layers 0–1 and the add before its send, 23 kernels at 3 µs (no graph on two ranks);
+    // stage 1: layers 2–3 and the head, 26 kernels. Send of one fp32 row (4096 B): 5 + 4096 / 2e5 µs; then
     // the broadcast of the id and the non-finite flag (MPI on the host): 2 · (5 + 4 / 2e5) µs.
     DecodeResult r = decode_step(inputs(ParallelLayout{2, 1, 1, 1, 1}), 1, 1 << 30);
     const StepBreakdown& s = r.step;

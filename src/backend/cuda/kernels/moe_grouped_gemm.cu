@@ -322,6 +322,7 @@ cudaError_t launch_moe_grouped_gemm(const MoeGroupedGemmArgs& args, cudaStream_t
         (args.tile != MoeGemmTile::kGemv || args.gemv_rows != 1 || args.x_row_of_row != nullptr)) {
         return cudaErrorInvalidValue;
     }
+    if (args.x_f32 && args.tile != MoeGemmTile::kGemv) return cudaErrorInvalidValue;
     if (args.tile == MoeGemmTile::kGemv) return launch_moe_grouped_gemv(args, stream);
     const bool swiglu = args.epilogue == MoeGemmEpilogue::kSwiGlu;
     if (args.tile == MoeGemmTile::kWide) {

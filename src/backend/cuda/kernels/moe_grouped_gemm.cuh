@@ -66,7 +66,10 @@ struct MoeGroupedGemmArgs {
     // Every pointer 16-byte aligned. nullptr: the stacked layout above.
     const void* const* weight_ptrs = nullptr;  // [G_w · weight_ptr_stride] device pointers, device
     int64_t weight_ptr_stride = 1;
-    const void* x = nullptr;              // [rows_x, Kd] bf16, device
+    const void* x = nullptr;              // [rows_x, Kd] bf16, device (fp32 with x_f32)
+    // kGemv only: x is fp32, each value rounded to bf16 (nearest even) as the tile reads it — the bits a
+    // launch_f32_rows_to_bf16 copy would hold, without that launch (decode steps).
+    bool x_f32 = false;
     const int32_t* x_row_of_row = nullptr;  // [rows] row of x that GEMM row r reads; nullptr: row r itself
     const int32_t* group_row_begin = nullptr;     // [G] int32, device
     const int32_t* group_row_end = nullptr;       // [G] int32, device

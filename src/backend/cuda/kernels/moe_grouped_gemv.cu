@@ -2,9 +2,9 @@
 // one to four tokens), where the MMA tiles' pipelines and split-K cost more than the weight bytes. Each
 // warp streams four weight rows (SwiGLU: gate rows f, f + 1 and up rows N + f, N + f + 1; kStore: rows
 // f … f + 3) with 16-byte loads, kBatch chunks per row in flight per lane, and multiplies them with the
-// ≤ kRows bf16 x rows of its tile (read through L1/L2), fp32 accumulation; a shuffle tree sums the lanes
-// and lane 0 applies the epilogue (silu(g)·u, or the store) and writes bf16 — the same epilogue as the MMA
-// kernels. The tile height kRows (1, 2 or 4: args.gemv_rows) sizes the accumulators, so a one-token step
+// ≤ kRows x rows of its tile (bf16, or fp32 rounded to bf16 as read: MoeGroupedGemmArgs::x_f32; through
+// L1/L2), fp32 accumulation; a shuffle tree sums the lanes and lane 0 applies the epilogue (silu(g)·u, or the
+// store) and writes bf16 — the same epilogue as the MMA kernels. The tile height kRows (1, 2 or 4: args.gemv_rows) sizes the accumulators, so a one-token step
 // keeps few registers and more blocks resident (with the loads below, the layer at one token went from
 // 0.29 to 0.34 SOL for Qwen3-30B-A3B and 0.64 to 0.73 for DeepSeek-V3 on the H200,
 // docs/benchmarks/moe_h200.md). A tile is found from the permutation plan (locate_tile) or, in pick mode,
@@ -64,8 +64,21 @@ __device__ __forceinline__ int64_t x_row_of(const MoeGroupedGemmArgs& args, bool
     return !p.x_per_token ? r : (r < num_picks ? r / p.top_k : r - num_picks);
 }
 
+// Eight x values of row `row` at element c · 8 as four bf16 pairs: read as bf16, or (kXF32) read as fp32 and
+// rounded to nearest even, as launch_f32_rows_to_bf16 would have stored them.
+template <bool kXF32>
+__device__ __forceinline__ uint4 load_x_chunk(const void* row, int64_t c) {
+    if constexpr (kXF32) {
+        const float4* src = reinterpret_cast<const float4*>(static_cast<const float*>(row) + c * 8);
+        const float4 a = __ldg(src), b = __ldg(src + 1);
+        return uint4{pack_bf16(a.x, a.y), pack_bf16(a.z, a.w), pack_bf16(b.x, b.y), pack_bf16(b.z, b.w)};
+    } else {
+        return __ldg(reinterpret_cast<const uint4*>(static_cast<const bf16*>(row) + c * 8));
+    }
+}
+
 // Pick mode (MoeGemmPicks) is a launch of the one-row kernel; the others compile without its branches.
-template <bool kSwiGlu, int kRows>
+template <bool kSwiGlu, int kRows, bool kXF32>
 __global__ void __launch_bounds__(kWarps * 32) moe_grouped_gemv_kernel(MoeGroupedGemmArgs args, int64_t n_tiles) {
     pdl_begin();
     TileCoord tc;
@@ -86,12 +99,13 @@ __global__ void __launch_bounds__(kWarps * 32) moe_grouped_gemv_kernel(MoeGroupe
         const int64_t f = min(f0 + j % kOutPerWarp, n - 1);  // past N: reread, not stored
         w_row[j] = (kSwiGlu && j >= kOutPerWarp ? gw.second : gw.first) + f * kd;
     }
-    const bf16* x = static_cast<const bf16*>(args.x);
-    const bf16* x_row[kRows];
+    const char* x = static_cast<const char*>(args.x);
+    constexpr int64_t kXBytes = kXF32 ? sizeof(float) : sizeof(bf16);
+    const void* x_row[kRows];
 #pragma unroll
     for (int t = 0; t < kRows; ++t) {
         const int64_t r = tc.row0 + min(t, tc.rows_valid - 1);  // past the group: reread, not stored
-        x_row[t] = x + x_row_of(args, picks, r) * kd;
+        x_row[t] = x + x_row_of(args, picks, r) * kd * kXBytes;
     }
     float acc[kWeightRowsPerWarp][kRows] = {};
     const int64_t chunks = kd / 8;
@@ -110,7 +124,7 @@ __global__ void __launch_bounds__(kWarps * 32) moe_grouped_gemv_kernel(MoeGroupe
 #pragma unroll
             for (int t = 0; t < kRows; ++t) {
                 if (t >= tc.rows_valid) break;
-                const uint4 xr = __ldg(reinterpret_cast<const uint4*>(x_row[t] + c * 8));
+                const uint4 xr = load_x_chunk<kXF32>(x_row[t], c);
                 const __nv_bfloat162* xp = reinterpret_cast<const __nv_bfloat162*>(&xr);
 #pragma unroll
                 for (int j = 0; j < kWeightRowsPerWarp; ++j) {
@@ -146,21 +160,21 @@ __global__ void __launch_bounds__(kWarps * 32) moe_grouped_gemv_kernel(MoeGroupe
     }
 }
 
-template <bool kSwiGlu, int kRows>
+template <bool kSwiGlu, int kRows, bool kXF32>
 cudaError_t launch(const MoeGroupedGemmArgs& args, cudaStream_t stream) {
     const int64_t n_tiles = ceil_div<int64_t>(args.out_features, outputs_per_block<kSwiGlu>());
     const int64_t num_blocks = n_tiles * args.max_row_tiles;
     if (num_blocks == 0) return cudaSuccess;
-    return launch_pdl(moe_grouped_gemv_kernel<kSwiGlu, kRows>, dim3(static_cast<unsigned>(num_blocks)),
+    return launch_pdl(moe_grouped_gemv_kernel<kSwiGlu, kRows, kXF32>, dim3(static_cast<unsigned>(num_blocks)),
                       dim3(kWarps * 32), 0, stream, args, n_tiles);
 }
 
-template <bool kSwiGlu>
+template <bool kSwiGlu, bool kXF32>
 cudaError_t launch_rows(const MoeGroupedGemmArgs& args, cudaStream_t stream) {
     switch (args.gemv_rows) {
-        case 1: return launch<kSwiGlu, 1>(args, stream);
-        case 2: return launch<kSwiGlu, 2>(args, stream);
-        case kGemvMaxRows: return launch<kSwiGlu, kGemvMaxRows>(args, stream);
+        case 1: return launch<kSwiGlu, 1, kXF32>(args, stream);
+        case 2: return launch<kSwiGlu, 2, kXF32>(args, stream);
+        case kGemvMaxRows: return launch<kSwiGlu, kGemvMaxRows, kXF32>(args, stream);
         default: return cudaErrorInvalidValue;
     }
 }
@@ -176,8 +190,9 @@ int64_t moe_gemv_weight_rows_per_block() {
 }
 
 cudaError_t launch_moe_grouped_gemv(const MoeGroupedGemmArgs& args, cudaStream_t stream) {
-    return args.epilogue == MoeGemmEpilogue::kSwiGlu ? launch_rows<true>(args, stream)
-                                                     : launch_rows<false>(args, stream);
+    const bool swiglu = args.epilogue == MoeGemmEpilogue::kSwiGlu;
+    if (args.x_f32) return swiglu ? launch_rows<true, true>(args, stream) : launch_rows<false, true>(args, stream);
+    return swiglu ? launch_rows<true, false>(args, stream) : launch_rows<false, false>(args, stream);
 }
 
 }  // namespace epinfer::cuda
