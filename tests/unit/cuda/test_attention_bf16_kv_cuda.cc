@@ -158,6 +158,7 @@ TEST_F(AttentionBf16KvTest, FlashDecode) {
         for (const int64_t bs : {int64_t{16}, int64_t{5}}) check(shape, batch, bs, true, seed++);
     }
     check({32, 4, 128, 128}, Batch{{4000}, {1}}, 16, true, seed++);  // one sequence: every split busy
+    check({32, 4, 128, 128}, Batch{{200}, {1}}, 16, true, seed++);   // one short sequence
 }
 
 // Prompt chunks next to decode rows: the prefill layout, tiles holding tokens of several sequences.
@@ -206,9 +207,12 @@ TEST(WholeWaveSplits, PinnedToHandCounts) {
     // s = 6 4 · 832 = 3328, s = 1 4224. 32 blocks over 32768: s = 12 is one wave of 384 blocks, 2752 + 128
     // = 2880; s = 13 spills into a second wave. MLA-like (tiles of 32, wave 132): 64 blocks over 4096 keys
     // take 2 splits (one wave, 2112) over 4 (two waves, 2176). 2048 prefill-like blocks: s = 1 (8 · 4224 =
-    // 33792 < 16 · 2176).
-    for (const Case& c : {Case{256, 4096, 396, 256, 64, 128, 3, 1408}, Case{32, 32768, 396, 256, 64, 128, 12, 2752},
-                          Case{64, 4096, 132, 128, 32, 64, 2, 2048}, Case{2048, 4096, 264, 256, 64, 128, 1, 4096}}) {
+    // 33792 < 16 · 2176). 4 blocks over 256 keys, a split at least one tile of 64: s = 4 is one wave of 64 +
+    // 128 = 192, s = 2 256, s = 1 384.
+    for (const Case& c :
+         {Case{256, 4096, 396, 256, 64, 128, 3, 1408}, Case{32, 32768, 396, 256, 64, 128, 12, 2752},
+          Case{64, 4096, 132, 128, 32, 64, 2, 2048}, Case{2048, 4096, 264, 256, 64, 128, 1, 4096},
+          Case{4, 256, 396, 64, 64, 128, 4, 64}}) {
         AttentionArgs args;
         args.num_tokens = 64;
         args.num_heads = 32;
