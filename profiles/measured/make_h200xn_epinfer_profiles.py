@@ -23,6 +23,10 @@
   (81d2fcc), measured 2026-11-30 15:02 UTC by the binaries of 5eb5b48 (h200x2_*_nccl_2026-11-30e.json), and
   gpu.host_round_trip_us with gpu.host_round_trip_us_per_row FITTED to the dp2-ep2 runs over NVLink of that
   build (below); the no-P2P runs are the held-out check.
+  h200x4_nvlink_epinfer_2026-11-30f.json, h200x4_no_p2p_epinfer_2026-11-30f.json (4 H200s): the 30d base, the
+  4-rank collectives of the blocking communicators measured 2026-11-30 22:17/22:19 UTC by the binaries of
+  25df76b (h200x4_*_nccl_2026-11-30f.json, --max-bytes 64M), the 2-rank tables of the 30e run, and the 30e
+  profiles' host figures (fitted on 2 GPUs): nothing in them is fitted to the 4-GPU layout runs they price.
 
 Each is what `epinfer bench comm --device cuda --ranks N ... --profile-out OUT --base-profile BASE` writes
 (planner/calibration.h calibrated_profile_json), BASE the one-GPU profile of its date:
@@ -78,10 +82,18 @@ ENGINES = {
 }
 
 # The 2026-11-30e profiles: base date, 2-GPU NCCL file and its run (blocking communicators).
-BASE_OF = {"2026-11-30e": "2026-11-30d"}
-NCCL_FILES_OF_DATE = {"2026-11-30e": "h200x2_{link}_nccl_2026-11-30e.json"}
+# The 2026-11-30f profiles (4 GPUs): the same base and host figures (fitted on 2 GPUs, not to the 4-GPU runs
+# they price), the 4-rank tables of the blocking communicators and the 2-rank tables of the 2026-11-30e run.
+BASE_OF = {"2026-11-30e": "2026-11-30d", "2026-11-30f": "2026-11-30d"}
+NCCL_FILES_OF_DATE = {"2026-11-30e": "h200x2_{link}_nccl_2026-11-30e.json",
+                      "2026-11-30f": "h200x4_{link}_nccl_2026-11-30f.json"}
+TWO_FILES_OF_DATE = {"2026-11-30f": "h200x2_{link}_nccl_2026-11-30e.json"}
 RUNS_OF_DATE = {"2026-11-30e": "2026-11-30 15:02 UTC on 2 H200 SXM, NV18 NVLink (lent kind nvidia-h200-x2), "
-                               "binaries of 5eb5b48 (blocking NCCL communicators, 81d2fcc)"}
+                               "binaries of 5eb5b48 (blocking NCCL communicators, 81d2fcc)",
+                "2026-11-30f": "2026-11-30 22:17 UTC (NVLink) and 22:19 UTC (no P2P) on 4 H200 SXM, NV18 NVLink "
+                               "between every pair (lent kind nvidia-h200-x4), binaries of 25df76b (blocking "
+                               "NCCL communicators)"}
+MAX_BYTES_OF_DATE = {"2026-11-30f": "64M"}  # the bench's --max-bytes (default 256M)
 
 # gpu.host_round_trip_us and gpu.host_round_trip_us_per_row of the 2026-11-30e profiles, FITTED to the layout
 # runs they are compared with: Qwen3-30B-A3B dp2-ep2 on 2 H200 over NVLink, binaries of 5eb5b48, closed loop
@@ -194,7 +206,8 @@ RUNS = {2: "2026-11-29 20:39 UTC on 2 H200 SXM, NV18 NVLink (lent kind nvidia-h2
 SETUPS = [(2, "nvlink", "2026-11-29"), (2, "no_p2p", "2026-11-29"), (4, "nvlink", "2026-11-29"),
           (4, "no_p2p", "2026-11-29"), (2, "nvlink", "2026-11-30"), (2, "no_p2p", "2026-11-30"),
           (2, "nvlink", "2026-11-30b"), (2, "no_p2p", "2026-11-30b"), (2, "nvlink", "2026-11-30d"),
-          (2, "no_p2p", "2026-11-30d"), (2, "nvlink", "2026-11-30e"), (2, "no_p2p", "2026-11-30e")]
+          (2, "no_p2p", "2026-11-30d"), (2, "nvlink", "2026-11-30e"), (2, "no_p2p", "2026-11-30e"),
+          (4, "nvlink", "2026-11-30f"), (4, "no_p2p", "2026-11-30f")]
 
 
 def figure(value, provenance, source):
@@ -229,8 +242,10 @@ def load(name):
 
 def make(gpus, link, date):
     nccl_file = NCCL_FILES_OF_DATE.get(date, NCCL_FILES[gpus]).format(link=link)
-    two_file = nccl_file if date in NCCL_FILES_OF_DATE else NCCL_FILES[2].format(link=link)
+    two_file = TWO_FILES_OF_DATE.get(date, nccl_file if date in NCCL_FILES_OF_DATE else NCCL_FILES[2]).format(
+        link=link)
     run = RUNS_OF_DATE.get(date, RUNS[gpus])
+    two_run = RUNS_OF_DATE["2026-11-30e"] if date in TWO_FILES_OF_DATE else RUNS[2]
     out_file = f"h200x{gpus}_{link}_epinfer_{date}.json"
     base = f"profiles/measured/h200_epinfer_{BASE_OF.get(date, date)}.json"
     doc = load(os.path.basename(base))
@@ -244,7 +259,10 @@ def make(gpus, link, date):
     if date in BASE_OF:
         h, r = blocking_host_fit()
         f = DP2EP2_BLOCKING
-        where = ("FITTED to the layout runs it is compared with: Qwen3-30B-A3B dp2-ep2 on 2 H200 over NVLink, "
+        fitted_to = ("FITTED to the layout runs it is compared with" if gpus == 2 else
+                     "FITTED on 2 GPUs, not to the 4-GPU runs this profile prices (the 2026-11-30e profiles' "
+                     "figure)")
+        where = (fitted_to + ": Qwen3-30B-A3B dp2-ep2 on 2 H200 over NVLink, "
                  "binaries of 5eb5b48 (blocking NCCL communicators), closed loop 128/128, TPOT p50 at C = 1, 8, "
                  "64, 256, two runs (" + "; ".join(" / ".join(f"{v:.2f}" for v in m) for m in f["measured_nvlink"])
                  + " ms; docs/benchmarks/multi_gpu.md): least squares of measured minus the plan with both host "
@@ -271,7 +289,7 @@ def make(gpus, link, date):
             "runs this profile prices (dp2-ep2 of docs/benchmarks/multi_gpu.md, 2026-11-30); the 4-GPU points "
             f"alone imply {min(PER_POINT_US):.0f}-{max(PER_POINT_US):.0f} us, growing with the step's rows"
             f"{two_gpu_run} ({SCRIPT})")
-    if gpus == 4:
+    if gpus == 4 and date not in BASE_OF:
         gpu["host_round_trip_us"] = figure(
             HOST_ROUND_TRIP_US, "estimate",
             "fitted to the layout runs it is compared with: Qwen3-235B-A22B dp4-ep4 on 4 H200 (build 01c461a, "
@@ -293,7 +311,7 @@ def make(gpus, link, date):
             (table,) = two["intra_node"][c]["tables"]
             assert table["ranks"] == 2, (two_file, c)
             table = dict(table, source=(
-                f"measured {RUNS[2]}, a host of the same H200 SXM NV18 type as this profile's {gpus} GPUs "
+                f"measured {two_run}, a host of the same H200 SXM NV18 type as this profile's {gpus} GPUs "
                 f"({RUNS[gpus]}), the same NCCL settings (profiles/measured/{two_file}): " + table["source"]))
             intra[c]["tables"] = [table] + intra[c]["tables"]
     intra["send_recv"] = send_recv_from_all_gather(two["intra_node"]["all_gather"], two_file)
@@ -322,14 +340,15 @@ def make(gpus, link, date):
                  ", gpu.host_round_trip_us fitted to the dp4-ep4 runs of docs/benchmarks/multi_gpu.md as its "
                  "source says")
     two_note = ("" if gpus == 2 else
-                f" and the 2-rank tables of profiles/measured/{two_file} ({RUNS[2]}: the same machine type) "
+                f" and the 2-rank tables of profiles/measured/{two_file} ({two_run}: the same machine type) "
                 "before each 4-rank one")
     eager_note = ("fitted as its source says" if date in ENGINES else
                   "the base's (not re-measured for its engine, as its source says)")
     doc["note_calibration"] = (
         f"{base} (gpu.* of the one-GPU engine calibration, its own note below) with "
         f"intra_node.all_reduce, intra_node.all_gather, intra_node.all_to_all of profiles/measured/{nccl_file} "
-        f"(what `epinfer bench comm --device cuda --ranks {gpus} --min-bytes 1K --max-bytes 256M --iters 20 "
+        f"(what `epinfer bench comm --device cuda --ranks {gpus} --min-bytes 1K --max-bytes "
+        f"{MAX_BYTES_OF_DATE.get(date, '256M')} --iters 20 "
         f"--profile-out OUT --base-profile {base}` writes from those measurements, {run}: queued_us, per "
         "op of 20 ops issued back to back and waited for once, of the engine whose NCCL calls return once "
         f"queued){two_note}, intra_node.send_recv estimated from the 2-rank all_gather, gpu.eager_kernel_us "

@@ -734,9 +734,11 @@ TEST(EngineCalibration, MultiGpuProfilesAreTheBenchOverTheEngineProfile) {
     // h200x2_{nvlink,no_p2p}_epinfer_2026-11-30.json, h200x2_{nvlink,no_p2p}_epinfer_2026-11-30b.json and
     // h200x2_{nvlink,no_p2p}_epinfer_2026-11-30d.json (the 30b and 30d bases keep the morning's
     // eager_kernel_us), h200x2_{nvlink,no_p2p}_epinfer_2026-11-30e.json (the 30d base with the blocking
-    // communicators' tables): what `bench comm --profile-out --base-profile
+    // communicators' tables), h200x4_{nvlink,no_p2p}_epinfer_2026-11-30f.json (the same base and host figures
+    // with the blocking communicators' 4-rank tables): what `bench comm --profile-out --base-profile
     // profiles/measured/h200_epinfer_<base>.json` writes from the measured tables of the N-GPU run
-    // (h200x2_*_nccl_queued_2026-11-29.json, h200x4_*_nccl_2026-11-29.json, h200x2_*_nccl_2026-11-30e.json),
+    // (h200x2_*_nccl_queued_2026-11-29.json, h200x4_*_nccl_2026-11-29.json, h200x2_*_nccl_2026-11-30e.json,
+    // h200x4_*_nccl_2026-11-30f.json),
     // the 4-GPU ones with the 2-GPU run's 2-rank tables added, plus the figures the bench does not measure
     // (profiles/measured/make_h200xn_epinfer_profiles.py).
     const std::string dir = std::string(EPINFER_TEST_DATA_DIR) + "/../../profiles/measured/";
@@ -754,12 +756,15 @@ TEST(EngineCalibration, MultiGpuProfilesAreTheBenchOverTheEngineProfile) {
         std::vector<int> gpus;
         std::string base;          // the one-GPU profile's date
         std::string two_gpu_nccl;  // the 2-GPU run's file after "h200x2_<link>"
+        std::string four_gpu_nccl = "_nccl_2026-11-29.json";  // the 4-GPU run's, after "h200x4_<link>"
     };
-    for (const Set& set : {Set{"2026-11-29", {2, 4}, "2026-11-29", "_nccl_queued_2026-11-29.json"},
-                           Set{"2026-11-30", {2}, "2026-11-30", "_nccl_queued_2026-11-29.json"},
-                           Set{"2026-11-30b", {2}, "2026-11-30b", "_nccl_queued_2026-11-29.json"},
-                           Set{"2026-11-30d", {2}, "2026-11-30d", "_nccl_queued_2026-11-29.json"},
-                           Set{"2026-11-30e", {2}, "2026-11-30d", "_nccl_2026-11-30e.json"}}) {
+    for (const Set& set :
+         {Set{"2026-11-29", {2, 4}, "2026-11-29", "_nccl_queued_2026-11-29.json"},
+          Set{"2026-11-30", {2}, "2026-11-30", "_nccl_queued_2026-11-29.json"},
+          Set{"2026-11-30b", {2}, "2026-11-30b", "_nccl_queued_2026-11-29.json"},
+          Set{"2026-11-30d", {2}, "2026-11-30d", "_nccl_queued_2026-11-29.json"},
+          Set{"2026-11-30e", {2}, "2026-11-30d", "_nccl_2026-11-30e.json"},
+          Set{"2026-11-30f", {4}, "2026-11-30d", "_nccl_2026-11-30e.json", "_nccl_2026-11-30f.json"}}) {
         const std::string base_path = dir + "h200_epinfer_" + set.base + ".json";
         auto engine = load_hardware_profile_file(base_path);
         ASSERT_TRUE(engine.is_ok()) << engine.status().message();
@@ -768,8 +773,8 @@ TEST(EngineCalibration, MultiGpuProfilesAreTheBenchOverTheEngineProfile) {
                 const std::string stem = "h200x" + std::to_string(gpus) + "_" + link;
                 const std::string two_stem = std::string("h200x2_") + link;
                 auto multi = load_hardware_profile_file(dir + stem + "_epinfer_" + set.date + ".json");
-                auto nccl = load_hardware_profile_file(
-                    dir + stem + (gpus == 2 ? set.two_gpu_nccl : std::string("_nccl_2026-11-29.json")));
+                auto nccl = load_hardware_profile_file(dir + stem +
+                                                       (gpus == 2 ? set.two_gpu_nccl : set.four_gpu_nccl));
                 auto two = load_hardware_profile_file(dir + two_stem + set.two_gpu_nccl);
                 ASSERT_TRUE(multi.is_ok()) << multi.status().message();
                 ASSERT_TRUE(nccl.is_ok()) << nccl.status().message();
@@ -792,8 +797,9 @@ TEST(EngineCalibration, MultiGpuProfilesAreTheBenchOverTheEngineProfile) {
                 // host_round_trip_us, 4 GPUs only: fitted to the dp4-ep4 runs, (measured − predicted at 0)
                 // TPOT ms over the 8 points, least squares through the origin over 94 · 9 round trips per
                 // step.
-                if (set.date == "2026-11-30e") {
-                    // Both host figures FITTED to the NVLink dp2-ep2 runs of 5eb5b48: least squares of
+                if (set.date == "2026-11-30e" || set.date == "2026-11-30f") {
+                    // Both host figures FITTED to the NVLink dp2-ep2 runs of 5eb5b48 (the 4-GPU 30f profiles
+                    // carry the same, fitted on 2 GPUs, not to the 4-GPU runs they price): least squares of
                     // (measured − P0) = h·DH + r·DR over the 8 points (two runs), P0, DH, DR from the plan
                     // (make_h200xn_epinfer_profiles.py DP2EP2_BLOCKING).
                     const double p0[4] = {5.8841, 9.6739, 15.1274, 17.7451};
