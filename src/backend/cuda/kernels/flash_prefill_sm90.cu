@@ -48,7 +48,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     pdl_begin();
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
     extern __shared__ unsigned char smem_raw[];
-    const uint32_t raw = static_cast<uint32_t>(__cvta_generic_to_shared(smem_raw));
+    const uint32_t raw = smem_u32(smem_raw);
     bf16* smem = reinterpret_cast<bf16*>(smem_raw + ((kSmemAlign - raw % kSmemAlign) % kSmemAlign));
     bf16* smem_q = smem;             // [2 panels][kRows][64], swizzled
     bf16* smem_kv = smem + kQElems;  // [kStages][K, V][2 panels][kTileKeys][64], swizzled
@@ -124,8 +124,8 @@ __global__ void __launch_bounds__(kThreads, 1)
     for (int i = 0; i < D / 2; ++i) o[i] = 0.0f;
     float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
     const float scale_log2 = a.scale * 1.4426950408889634f;  // log2(e)
-    const uint32_t q_addr = static_cast<uint32_t>(__cvta_generic_to_shared(smem_q + wg * 64 * kPanel));
-    const uint32_t kv_addr = static_cast<uint32_t>(__cvta_generic_to_shared(smem_kv));
+    const uint32_t q_addr = smem_u32(smem_q + wg * 64 * kPanel);
+    const uint32_t kv_addr = smem_u32(smem_kv);
     KvTileLoader<D, kTileKeys, kThreads> loader(a, kvh);
 
     // Tokens of one sequence at a time.

@@ -5,9 +5,11 @@
 // on the accumulator registers, then O += P·V with P from those registers and V transposed by the MMA.
 //
 // A CTA of two warpgroups takes 128 query rows — tokens × heads_per_chunk query heads of one KV head's
-// group, 64 rows per warpgroup — and streams that KV head's keys in tiles of 128 (cp.async, two stages,
-// the 128-byte swizzle of wgmma.cuh), reading each K/V row once for the rows' heads. Tokens of different
-// sequences in one tile are taken one sequence after the other. No key splits; no T×S matrix in memory.
+// group, 64 rows per warpgroup — and streams that KV head's keys in tiles of 128 (cp.async, three stages
+// whose "landed" and "read" mbarriers order the copies and the MMAs, the 128-byte swizzle of wgmma.cuh),
+// reading each K/V row once for the rows' heads; tile t's softmax overlaps tile t − 1's P·V. Tokens of
+// different sequences in one tile are taken one sequence after the other. No key splits; no T×S matrix in
+// memory.
 // Q (fp32) is rounded to bf16 for the MMA, and so are the probabilities before P·V; scores, max, sums and
 // the output are fp32.
 #pragma once
