@@ -151,13 +151,15 @@ __global__ void __launch_bounds__(kThreads, blocks_per_sm<kDecode>())
             active[hr] = row_ok[hr] && row_tok[hr] >= run_begin && row_tok[hr] < run_end;
             pos[hr] = active[hr] ? tok_pos[row_tok[hr]] : -1;
         }
-        const int key_end = run_seq < 0 ? key_begin
-                                        : min(max_pos + 1, key_begin + static_cast<int>(split.keys_per_split));
+        const int key_end =
+            run_seq < 0 ? key_begin : min(max_pos + 1, key_begin + static_cast<int>(split.keys_per_split));
         loader.start(a, lay.block_shift, run_seq, key_begin, key_end);
         const int num_tiles = loader.num_tiles;
         auto load_tile = [&](int tile) {
             bf16* sk = smem + (tile % kStages) * 2 * kTileKeys * D;
-            loader.load(a, lay.block_shift, tile, sk, sk + kTileKeys * D, [](int key, int c) { return swizzle<D>(key, c); }, error_flag);
+            loader.load(
+                a, lay.block_shift, tile, sk, sk + kTileKeys * D,
+                [](int key, int c) { return swizzle<D>(key, c); }, error_flag);
         };
 
 #pragma unroll
@@ -311,7 +313,8 @@ FlashAttentionPlan plan_flash_attention(const AttentionArgs& a, int num_sms, boo
     // Every sequence one query token (or a single query): decode.
     const int64_t sequences = a.kv_block_tables != nullptr ? a.num_sequences : 1;
     plan.decode = a.num_tokens <= sequences;
-    if (sm90a && !plan.decode && a.head_dim_qk == 128 && a.num_tokens >= kFlashSm90MinRowsPerSequence * sequences) {
+    if (sm90a && !plan.decode && a.head_dim_qk == 128 &&
+        a.num_tokens >= kFlashSm90MinRowsPerSequence * sequences) {
         plan.sm90 = true;
         plan.heads_per_chunk = flash_prefill_sm90_heads_per_chunk(group);
         plan.num_chunks = static_cast<int>(group / plan.heads_per_chunk);
@@ -346,7 +349,8 @@ cudaError_t launch_flash_attention(const AttentionArgs& args, const FlashAttenti
         lay.block_shift = 0;
         while ((int64_t{1} << lay.block_shift) < bs) ++lay.block_shift;
     }
-    if (plan.sm90) return launch_flash_prefill_sm90(args, plan.heads_per_chunk, lay.block_shift, error_flag, stream);
+    if (plan.sm90)
+        return launch_flash_prefill_sm90(args, plan.heads_per_chunk, lay.block_shift, error_flag, stream);
     const KeySplit split = key_split_in(args, plan.split, workspace);
     const int64_t tiles = (args.num_tokens + plan.tokens_per_block - 1) / plan.tokens_per_block;
     const int64_t num_blocks = tiles * args.num_kv_heads * plan.num_chunks * split.num_splits;

@@ -4,11 +4,11 @@
 // f … f + 3) with 16-byte loads, kBatch chunks per row in flight per lane, and multiplies them with the
 // ≤ kRows x rows of its tile (bf16, or fp32 rounded to bf16 as read: MoeGroupedGemmArgs::x_f32; through
 // L1/L2), fp32 accumulation; a shuffle tree sums the lanes and lane 0 applies the epilogue (silu(g)·u, or the
-// store) and writes bf16 — the same epilogue as the MMA kernels. The tile height kRows (1, 2 or 4: args.gemv_rows) sizes the accumulators, so a one-token step
-// keeps few registers and more blocks resident (with the loads below, the layer at one token went from
-// 0.29 to 0.34 SOL for Qwen3-30B-A3B and 0.64 to 0.73 for DeepSeek-V3 on the H200,
-// docs/benchmarks/moe_h200.md). A tile is found from the permutation plan (locate_tile) or, in pick mode,
-// from the pick's expert id alone.
+// store) and writes bf16 — the same epilogue as the MMA kernels. The tile height kRows (1, 2 or 4:
+// args.gemv_rows) sizes the accumulators, so a one-token step keeps few registers and more blocks resident
+// (with the loads below, the layer at one token went from 0.29 to 0.34 SOL for Qwen3-30B-A3B and 0.64 to 0.73
+// for DeepSeek-V3 on the H200, docs/benchmarks/moe_h200.md). A tile is found from the permutation plan
+// (locate_tile) or, in pick mode, from the pick's expert id alone.
 #include "backend/cuda/kernels/moe_grouped_gemm_tiles.cuh"
 #include "backend/cuda/kernels/moe_grouped_gemv.cuh"
 #include "backend/cuda/kernels/pdl.cuh"
@@ -79,7 +79,8 @@ __device__ __forceinline__ uint4 load_x_chunk(const void* row, int64_t c) {
 
 // Pick mode (MoeGemmPicks) is a launch of the one-row kernel; the others compile without its branches.
 template <bool kSwiGlu, int kRows, bool kXF32>
-__global__ void __launch_bounds__(kWarps * 32) moe_grouped_gemv_kernel(MoeGroupedGemmArgs args, int64_t n_tiles) {
+__global__ void __launch_bounds__(kWarps * 32)
+    moe_grouped_gemv_kernel(MoeGroupedGemmArgs args, int64_t n_tiles) {
     pdl_begin();
     TileCoord tc;
     const bool picks = kRows == 1 && args.picks.expert_ids != nullptr;
@@ -191,7 +192,8 @@ int64_t moe_gemv_weight_rows_per_block() {
 
 cudaError_t launch_moe_grouped_gemv(const MoeGroupedGemmArgs& args, cudaStream_t stream) {
     const bool swiglu = args.epilogue == MoeGemmEpilogue::kSwiGlu;
-    if (args.x_f32) return swiglu ? launch_rows<true, true>(args, stream) : launch_rows<false, true>(args, stream);
+    if (args.x_f32)
+        return swiglu ? launch_rows<true, true>(args, stream) : launch_rows<false, true>(args, stream);
     return swiglu ? launch_rows<true, false>(args, stream) : launch_rows<false, false>(args, stream);
 }
 
