@@ -106,11 +106,14 @@ Status validate_request(const HardwareProfile& hw, const PlanRequest& r) {
         return invalid_argument(
             fmt::format("--max-step-tokens {}: must be in [1, {}]", r.max_step_tokens, kMaxPlanStepTokens));
     }
-    if (r.output_len > 0 && r.memory.context_tokens < r.input_len + r.output_len) {
+    if (r.memory.context_tokens < r.input_len + r.output_len) {  // a request holds its prompt (and output)
         return invalid_argument(
-            fmt::format("--context {}: shorter than --input-len + --output-len = {} (the "
-                        "closed loop's requests hold them all)",
-                        r.memory.context_tokens, r.input_len + r.output_len));
+            r.output_len > 0
+                ? fmt::format("--context {}: shorter than --input-len + --output-len = {} (the closed loop's "
+                              "requests hold them all)",
+                              r.memory.context_tokens, r.input_len + r.output_len)
+                : fmt::format("--context {}: shorter than --input-len {} (a prompt's KV is held whole)",
+                              r.memory.context_tokens, r.input_len));
     }
     if (r.micro_batches < 0) {
         return invalid_argument(fmt::format("--micro-batches {}: must be >= 0", r.micro_batches));

@@ -114,7 +114,7 @@ Status run_plan(const PlanArgs& args) {
     }
     // A closed loop's requests hold input + output tokens: that is their KV unless --context says more.
     // The engine refuses a request past the model's positions: so does the plan, except that the default of
-    // 4096 becomes the model's own limit when that is shorter.
+    // 4096 becomes the model's own limit when that is shorter, and the prompt's length when that is longer.
     const int64_t positions = config.max_position_embeddings;
     if (positions > 0 && args.input_len > positions) {
         return invalid_argument(
@@ -131,8 +131,9 @@ Status run_plan(const PlanArgs& args) {
                             args.context_given ? "--context" : "--input-len + --output-len",
                             request.memory.context_tokens, positions));
         }
-    } else {
-        request.memory.context_tokens = positions > 0 ? std::min(args.context, positions) : args.context;
+    } else {  // the default, at least the prompt (a request holds its prompt's KV whole)
+        request.memory.context_tokens =
+            std::max(args.input_len, positions > 0 ? std::min(args.context, positions) : args.context);
     }
     request.memory.weights = planner::checkpoint_weight_formats(config);
     if (args.weight_dtype) {

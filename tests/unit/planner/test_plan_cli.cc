@@ -433,6 +433,10 @@ TEST(PlanCli, BadInputsFailInOneLine) {
     expect_one_line_error(
         run_plan(kimi + "--hardware h200_sxm --gpus 8 --input-len 100 --output-len 100 --context 50"),
         "--context 50: shorter than --input-len + --output-len = 200");
+    // Without a closed loop too: a request holds its prompt (the default context grows to it instead).
+    expect_one_line_error(run_plan(kimi + "--hardware h200_sxm --gpus 8 --context 1"),
+                          "--context 1: shorter than --input-len 2048");
+    EXPECT_EQ(run_plan(kimi + "--hardware h200_sxm --gpus 8 --input-len 8192").exit_code, 0);
     expect_one_line_error(run_plan(kimi + "--hardware h200_sxm --gpus 8 --max-step-tokens 99999999999"),
                           "--max-step-tokens 99999999999: must be in [1, 1048576]");
     expect_one_line_error(run_plan(kimi + "--hardware h200_sxm --gpus 8 --layout tp8,dp8-ep8,tp8"),

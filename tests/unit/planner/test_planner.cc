@@ -94,6 +94,7 @@ TEST(Planner, AllReduceTermNamedWhenItDecides) {
     r.gpus = 8;
     r.concurrency = {8};
     r.memory.context_tokens = 100;
+    r.input_len = 100;  // a request holds its prompt
     r.memory.cuda_graph_bytes = 0;
     r.layouts = {ParallelLayout{1, 8, 1, 8, 1}, ParallelLayout{1, 1, 8, 1, 8}};
     auto plan = make_plan(testing::tiny_gqa_config(), *hw, r);
