@@ -23,6 +23,10 @@ using nlohmann::json;
 constexpr const char* kSchema = "epinfer.hardware_profile/1";
 
 // Reads one JSON object, remembering the key path for messages ("SOURCE: gpu.memory_bytes: ...").
+// Every figure's upper bound (bytes, GB/s, TFLOP/s, µs): far above any GPU's, low enough that a step's
+// sums of figures × counts stay finite.
+constexpr double kMaxFigure = 1e15;
+
 class ObjectReader {
 public:
     ObjectReader(const json& object, std::string source, std::string path)
@@ -82,6 +86,12 @@ public:
             return error(key, "expected a number or {\"value\": ..., \"provenance\": ..., \"source\": ...}");
         }
         bool too_low = min_exclusive ? !(fig.value > min_value) : !(fig.value >= min_value);
+        if (std::isfinite(fig.value) && !too_low && fig.value > kMaxFigure) {
+            return error(key,
+                         fmt::format("must be <= {:g}, a bound on every figure that keeps the plan's sums "
+                                     "finite (got {:g})",
+                                     kMaxFigure, fig.value));
+        }
         if (!std::isfinite(fig.value) || too_low || fig.value > max_value) {
             std::string range = fmt::format("{} {}", min_exclusive ? ">" : ">=", min_value);
             if (std::isfinite(max_value)) range += fmt::format(" and <= {}", max_value);

@@ -135,6 +135,15 @@ TEST(HardwareProfile, ErrorsNameFileAndKey) {
               "bad.json: gpu.host_round_trip_us_per_row: must be >= 0 (got -0.5)");
     EXPECT_EQ(error_after([](json& d) { d["gpu"]["expert_matmul_efficiency"] = 0; }),
               "bad.json: gpu.expert_matmul_efficiency: must be > 0 and <= 1 (got 0)");
+    // Any figure past 1e15 (a value of 1e308 made the plan's cells inf).
+    EXPECT_EQ(
+        error_after([](json& d) { d["gpu"]["host_round_trip_us"] = 1e308; }),
+        "bad.json: gpu.host_round_trip_us: must be <= 1e+15, a bound on every figure that keeps the plan's "
+        "sums finite (got 1e+308)");
+    EXPECT_EQ(
+        error_after([](json& d) { d["intra_node"]["all_reduce"]["latency_us"] = 2e15; }),
+        "bad.json: intra_node.all_reduce.latency_us: must be <= 1e+15, a bound on every figure that keeps "
+        "the plan's sums finite (got 2e+15)");
     // gpu.expert_memory_efficiency_by_rows of two points (r1, e1), (r2, e2).
     auto rows = [](double r1, double e1, double r2, double e2) {
         return [=](json& d) {
