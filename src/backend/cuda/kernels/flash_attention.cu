@@ -86,17 +86,8 @@ __global__ void __launch_bounds__(kThreads, blocks_per_sm<kDecode>())
     const int heads = static_cast<int>(min(static_cast<int64_t>(lay.heads_per_chunk), group - chunk * lay.heads_per_chunk));
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     const int g = lane / 4, q4 = lane % 4;
-    const bool paged = a.kv_block_tables != nullptr;
 
-    if (threadIdx.x < num_tok) {
-        const int64_t t = t0 + threadIdx.x;
-        const int32_t pos = a.positions[t];
-        const int32_t seq = paged && a.token_sequence != nullptr ? a.token_sequence[t] : 0;
-        const bool bad = pos < 0 || pos >= a.num_kv_tokens || (paged && (seq < 0 || seq >= a.num_sequences));
-        if (bad) *error_flag = 1;
-        tok_pos[threadIdx.x] = bad ? -1 : pos;
-        tok_seq[threadIdx.x] = bad ? -1 : seq;
-    }
+    load_query_tokens(a, t0, num_tok, tok_pos, tok_seq, error_flag);
     __syncthreads();
 
     // This thread's two rows (g and g + 8 of the warp's 16): token index in the tile and query head.
@@ -142,8 +133,8 @@ __global__ void __launch_bounds__(kThreads, blocks_per_sm<kDecode>())
     // Tokens of one sequence at a time (a decode block has one token).
     for (int run_begin = 0; run_begin < num_tok;) {
         const int run_seq = tok_seq[run_begin];
-        int run_end = run_begin + 1, max_pos = tok_pos[run_begin];
-        while (run_end < num_tok && tok_seq[run_end] == run_seq) max_pos = max(max_pos, tok_pos[run_end++]);
+        const QueryRun run = next_query_run(tok_pos, tok_seq, run_begin, num_tok);
+        const int run_end = run.end, max_pos = run.max_pos;
         bool active[2];
         int pos[2];
 #pragma unroll
@@ -349,8 +340,7 @@ cudaError_t launch_flash_attention(const AttentionArgs& args, const FlashAttenti
         lay.block_shift = 0;
         while ((int64_t{1} << lay.block_shift) < bs) ++lay.block_shift;
     }
-    if (plan.sm90)
-        return launch_flash_prefill_sm90(args, plan.heads_per_chunk, lay.block_shift, error_flag, stream);
+    if (plan.sm90) return launch_flash_prefill_sm90(args, plan, lay.block_shift, error_flag, stream);
     const KeySplit split = key_split_in(args, plan.split, workspace);
     const int64_t tiles = (args.num_tokens + plan.tokens_per_block - 1) / plan.tokens_per_block;
     const int64_t num_blocks = tiles * args.num_kv_heads * plan.num_chunks * split.num_splits;

@@ -1,6 +1,7 @@
-// The K/V tile copy of the flash-attention kernels (flash_attention.cu, flash_prefill_sm90.cu): tiles of
-// kTileKeys keys of one KV head of one sequence, K and V rows of D bf16, from the paged pool (or contiguous
-// rows) into shared memory by cp.async, rows past the sequence's keys zero-filled. Device code only.
+// What the flash-attention kernels (flash_attention.cu, flash_prefill_sm90.cu) share: their block's query
+// tokens (load_query_tokens, next_query_run) and the K/V tile copy (KvTileLoader): tiles of kTileKeys keys of
+// one KV head of one sequence, K and V rows of D bf16, from the paged pool (or contiguous rows) into shared
+// memory by cp.async, rows past the sequence's keys zero-filled. Device code only.
 //
 // Thread t copies 16-byte chunk t mod (D / 8) of the kLoads consecutive keys (t / (D / 8)) · kLoads + i of
 // each tile. When the block size is a power of two and a multiple of kLoads (the engine's 16), one
@@ -17,6 +18,37 @@
 #include "backend/op_args.h"
 
 namespace epinfer::cuda {
+
+// The block's query tokens t0 … t0 + num_tok − 1, read by its first num_tok threads (num_tok ≤ blockDim.x):
+// tok_pos[i], tok_seq[i] [num_tok] shared, the token's position and sequence (0 unpaged, or without
+// token_sequence), both −1 for a bad token — a position outside [0, num_kv_tokens) or, paged, a sequence
+// outside [0, num_sequences) — which sets *error_flag to 1. The caller synchronises before reading them.
+__device__ __forceinline__ void load_query_tokens(const AttentionArgs& a, int64_t t0, int num_tok,
+                                                  int* tok_pos, int* tok_seq, int32_t* error_flag) {
+    const int i = static_cast<int>(threadIdx.x);
+    if (i >= num_tok) return;
+    const bool paged = a.kv_block_tables != nullptr;
+    const int32_t pos = a.positions[t0 + i];
+    const int32_t seq = paged && a.token_sequence != nullptr ? a.token_sequence[t0 + i] : 0;
+    const bool bad = pos < 0 || pos >= a.num_kv_tokens || (paged && (seq < 0 || seq >= a.num_sequences));
+    if (bad) *error_flag = 1;
+    tok_pos[i] = bad ? -1 : pos;
+    tok_seq[i] = bad ? -1 : seq;
+}
+
+// The run of consecutive tokens of one sequence that starts at token `begin` (the kernels take a block's
+// tokens one sequence after the other): its end (exclusive) and the largest position in it.
+struct QueryRun {
+    int end;
+    int max_pos;
+};
+__device__ __forceinline__ QueryRun next_query_run(const int* tok_pos, const int* tok_seq, int begin,
+                                                   int num_tok) {
+    QueryRun run{begin + 1, tok_pos[begin]};
+    while (run.end < num_tok && tok_seq[run.end] == tok_seq[begin])
+        run.max_pos = max(run.max_pos, tok_pos[run.end++]);
+    return run;
+}
 
 template <int D, int kTileKeys, int kThreads>
 struct KvTileLoader {

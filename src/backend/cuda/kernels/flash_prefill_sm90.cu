@@ -72,21 +72,12 @@ __global__ void __launch_bounds__(kThreads, 1)
         static_cast<int>(min(static_cast<int64_t>(lay.heads_per_chunk), group - chunk * lay.heads_per_chunk));
     const int tid = threadIdx.x;
     const int wg = tid / 128, lane = tid % 32;
-    const bool paged = a.kv_block_tables != nullptr;
 
     if (tid < kStages) {
         mbarrier_init(&landed[tid], kThreads);
         mbarrier_init(&read[tid], kThreads);
     }
-    if (tid < num_tok) {
-        const int64_t t = t0 + tid;
-        const int32_t pos = a.positions[t];
-        const int32_t seq = paged && a.token_sequence != nullptr ? a.token_sequence[t] : 0;
-        const bool bad = pos < 0 || pos >= a.num_kv_tokens || (paged && (seq < 0 || seq >= a.num_sequences));
-        if (bad) *error_flag = 1;
-        tok_pos[tid] = bad ? -1 : pos;
-        tok_seq[tid] = bad ? -1 : seq;
-    }
+    load_query_tokens(a, t0, num_tok, tok_pos, tok_seq, error_flag);
     // Q rows to shared memory as bf16 (zeros for rows past the tile's tokens or heads).
     for (int i = tid; i < kRows * (D / 8); i += kThreads) {
         const int r = i / (D / 8), c = i % (D / 8);
@@ -132,8 +123,8 @@ __global__ void __launch_bounds__(kThreads, 1)
     int g = 0;  // tiles this CTA has taken so far
     for (int run_begin = 0; run_begin < num_tok;) {
         const int run_seq = tok_seq[run_begin];
-        int run_end = run_begin + 1, max_pos = tok_pos[run_begin];
-        while (run_end < num_tok && tok_seq[run_end] == run_seq) max_pos = max(max_pos, tok_pos[run_end++]);
+        const QueryRun run = next_query_run(tok_pos, tok_seq, run_begin, num_tok);
+        const int run_end = run.end, max_pos = run.max_pos;
         int key_limit[2];
 #pragma unroll
         for (int hr = 0; hr < 2; ++hr) {
@@ -276,14 +267,13 @@ int flash_prefill_sm90_heads_per_chunk(int64_t group) {
     return h;
 }
 
-cudaError_t launch_flash_prefill_sm90(const AttentionArgs& args, int heads_per_chunk, int block_shift,
-                                      int32_t* error_flag, cudaStream_t stream) {
+cudaError_t launch_flash_prefill_sm90(const AttentionArgs& args, const FlashAttentionPlan& plan,
+                                      int block_shift, int32_t* error_flag, cudaStream_t stream) {
     if (args.num_tokens == 0) return cudaSuccess;
     Layout lay;
-    lay.heads_per_chunk = heads_per_chunk;
-    const int64_t group = args.num_heads / args.num_kv_heads;
-    lay.num_chunks = static_cast<int>((group + heads_per_chunk - 1) / heads_per_chunk);
-    lay.tokens_per_block = kRows / heads_per_chunk;
+    lay.heads_per_chunk = plan.heads_per_chunk;
+    lay.num_chunks = plan.num_chunks;
+    lay.tokens_per_block = plan.tokens_per_block;
     lay.block_shift = block_shift;
     const int64_t tiles = (args.num_tokens + lay.tokens_per_block - 1) / lay.tokens_per_block;
     const int64_t num_blocks = tiles * args.num_kv_heads * lay.num_chunks;

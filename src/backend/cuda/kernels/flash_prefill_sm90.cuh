@@ -18,6 +18,7 @@
 
 #include <cstdint>
 
+#include "backend/cuda/kernels/flash_attention.cuh"
 #include "backend/op_args.h"
 
 namespace epinfer::cuda {
@@ -29,10 +30,10 @@ inline constexpr int kFlashPrefillSm90Rows = 128;  // query rows per CTA
 int flash_prefill_sm90_heads_per_chunk(int64_t group);
 
 // @pre flash_attention_supports(args), head_dim_qk = head_dim_v = 128, the device runs sm_90a code
-// (sm90a.cuh); heads_per_chunk = flash_prefill_sm90_heads_per_chunk(group); block_shift =
-// log2(kv_block_size) when a power of two, else −1; error_flag: [1] int32, device (as
-// launch_flash_attention).
-cudaError_t launch_flash_prefill_sm90(const AttentionArgs& args, int heads_per_chunk, int block_shift,
-                                      int32_t* error_flag, cudaStream_t stream);
+// (sm90a.cuh); plan from plan_flash_attention with plan.sm90 (its heads_per_chunk, num_chunks and
+// tokens_per_block are this kernel's layout); block_shift = log2(kv_block_size) when a power of two, else −1;
+// error_flag: [1] int32, device (as launch_flash_attention).
+cudaError_t launch_flash_prefill_sm90(const AttentionArgs& args, const FlashAttentionPlan& plan,
+                                      int block_shift, int32_t* error_flag, cudaStream_t stream);
 
 }  // namespace epinfer::cuda
