@@ -85,7 +85,9 @@ Result<AttentionBenchRow> run_case(Backend& backend, const AttentionDevice& devi
     // The kernel CudaBackend::attention picks for these sizes.
     const AttentionDispatch dispatch = plan_attention_dispatch(args, device);
     row.kernel = attention_kernel_name(dispatch.kernel);
-    if (dispatch.kernel == AttentionKernel::kFlash && dispatch.flash.sm90) row.kernel += "_sm90";
+    if ((dispatch.kernel == AttentionKernel::kFlash && dispatch.flash.sm90) ||
+        (dispatch.kernel == AttentionKernel::kLatent && dispatch.latent.sm90))
+        row.kernel += "_sm90";
     row.num_splits = dispatch.split().num_splits;
     const size_t workspace_bytes = dispatch.split().workspace_bytes;
 

@@ -37,7 +37,7 @@ AttentionDispatch plan_attention_dispatch(const AttentionArgs& args, const Atten
     AttentionDispatch d;
     if (device.latent_kernel && mla_attention_supports(args)) {
         d.kernel = AttentionKernel::kLatent;
-        d.latent = plan_mla_attention(args, device.num_sms);
+        d.latent = plan_mla_attention(args, device.num_sms, device.sm90a);
     } else if (flash_attention_supports(args)) {
         d.kernel = AttentionKernel::kFlash;
         d.flash = plan_flash_attention(args, device.num_sms, device.sm90a);

@@ -32,7 +32,8 @@ struct AttentionDispatch {
 struct AttentionDevice {
     int num_sms = 0;
     bool latent_kernel = false;  // the MLA latent kernel's shared memory fits (kMlaAttentionSmemBytes)
-    bool sm90a = false;          // the wgmma kernels run (sm90a.cuh): GQA prefill on flash_prefill_sm90.cuh
+    bool sm90a = false;          // the wgmma kernels run (sm90a.cuh): GQA prefill on flash_prefill_sm90.cuh,
+                                 // MLA on mla_attention_sm90.cuh
 };
 // The properties of CUDA device `device`.
 cudaError_t query_attention_device(int device, AttentionDevice* out);

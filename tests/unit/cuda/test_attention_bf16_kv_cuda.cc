@@ -2,9 +2,9 @@
 // the flash-attention kernel (backend/cuda/kernels/flash_attention.cuh: decode and prefill layouts, key
 // splits, GQA groups of 1, 8, 12, 20 and 32 query heads, head dims 64 and 128, block sizes 5 and 16,
 // sequences whose query tokens straddle a block's token tile) and the CUDA-core kernel it falls back to
-// (head dims 72 and MLA's 192/128), the MLA latent kernel (kernels/mla_attention.cuh), the bf16
-// kv_cache_store (bit-exact), and the data-dependent errors.
-// Pools hold NaN in every row no table names, so a stray read shows. Bounds: tolerances.h "attention_cuda".
+// (head dims 72 and MLA's 192/128), the MLA latent kernels (kernels/mla_attention.cuh,
+// mla_attention_sm90.cuh), the bf16 kv_cache_store (bit-exact), and the data-dependent errors. Pools hold NaN
+// in every row no table names, so a stray read shows. Bounds: tolerances.h "attention_cuda".
 #include <gtest/gtest.h>
 
 #if EPINFER_WITH_CUDA
@@ -142,6 +142,46 @@ protected:
         std::printf("measured attention_cuda %s %s: nmse %.3g max_rel %.3g\n", dtype_name(row), what.c_str(), d.nmse,
                     d.max_rel);
         EXPECT_TRUE(within(d, tolerance("attention_cuda", row))) << what;
+        if (shape.latent) check_latent_kernels(args, want, what);
+    }
+
+    // Both MLA latent kernels launched directly (the backend runs the one its device plans): the mma.sync
+    // kernel, and the wgmma kernel where it runs (sm_90a). args on the device; want from the CPU.
+    void check_latent_kernels(const AttentionArgs& args, const std::vector<float>& want,
+                              const std::string& what) {
+        for (const bool sm90 : {false, true}) {
+            if (sm90 && !cuda::sm90a_available(0)) continue;
+            const LatentRun run = run_latent_kernel(args, sm90, want.size());
+            EXPECT_EQ(run.error_flag, 0);
+            const Diff d = compare<float>(run.out, want);
+            const std::string kernel =
+                fmt::format("{} kernel, {} splits", sm90 ? "wgmma" : "mma.sync", run.num_splits);
+            std::printf("measured attention_cuda bf16 %s [%s]: nmse %.3g max_rel %.3g\n", what.c_str(),
+                        kernel.c_str(), d.nmse, d.max_rel);
+            EXPECT_TRUE(within(d, tolerance("attention_cuda", DType::kBF16))) << what << " " << kernel;
+        }
+    }
+
+    // One launch of an MLA latent kernel (launch_mla_attention with the plan of the wgmma kernel or not)
+    // into a poisoned output of out_size floats: the output, the error flag, the key splits.
+    struct LatentRun {
+        std::vector<float> out;
+        int32_t error_flag = -1;
+        int num_splits = 0;
+    };
+    LatentRun run_latent_kernel(AttentionArgs args, bool sm90, size_t out_size) {
+        const cuda::MlaAttentionPlan plan = cuda::plan_mla_attention(args, 132, sm90);
+        cuda::CudaBuffer out = poisoned<float>(out_size);
+        cuda::CudaBuffer flag = upload(std::vector<int32_t>{0});
+        auto workspace = cuda::CudaBuffer::alloc(std::max<size_t>(plan.split.workspace_bytes, 16));
+        EXPECT_TRUE(workspace.is_ok());
+        if (!workspace.is_ok()) return {};
+        args.out = static_cast<float*>(out.data());
+        EXPECT_EQ(cuda::launch_mla_attention(args, plan, workspace->data(),
+                                             static_cast<int32_t*>(flag.data()), nullptr),
+                  cudaSuccess);
+        return {download<float>(out.data(), out_size), download<int32_t>(flag.data(), 1)[0],
+                plan.split.num_splits};
     }
 
     cuda::FlashAttentionPlan plan_;  // the flash plan of the last check()
@@ -234,9 +274,10 @@ TEST_F(AttentionBf16KvTest, CudaCoreKernelReadsBf16) {
     check({4, 1, 576, 512}, mixed, 16, false, 302);   // MLA's latent widths
 }
 
-// MLA's absorbed attention over the latent cache (kernels/mla_attention.cuh): 64 heads per block, so 16,
-// 20 (a partial block), 64 and 128 heads; decode rows with key splits, prompt chunks, both block sizes,
-// contiguous rows.
+// MLA's absorbed attention over the latent cache (kernels/mla_attention.cuh, and on sm_90a
+// mla_attention_sm90.cuh; each case runs both): 64 heads per block, so 16, 20 (a partial block), 64 and 128
+// heads; decode rows with key splits, prompt chunks, both block sizes, contiguous rows, a sequence of 64·k +
+// 1 keys (one key in its last 64-key tile).
 TEST_F(AttentionBf16KvTest, MlaLatentKernel) {
     const Batch decode{{0, 37, 5, 1200, 16, 3000, 63, 64}, {1, 1, 1, 1, 1, 1, 1, 1}};
     const Batch mixed{{0, 37, 5, 200}, {9, 1, 1, 30}};
@@ -250,6 +291,7 @@ TEST_F(AttentionBf16KvTest, MlaLatentKernel) {
     }
     check({64, 1, 576, 512, true}, Batch{{999}, {1}}, 0, false, seed++);  // contiguous rows, one query
     check({128, 1, 576, 512, true}, Batch{{4000}, {1}}, 16, false, seed++);  // one sequence: every split
+    check({64, 1, 576, 512, true}, Batch{{128, 2}, {1, 1}}, 16, false, seed++);  // 129 keys; 3 keys
 }
 
 TEST_F(AttentionBf16KvTest, KvCacheStoreRoundsToNearestEvenLikeTheCpu) {
@@ -326,6 +368,51 @@ TEST_F(AttentionBf16KvTest, FlashErrorsFailAtSynchronize) {
                 const Status st = gpu_->synchronize();
                 EXPECT_EQ(st.code(), StatusCode::kInvalidArgument)
                     << "T " << T << " bs " << bs << " bad position " << bad_position;
+            }
+        }
+    }
+}
+
+// Both MLA latent kernels report a query position outside the cache and a negative block id its keys reach
+// (block sizes 4 and 16; the wgmma kernel where it runs), and leave the flag alone for a good query.
+TEST_F(AttentionBf16KvTest, MlaLatentErrorsSetTheFlag) {
+    const int64_t Dqk = 576, Dv = 512, H = 64;
+    const std::vector<float> q = random_floats(H * Dqk, 5);
+    DeviceBuffer d_q = to_gpu(q);
+    for (const int64_t bs : {int64_t{4}, int64_t{16}}) {
+        const std::vector<uint16_t> pool = random_bf16(4 * bs * Dqk, 6, 1.0f);  // 4 blocks
+        DeviceBuffer d_pool = to_gpu(pool);
+        // bad: 0 good (block 1 then 2), 1 position past the cache, 2 its second block id negative.
+        for (int bad = 0; bad < 3; ++bad) {
+            DeviceBuffer d_pos =
+                to_gpu(std::vector<int32_t>{static_cast<int32_t>(bad == 1 ? 2 * bs : bs + 1)});
+            DeviceBuffer d_table = to_gpu(std::vector<int32_t>{1, bad == 2 ? -1 : 2});
+            AttentionArgs args;
+            args.q = d_q.f32();
+            args.k = args.v = d_pool.data();
+            args.kv_dtype = DType::kBF16;
+            args.positions = static_cast<const int32_t*>(d_pos.data());
+            args.num_tokens = 1;
+            args.num_kv_tokens = 2 * bs;
+            args.num_heads = H;
+            args.num_kv_heads = 1;
+            args.head_dim_qk = Dqk;
+            args.head_dim_v = Dv;
+            args.q_token_stride = H * Dqk;
+            args.q_head_stride = args.k_head_stride = args.v_head_stride = Dqk;
+            args.k_token_stride = args.v_token_stride = Dqk;
+            args.out_token_stride = H * Dv;
+            args.out_head_stride = Dv;
+            args.kv_block_tables = static_cast<const int32_t*>(d_table.data());
+            args.num_sequences = 1;
+            args.block_table_stride = 2;
+            args.kv_block_size = bs;
+            args.scale = 0.05f;
+            ASSERT_TRUE(cuda::mla_attention_supports(args));
+            for (const bool sm90 : {false, true}) {
+                if (sm90 && !cuda::sm90a_available(0)) continue;
+                EXPECT_EQ(run_latent_kernel(args, sm90, H * Dv).error_flag, bad == 0 ? 0 : 1)
+                    << "bs " << bs << " case " << bad << (sm90 ? " wgmma" : " mma.sync");
             }
         }
     }

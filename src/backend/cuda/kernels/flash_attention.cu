@@ -200,9 +200,8 @@ __global__ void __launch_bounds__(kThreads, blocks_per_sm<kDecode>())
             // o += p · v: the score accumulators are the A fragments (FlashAttention-2's register reuse).
 #pragma unroll
             for (int kk = 0; kk < kSliceKeys / 16; ++kk) {
-                const uint32_t pa[4] = {pack_bf16(s[2 * kk][0], s[2 * kk][1]), pack_bf16(s[2 * kk][2], s[2 * kk][3]),
-                                        pack_bf16(s[2 * kk + 1][0], s[2 * kk + 1][1]),
-                                        pack_bf16(s[2 * kk + 1][2], s[2 * kk + 1][3])};
+                uint32_t pa[4];
+                probabilities_a_operand(s, kk, pa);
 #pragma unroll
                 for (int nn = 0; nn < D / 16; ++nn) {
                     uint32_t r[4];

@@ -25,17 +25,6 @@ constexpr int kKvElems = D / kPanel * kKvPanel;
 constexpr size_t kSmemAlign = 1024;
 constexpr size_t kSmemBytes = (size_t{kQElems} + size_t{kStages} * 2 * kKvElems) * sizeof(bf16) + kSmemAlign;
 
-#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-
-// Element offset of 16-byte chunk c (of 16) of row r in a tile of `rows` rows: panel c / 8, rows of 64
-// elements, chunk (c mod 8) ^ (r mod 8) — wgmma.cuh's 128-byte swizzle.
-template <int kTileRows>
-__device__ __forceinline__ int panel_offset(int r, int c) {
-    return (c >> 3) * (kTileRows * kPanel) + r * kPanel + (((c & 7) ^ (r & 7)) << 3);
-}
-
-#endif
-
 struct Layout {
     int heads_per_chunk = 0;
     int num_chunks = 0;
@@ -90,7 +79,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         }
         const uint4 packed = {pack_bf16(v[0], v[1]), pack_bf16(v[2], v[3]), pack_bf16(v[4], v[5]),
                               pack_bf16(v[6], v[7])};
-        *reinterpret_cast<uint4*>(smem_q + panel_offset<kRows>(r, c)) = packed;
+        *reinterpret_cast<uint4*>(smem_q + swizzled_offset<kRows>(r, c)) = packed;
     }
     fence_proxy_async();
     __syncthreads();
@@ -140,7 +129,7 @@ __global__ void __launch_bounds__(kThreads, 1)
             bf16* sk = smem_kv + stage * 2 * kKvElems;
             loader.load(
                 a, lay.block_shift, tile, sk, sk + kKvElems,
-                [](int key, int c) { return panel_offset<kTileKeys>(key, c); }, error_flag);
+                [](int key, int c) { return swizzled_offset<kTileKeys>(key, c); }, error_flag);
             mbarrier_arrive_cp_async(&landed[stage]);
         };
         const auto wait_landed = [&](int tile) {
@@ -187,12 +176,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         };
         const auto scores_to_p = [&] {
 #pragma unroll
-            for (int kk = 0; kk < kTileKeys / 16; ++kk) {
-                pa[kk][0] = pack_bf16(s4[2 * kk][0], s4[2 * kk][1]);
-                pa[kk][1] = pack_bf16(s4[2 * kk][2], s4[2 * kk][3]);
-                pa[kk][2] = pack_bf16(s4[2 * kk + 1][0], s4[2 * kk + 1][1]);
-                pa[kk][3] = pack_bf16(s4[2 * kk + 1][2], s4[2 * kk + 1][3]);
-            }
+            for (int kk = 0; kk < kTileKeys / 16; ++kk) probabilities_a_operand(s4, kk, pa[kk]);
         };
 
         // FlashAttention-3's overlap inside a warpgroup: step t issues S(t) = Q·K(t)ᵀ and O += P(t−1)·V(t−1),

@@ -8,6 +8,9 @@
 #include <cuda_runtime.h>
 
 #include <cmath>
+#include <cstdint>
+
+#include "backend/cuda/kernels/moe_common.cuh"
 
 namespace epinfer::cuda {
 
@@ -61,6 +64,17 @@ __device__ __forceinline__ void online_softmax_tile(float (&s)[kN][4], int key0,
         l[hr] = l[hr] * corr[hr] + sum;
         m[hr] = m_new;
     }
+}
+
+// Keys 16·kk … 16·kk + 15 of a tile's probabilities as the bf16 A operand of a k16 MMA: mma.sync
+// m16n8k16's A fragment, which is also wgmma's register A fragment (wgmma.cuh) — rows g and g + 8, keys
+// 2·(lane mod 4) + {0, 1} and the same + 8.
+template <int kN>
+__device__ __forceinline__ void probabilities_a_operand(const float (&s)[kN][4], int kk, uint32_t (&a)[4]) {
+    a[0] = pack_bf16(s[2 * kk][0], s[2 * kk][1]);
+    a[1] = pack_bf16(s[2 * kk][2], s[2 * kk][3]);
+    a[2] = pack_bf16(s[2 * kk + 1][0], s[2 * kk + 1][1]);
+    a[3] = pack_bf16(s[2 * kk + 1][2], s[2 * kk + 1][3]);
 }
 
 // o[n][0..1] *= corr[0], o[n][2..3] *= corr[1], skipped by the whole warp when no row's max moved (after the

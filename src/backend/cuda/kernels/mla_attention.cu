@@ -5,6 +5,8 @@
 #include "backend/cuda/kernels/attention.cuh"
 #include "backend/cuda/kernels/flash_softmax.cuh"
 #include "backend/cuda/kernels/mla_attention.cuh"
+#include "backend/cuda/kernels/mla_attention_sm90.cuh"
+#include "backend/cuda/kernels/mla_attention_store.cuh"
 #include "backend/cuda/kernels/moe_common.cuh"
 #include "backend/cuda/kernels/pdl.cuh"
 
@@ -24,7 +26,6 @@ constexpr int kHalfK = kDqk / 2;  // the score dims a warp takes: 288 = 18 k-ste
 constexpr int kHalfV = kDv / 2;   // the output columns a warp accumulates: 256
 constexpr int64_t kMinKeysPerSplit = 4 * kTileKeys;
 constexpr float kLog2e = 1.4426950408889634f;
-constexpr float kLn2 = 0.6931471805599453f;
 constexpr size_t kQBytes = size_t{kHeads} * kDqk * sizeof(bf16);
 constexpr size_t kTileBytes = size_t{kTileKeys} * kDqk * sizeof(bf16);
 constexpr size_t kExchangeBytes = size_t{kWarps} * 16 * kTileKeys * sizeof(float);
@@ -167,9 +168,8 @@ __global__ void __launch_bounds__(kThreads, 1)
         // o += p · V over this warp's 256 columns of the latent.
 #pragma unroll
         for (int kk = 0; kk < kTileKeys / 16; ++kk) {
-            const uint32_t pa[4] = {pack_bf16(s[2 * kk][0], s[2 * kk][1]), pack_bf16(s[2 * kk][2], s[2 * kk][3]),
-                                    pack_bf16(s[2 * kk + 1][0], s[2 * kk + 1][1]),
-                                    pack_bf16(s[2 * kk + 1][2], s[2 * kk + 1][3])};
+            uint32_t pa[4];
+            probabilities_a_operand(s, kk, pa);
 #pragma unroll
             for (int nn = 0; nn < kHalfV / 16; ++nn) {
                 uint32_t r[4];
@@ -188,28 +188,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         l[hr] += __shfl_xor_sync(0xffffffffu, l[hr], 2);
         const int r = rg * 16 + g + 8 * hr;
         if (r >= heads) continue;
-        const int64_t h = h0 + r;
-        if (split.num_splits == 1) {
-            float* out = a.out + t * a.out_token_stride + h * a.out_head_stride + half * kHalfV;
-            const float inv = l[hr] > 0.0f ? 1.0f / l[hr] : 0.0f;
-#pragma unroll
-            for (int n = 0; n < kHalfV / 8; ++n) {
-                out[n * 8 + 2 * q4] = o[n][2 * hr] * inv;
-                out[n * 8 + 2 * q4 + 1] = o[n][2 * hr + 1] * inv;
-            }
-            continue;
-        }
-        const int64_t part = (t * a.num_heads + h) * split.num_splits + split_index;
-        float* acc = split.partial_acc + part * kDv + half * kHalfV;
-#pragma unroll
-        for (int n = 0; n < kHalfV / 8; ++n) {
-            acc[n * 8 + 2 * q4] = o[n][2 * hr];
-            acc[n * 8 + 2 * q4 + 1] = o[n][2 * hr + 1];
-        }
-        if (half == 0 && q4 == 0) {
-            split.partial_ml[part * 2] = l[hr] > 0.0f ? m[hr] * kLn2 : -INFINITY;
-            split.partial_ml[part * 2 + 1] = l[hr];
-        }
+        store_mla_row(a, split, split_index, t, h0 + r, half * kHalfV, o, hr, m[hr], l[hr], half == 0);
     }
 }
 
@@ -222,11 +201,15 @@ bool mla_attention_supports(const AttentionArgs& a) {
            a.kv_block_size <= INT32_MAX;
 }
 
-MlaAttentionPlan plan_mla_attention(const AttentionArgs& a, int num_sms) {
+MlaAttentionPlan plan_mla_attention(const AttentionArgs& a, int num_sms, bool sm90a) {
     MlaAttentionPlan plan;
     plan.num_chunks = static_cast<int>((a.num_heads + kHeads - 1) / kHeads);
-    const int64_t blocks = a.num_tokens * plan.num_chunks;  // one block per SM (160 KiB of shared memory)
-    plan.split = plan_whole_wave_splits(a, blocks, {num_sms, kMinKeysPerSplit, kTileKeys, 2 * kTileKeys});
+    plan.sm90 = sm90a;
+    // One block per SM either way (160 or 225 KiB of shared memory); splits of whole tiles, at least four
+    // 32-key tiles.
+    const int64_t blocks = a.num_tokens * plan.num_chunks;
+    const int64_t tile = sm90a ? kMlaSm90TileKeys : kTileKeys;
+    plan.split = plan_whole_wave_splits(a, blocks, {num_sms, kMinKeysPerSplit, tile, 2 * tile});
     return plan;
 }
 
@@ -240,9 +223,15 @@ cudaError_t launch_mla_attention(const AttentionArgs& args, const MlaAttentionPl
         while ((int64_t{1} << block_shift) < bs) ++block_shift;
     }
     const KeySplit split = key_split_in(args, plan.split, workspace);
+    cudaError_t err;
+    if (plan.sm90) {
+        err = launch_mla_attention_sm90(args, plan.num_chunks, block_shift, split, error_flag, stream);
+        if (err != cudaSuccess || split.num_splits == 1) return err;
+        return launch_attention_combine(args, split, stream);
+    }
     const int64_t num_blocks = args.num_tokens * plan.num_chunks * split.num_splits;
-    cudaError_t err = cudaFuncSetAttribute(mla_attention_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                           static_cast<int>(kSmemBytes));
+    err = cudaFuncSetAttribute(mla_attention_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                               static_cast<int>(kSmemBytes));
     if (err != cudaSuccess) return err;
     err = launch_pdl(mla_attention_kernel, dim3(static_cast<unsigned>(num_blocks)), dim3(kThreads),
                      kSmemBytes, stream, args, plan.num_chunks, block_shift, split, error_flag);

@@ -1,7 +1,9 @@
 // MLA's absorbed attention over the bf16 latent cache on the tensor cores (AttentionArgs, op_args.h): the
 // decode attention of layers/attention_mla.h, where every query head reads the same cached rows
 // [c_kv (512) | k_pe (64)] — one KV head of width 576, V its first 512 — as FlashMLA's decode kernel does
-// (DeepSeek, github.com/deepseek-ai/FlashMLA), here with mma.sync m16n8k16 (bf16 in, fp32 accumulate).
+// (DeepSeek, github.com/deepseek-ai/FlashMLA), here with mma.sync m16n8k16 (bf16 in, fp32 accumulate). On
+// H100/H200 (sm_90a in the build) plan_mla_attention picks the wgmma kernel of mla_attention_sm90.cuh
+// instead, 2.5–3× faster (docs/benchmarks/attention_h200.md); launch_mla_attention runs either.
 //
 // A block takes one query token and 64 of its heads (the MMA rows, 16 per row group); its eight warps are
 // four row groups × two halves of the 512 output columns. Per tile of 32 keys (two-stage cp.async ring,
@@ -33,6 +35,7 @@ inline constexpr size_t kMlaAttentionSmemBytes = size_t{64 + 2 * 32} * (kMlaLate
 
 struct MlaAttentionPlan {
     int num_chunks = 0;  // ⌈num_heads / 64⌉ blocks per token and split
+    bool sm90 = false;   // the wgmma kernel (mla_attention_sm90.cuh): keys_per_split a multiple of 64
     KeySplitPlan split;  // keys_per_split a multiple of 32
 };
 
@@ -41,10 +44,11 @@ struct MlaAttentionPlan {
 // its token stride a multiple of 8 below 2^31, positions and block ids within int32.
 bool mla_attention_supports(const AttentionArgs& args);
 
-MlaAttentionPlan plan_mla_attention(const AttentionArgs& args, int num_sms);
+// sm90a: the device runs the wgmma kernels (sm90a.cuh); the plan then takes mla_attention_sm90.cuh's kernel.
+MlaAttentionPlan plan_mla_attention(const AttentionArgs& args, int num_sms, bool sm90a);
 
 // Bad positions, sequences and block ids as launch_flash_attention (zeros, *error_flag = 1).
-// @pre mla_attention_supports(args); plan = plan_mla_attention(args, ·); workspace:
+// @pre mla_attention_supports(args); plan = plan_mla_attention(args, ·, ·); workspace:
 // plan.split.workspace_bytes, device; error_flag: [1] int32, device.
 cudaError_t launch_mla_attention(const AttentionArgs& args, const MlaAttentionPlan& plan, void* workspace,
                                  int32_t* error_flag, cudaStream_t stream);
