@@ -15,15 +15,18 @@
 // weight bytes.
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <charconv>
 #include <cmath>
 #include <cstdio>
+#include <limits>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
 #include "checkpoint/hf_config.h"
+#include "comma_list.h"
 #include "commands.h"
 #include "engine/generate.h"
 #include "model_setup.h"
@@ -67,23 +70,21 @@ Result<double> parse_double(const std::string& text, const std::string& what) {
     return value;
 }
 
-// "12,7,99" → {12, 7, 99}; ids outside int32 are reported here, ids outside the vocabulary later.
+// "12,7,99" → {12, 7, 99}; ids outside int32 are reported here, ids outside the vocabulary by
+// check_request_flags. An empty value or item is one line naming --prompt-ids.
 Result<std::vector<int32_t>> parse_prompt_ids(const std::string& text) {
+    EPI_ASSIGN_OR_RETURN(const std::vector<int64_t> values,
+                         parse_comma_ints({text}, "generate", "--prompt-ids"));
     std::vector<int32_t> ids;
-    if (text.empty()) return ids;
-    size_t begin = 0;
-    for (;;) {
-        const size_t comma = text.find(',', begin);
-        const std::string item =
-            text.substr(begin, comma == std::string::npos ? std::string::npos : comma - begin);
-        EPI_ASSIGN_OR_RETURN(const int32_t id, parse_int<int32_t>(item, "prompt id"));
-        ids.push_back(id);
-        if (comma == std::string::npos) return ids;
-        begin = comma + 1;
+    for (const int64_t id : values) {
+        if (id < std::numeric_limits<int32_t>::min() || id > std::numeric_limits<int32_t>::max())
+            return invalid_argument(fmt::format("--prompt-ids: token id {} is outside the int32 range", id));
+        ids.push_back(static_cast<int32_t>(id));
     }
+    return ids;
 }
 
-// Parses the options; their values are checked against the model by generate_request_check.
+// Parses the options; their values are checked against the model by check_request_flags.
 Result<GenerateRequest> build_request(const GenerateOptions& o) {
     GenerateRequest r;
     EPI_ASSIGN_OR_RETURN(r.prompt_ids, parse_prompt_ids(o.prompt_ids));
@@ -94,6 +95,36 @@ Result<GenerateRequest> build_request(const GenerateOptions& o) {
     EPI_ASSIGN_OR_RETURN(r.sampling.seed, parse_int<uint64_t>(o.seed, "--seed"));
     r.ignore_eos = o.ignore_eos;
     return r;
+}
+
+// The request against config.json in the names of the flags the user typed (generate_request_check, which
+// the engine runs again, names the fields of GenerateRequest).
+Status check_request_flags(const ModelConfig& config, const GenerateRequest& r) {
+    for (const int32_t id : r.prompt_ids) {
+        if (id < 0 || id >= config.vocab_size) {
+            return invalid_argument(
+                fmt::format("--prompt-ids: token id {} is outside [0, vocab_size {}) of config.json", id,
+                            config.vocab_size));
+        }
+    }
+    if (r.max_new_tokens < 1)
+        return invalid_argument(fmt::format("--max-new-tokens {} is below 1", r.max_new_tokens));
+    const auto prompt_len = static_cast<int64_t>(r.prompt_ids.size());
+    if (r.max_new_tokens > config.max_position_embeddings - prompt_len) {
+        return invalid_argument(
+            fmt::format("--max-new-tokens {} after a prompt of {} tokens (--prompt-ids) exceeds "
+                        "max_position_embeddings {} of config.json (at most {} new tokens)",
+                        r.max_new_tokens, prompt_len, config.max_position_embeddings,
+                        std::max<int64_t>(0, config.max_position_embeddings - prompt_len)));
+    }
+    if (!(r.sampling.temperature >= 0.0))
+        return invalid_argument(
+            fmt::format("--temperature {} is below 0 (0 = greedy)", r.sampling.temperature));
+    if (r.sampling.top_k < 0)
+        return invalid_argument(fmt::format("--top-k {} is below 0 (0 keeps every token)", r.sampling.top_k));
+    if (!(r.sampling.top_p > 0.0 && r.sampling.top_p <= 1.0))
+        return invalid_argument(fmt::format("--top-p {} is outside (0, 1]", r.sampling.top_p));
+    return Status::ok();
 }
 
 std::string join_ids(const std::vector<int32_t>& ids) {
@@ -109,6 +140,7 @@ Status run_generate(const GenerateOptions& o) {
     EPI_ASSIGN_OR_RETURN(const GenerateRequest request, build_request(o));
     {  // the request against config.json first: a bad request is one line, before anything starts
         EPI_ASSIGN_OR_RETURN(const ModelConfig config, load_hf_config(o.setup.model_dir));
+        EPI_RETURN_IF_ERROR(check_request_flags(config, request));
         EPI_RETURN_IF_ERROR(generate_request_check(config, request));
     }
     // The KV pool: --kv-cache-tokens when given (the request must fit in it), else the request's tokens.

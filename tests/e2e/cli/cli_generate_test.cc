@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "checkpoint/safetensors.h"
@@ -99,7 +100,7 @@ TEST(CliGenerate, BadInputIsOneLineErrorNamingTheValue) {
     expect_one_line_error(run_cli("generate --model " + empty_dir.string() + " --prompt-ids 1,2"),
                           "config.json");
     std::filesystem::remove_all(empty_dir);
-    expect_one_line_error(run_cli(gen + "--prompt-ids ''"), "prompt_ids");
+    expect_one_line_error(run_cli(gen + "--prompt-ids ''"), "--prompt-ids '' has an empty item");
     expect_one_line_error(run_cli(gen + "--prompt-ids 12,320"), "320");  // vocab_size 320
     expect_one_line_error(run_cli(gen + "--prompt-ids=3,-5"), "-5");
     expect_one_line_error(run_cli(gen + "--prompt-ids 12,abc,7"), "abc");
@@ -107,8 +108,32 @@ TEST(CliGenerate, BadInputIsOneLineErrorNamingTheValue) {
     expect_one_line_error(run_cli(gen + "--prompt-ids 1,2 --max-new-tokens 0"), "0");
     expect_one_line_error(run_cli(gen + "--prompt-ids 1,2 --max-new-tokens abc"), "abc");
     expect_one_line_error(run_cli(gen + "--prompt-ids 1,2,3 --max-new-tokens 600"), "512");  // max positions
-    expect_one_line_error(run_cli(gen + "--prompt-ids 1,2 --top-p 1.5"), "top_p");
+    expect_one_line_error(run_cli(gen + "--prompt-ids 1,2 --top-p 1.5"), "1.5");
     expect_one_line_error(run_cli(gen + "--prompt-ids 1,2 --threads 1000000"), "1000000");
+}
+
+// The errors name the flags the user typed, not the fields of the engine's GenerateRequest (prompt_ids,
+// max_new_tokens, top_p, ...), which its own checks name.
+TEST(CliGenerate, RequestErrorsNameTheFlags) {
+    const std::vector<std::pair<std::string, std::string>> cases = {
+        {"--prompt-ids ''", "generate: --prompt-ids '' has an empty item"},
+        {"--prompt-ids 1,,2", "generate: --prompt-ids '1,,2' has an empty item"},
+        {"--prompt-ids 12,320", "--prompt-ids: token id 320 is outside [0, vocab_size 320) of config.json"},
+        {"--prompt-ids 99999999999", "--prompt-ids: token id 99999999999 is outside the int32 range"},
+        {"--prompt-ids 1,2 --max-new-tokens 0", "--max-new-tokens 0 is below 1"},
+        {"--prompt-ids 1,2 --max-new-tokens -3", "--max-new-tokens -3 is below 1"},
+        {"--prompt-ids 1,2,3 --max-new-tokens 600",
+         "--max-new-tokens 600 after a prompt of 3 tokens (--prompt-ids) exceeds max_position_embeddings 512 "
+         "of config.json (at most 509 new tokens)"},
+        {"--prompt-ids 1 --temperature -1", "--temperature -1 is below 0"},
+        {"--prompt-ids 1 --top-k -1", "--top-k -1 is below 0"},
+        {"--prompt-ids 1 --top-p 1.5", "--top-p 1.5 is outside (0, 1]"},
+        {"--prompt-ids 1 --top-p 0", "--top-p 0 is outside (0, 1]"},
+    };
+    for (const auto& [args, message] : cases) {
+        SCOPED_TRACE(args);
+        expect_one_line_error(run_cli("generate --model " + kModel + " " + args), message);
+    }
 }
 
 // A checkpoint whose final norm weight is NaN gives an error, never made-up tokens.
