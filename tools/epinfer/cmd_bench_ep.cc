@@ -183,11 +183,12 @@ Status outside(const char* flag, int64_t v, int64_t lo, int64_t hi) {
     return invalid_argument(fmt::format("bench ep: {} {} is outside [{}, {}]", flag, v, lo, hi));
 }
 
-// --tokens: comma-separated integers in [0, kMaxTokens]. Errors: one line naming the value and the item.
+// --tokens: comma-separated integers in [1, kMaxTokens] (0 tokens time only the bookkeeping, against an
+// empty all_to_all_v: a ratio of nothing). Errors: one line naming the value and the item.
 Result<std::vector<int64_t>> parse_token_counts(const std::string& text) {
     EPI_ASSIGN_OR_RETURN(std::vector<int64_t> counts, parse_comma_ints({text}, "bench ep", "--tokens"));
     for (int64_t value : counts) {
-        if (value < 0 || value > kMaxTokens) return outside("--tokens", value, 0, kMaxTokens);
+        if (value < 1 || value > kMaxTokens) return outside("--tokens", value, 1, kMaxTokens);
     }
     return counts;
 }
@@ -293,7 +294,7 @@ void add_bench_ep_command(CLI::App& bench) {
     ep->add_option("--ranks", opts->ranks,
                    "ranks; without MPI around, starts them through mpirun (default: the world)")
         ->check(CLI::Range(1, 4096));
-    ep->add_option("--tokens", opts->tokens, "tokens per rank, comma separated (default 128,4096)");
+    ep->add_option("--tokens", opts->tokens, "tokens per rank, each ≥ 1, comma separated (default 128,4096)");
     ep->add_option("--hidden", opts->hidden, "row width H (default 7168)");
     ep->add_option("--experts", opts->experts, "routed experts E (default 256)");
     ep->add_option("--top-k", opts->top_k, "experts per token K (default 8)");

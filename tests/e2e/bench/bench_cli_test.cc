@@ -228,7 +228,12 @@ TEST(BenchCli, BenchEpBadFlagsAreOneLineBeforeAnyRankStarts) {
     expect_one_line_error(run_epinfer("bench ep --ranks 2 --tokens 8,x"),
                           "bench ep: --tokens '8,x': 'x' is not an integer");
     expect_one_line_error(run_epinfer("bench ep --ranks 2 --tokens 8,-1"),
-                          "bench ep: --tokens -1 is outside [0, 1048576]");
+                          "bench ep: --tokens -1 is outside [1, 1048576]");
+    // No tokens: nothing to dispatch, and a dispatch/a2a ratio of two empty exchanges.
+    expect_one_line_error(run_epinfer("bench ep --ranks 2 --tokens 0"),
+                          "bench ep: --tokens 0 is outside [1, 1048576]");
+    expect_one_line_error(run_epinfer("bench ep --ranks 2 --tokens 8,0,64"),
+                          "bench ep: --tokens 0 is outside [1, 1048576]");
     // More host memory than any machine has (about 52 TiB over 256 CPU ranks): refused before they start.
     expect_one_line_error(
         run_epinfer("bench ep --ranks 256 --tokens 1048576 --hidden 2048"),
