@@ -5,8 +5,8 @@
 
 #include <algorithm>
 #include <cctype>
-#include <sstream>
 #include <tuple>
+#include <vector>
 
 namespace epinfer::planner {
 namespace {
@@ -40,36 +40,49 @@ std::string layout_spec(const ParallelLayout& l) {
 Result<ParallelLayout> parse_layout_spec(const std::string& spec) {
     auto bad = [&](const std::string& why) {
         return invalid_argument(fmt::format(
-            "layout '{}': {} (expected tokens tpN, epN, dpN, ppN joined by '-', e.g. dp8-ep8)", spec, why));
+            "--layout '{}': {} (expected tokens tpN, epN, dpN, ppN joined by '-', e.g. dp8-ep8)", spec, why));
     };
+    if (spec.empty()) return bad("empty");
+    std::vector<std::string> tokens;  // split at every '-', keeping empty tokens
+    for (size_t begin = 0;;) {
+        const size_t dash = std::min(spec.find('-', begin), spec.size());
+        tokens.push_back(spec.substr(begin, dash - begin));
+        if (dash == spec.size()) break;
+        begin = dash + 1;
+    }
     LayoutFlags flags;
-    std::stringstream in(spec);
-    std::string token;
-    bool any = false;
-    while (std::getline(in, token, '-')) {
+    for (size_t i = 0; i < tokens.size(); ++i) {
+        const std::string& token = tokens[i];
+        if (token.empty()) return bad("an empty token (a '-' at an end or doubled)");
         std::string lower;
         for (char ch : token) lower += static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
-        if (lower.size() < 3) return bad(fmt::format("bad token '{}'", token));
-        std::string key = lower.substr(0, 2), digits = lower.substr(2);
-        if (!std::all_of(digits.begin(), digits.end(), [](char ch) { return std::isdigit(ch); }) ||
-            digits.size() > 6) {
-            return bad(fmt::format("bad number in '{}'", token));
-        }
-        int value = std::stoi(digits);
-        if (value < 1) return bad(fmt::format("'{}' must be >= 1", token));
+        const std::string key = lower.substr(0, 2);
         int* slot = key == "tp"   ? &flags.tp
                     : key == "ep" ? &flags.ep
                     : key == "dp" ? &flags.dp
                     : key == "pp" ? &flags.pp
                                   : nullptr;
         if (!slot) return bad(fmt::format("unknown token '{}'", token));
+        // The degree: digits right after the key ("tp-1" splits into "tp" and "1": its degree reads -1).
+        std::string digits = token.substr(2);
+        if (digits.empty() && i + 1 < tokens.size() && !tokens[i + 1].empty() &&
+            std::isdigit(static_cast<unsigned char>(tokens[i + 1][0]))) {
+            digits = "-" + tokens[i + 1];
+        }
+        const bool number =
+            !digits.empty() && digits.size() <= 6 &&
+            std::all_of(digits.begin(), digits.end(), [](unsigned char ch) { return std::isdigit(ch) != 0; });
+        const int value = number ? std::stoi(digits) : 0;
+        if (value < 1) {
+            return bad(fmt::format(
+                "degree of '{}' must be a positive integer (at most 999999) right after it, got {}",
+                token.substr(0, 2), digits.empty() ? "nothing" : "'" + digits + "'"));
+        }
         if (*slot != 0) return bad(fmt::format("'{}' given twice", key));
         *slot = value;
-        any = true;
     }
-    if (!any) return bad("empty");
     Result<ParallelLayout> layout = layout_from_flags(flags);
-    if (!layout.is_ok()) return layout.status().with_context(fmt::format("layout '{}'", spec));
+    if (!layout.is_ok()) return layout.status().with_context(fmt::format("--layout '{}'", spec));
     return layout;
 }
 

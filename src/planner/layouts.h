@@ -23,9 +23,10 @@ namespace epinfer::planner {
 // ep joined by '-'; "tp1" for one GPU.
 std::string layout_spec(const ParallelLayout& layout);
 
-// Parses a spec of tokens tpN, epN, dpN, ppN joined by '-' (case-insensitive).
-// Errors: kInvalidArgument naming the spec: an unknown or repeated token, a missing or non-positive
-// number, or flags layout_from_flags rejects.
+// Parses a spec of tokens tpN, epN, dpN, ppN joined by '-' (case-insensitive), the value of plan's --layout.
+// Errors: kInvalidArgument "--layout '<spec>': ..." naming what is wrong: an empty, unknown or repeated
+// token, a degree that is not a positive integer of at most 6 digits right after its key ("tp-1": got
+// '-1'), or flags layout_from_flags rejects.
 Result<ParallelLayout> parse_layout_spec(const std::string& spec);
 
 // The sizes validate_layout checks, from the model.

@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "checkpoint/hf_config.h"
+#include "comma_list.h"
 #include "commands.h"
 #include "engine/bench_serving.h"
 #include "model_setup.h"
@@ -152,9 +153,10 @@ Status run_plan(const PlanArgs& args) {
     }
     if (args.layouts) {
         if (args.layouts->empty()) return invalid_argument("--layout '': name at least one layout, e.g. tp8");
-        std::stringstream specs(*args.layouts);
-        std::string spec;
-        while (std::getline(specs, spec, ',')) {
+        EPI_ASSIGN_OR_RETURN(
+            const std::vector<std::string> specs,
+            split_comma_lists({*args.layouts}, "plan", "--layout", "layouts such as tp8,dp8-ep8"));
+        for (const std::string& spec : specs) {
             EPI_ASSIGN_OR_RETURN(ParallelLayout layout, planner::parse_layout_spec(spec));
             if (std::find(request.layouts.begin(), request.layouts.end(), layout) != request.layouts.end())
                 return invalid_argument(fmt::format("--layout: {} is named twice", spec));

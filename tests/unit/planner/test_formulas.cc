@@ -2,6 +2,9 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "planner/cost_model.h"
 #include "planner/layouts.h"
@@ -255,6 +258,47 @@ TEST(Layouts, SpecsRoundTrip) {
     for (const char* bad : {"tp", "xx8", "tp8-tp4", "tp0", "", "tp8-ep3"}) {
         EXPECT_FALSE(parse_layout_spec(bad).is_ok()) << bad;
     }
+}
+
+// A malformed spec is one message naming the whole spec and what is wrong with it ("tp-1" was "bad token
+// 'tp'").
+TEST(Layouts, BadSpecsNameTheSpecAndTheFault) {
+    const std::vector<std::pair<std::string, std::string>> cases = {
+        {"tp-1",
+         "--layout 'tp-1': degree of 'tp' must be a positive integer (at most 999999) right after it, "
+         "got '-1'"},
+        {"ep-2",
+         "--layout 'ep-2': degree of 'ep' must be a positive integer (at most 999999) right after it, "
+         "got '-2'"},
+        {"tp0",
+         "--layout 'tp0': degree of 'tp' must be a positive integer (at most 999999) right after it, "
+         "got '0'"},
+        {"tpx",
+         "--layout 'tpx': degree of 'tp' must be a positive integer (at most 999999) right after it, "
+         "got 'x'"},
+        {"dp8-EP",
+         "--layout 'dp8-EP': degree of 'EP' must be a positive integer (at most 999999) right after "
+         "it, got nothing"},
+        {"tp4ep2",
+         "--layout 'tp4ep2': degree of 'tp' must be a positive integer (at most 999999) right after "
+         "it, got '4ep2'"},
+        {"pp1234567", "got '1234567'"},
+        {"tp8--ep8", "--layout 'tp8--ep8': an empty token (a '-' at an end or doubled)"},
+        {"tp8-", "--layout 'tp8-': an empty token"},
+        {"-tp8", "--layout '-tp8': an empty token"},
+        {"zz8", "--layout 'zz8': unknown token 'zz8'"},
+        {"tp8-tp4", "--layout 'tp8-tp4': 'tp' given twice"},
+        {"tp8-ep3", "--layout 'tp8-ep3': --ep 3 does not divide the 8 ranks per stage"},
+    };
+    for (const auto& [spec, message] : cases) {
+        const Result<ParallelLayout> parsed = parse_layout_spec(spec);
+        ASSERT_FALSE(parsed.is_ok()) << spec;
+        EXPECT_EQ(parsed.status().code(), StatusCode::kInvalidArgument) << spec;
+        EXPECT_NE(parsed.status().message().find(message), std::string::npos) << parsed.status().message();
+    }
+    const Result<ParallelLayout> upper = parse_layout_spec("DP008-Ep8"), lower = parse_layout_spec("dp8-ep8");
+    ASSERT_TRUE(upper.is_ok() && lower.is_ok()) << upper.status().message() << lower.status().message();
+    EXPECT_EQ(*upper, *lower);
 }
 
 }  // namespace

@@ -415,6 +415,15 @@ TEST(PlanCli, BadInputsFailInOneLine) {
     expect_one_line_error(run_plan(kimi + "--hardware h200_sxm --gpus 0"), "--gpus 0: must be >= 1");
     expect_one_line_error(run_plan(kimi + "--hardware h200_sxm --gpus 8 --layout tp3"), "layout tp3: ");
     expect_one_line_error(run_plan(kimi + "--hardware h200_sxm --gpus 8 --layout zz8"), "layout 'zz8': ");
+    // A malformed layout names the whole value and its fault ("tp-1" was "bad token 'tp'"); an empty item of
+    // the list is refused, not dropped.
+    expect_one_line_error(run_plan(kimi + "--hardware h200_sxm --gpus 8 --layout dp8-ep8,tp-1"),
+                          "--layout 'tp-1': degree of 'tp' must be a positive integer (at most 999999) right "
+                          "after it, got '-1'");
+    expect_one_line_error(run_plan(kimi + "--hardware h200_sxm --gpus 8 --layout tp8,"),
+                          "plan: --layout 'tp8,' has an empty item");
+    expect_one_line_error(run_plan(kimi + "--hardware h200_sxm --gpus 8 --layout tp8-"),
+                          "--layout 'tp8-': an empty token");
     expect_one_line_error(run_plan(kimi + "--hardware h200_sxm --gpus 8 --nodes 3"), "--nodes 3");
     expect_one_line_error(run_plan(kimi + "--hardware h200_sxm --gpus 8 --weight-dtype int3"),
                           "--weight-dtype 'int3'");
