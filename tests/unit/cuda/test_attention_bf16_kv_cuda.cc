@@ -146,16 +146,18 @@ protected:
     }
 
     // Both MLA latent kernels launched directly (the backend runs the one its device plans): the mma.sync
-    // kernel, and the wgmma kernel where it runs (sm_90a). args on the device; want from the CPU.
+    // kernel, and the wgmma kernel where it runs (sm_90a), that one also with q and out one float off
+    // their 16-byte alignment (its scalar load and store paths). args on the device; want from the CPU.
     void check_latent_kernels(const AttentionArgs& args, const std::vector<float>& want,
                               const std::string& what) {
-        for (const bool sm90 : {false, true}) {
+        for (const auto& [sm90, shifted] :
+             {std::pair{false, false}, std::pair{true, false}, std::pair{true, true}}) {
             if (sm90 && !cuda::sm90a_available(0)) continue;
-            const LatentRun run = run_latent_kernel(args, sm90, want.size());
+            const LatentRun run = run_latent_kernel(args, sm90, want.size(), shifted);
             EXPECT_EQ(run.error_flag, 0);
             const Diff d = compare<float>(run.out, want);
-            const std::string kernel =
-                fmt::format("{} kernel, {} splits", sm90 ? "wgmma" : "mma.sync", run.num_splits);
+            const std::string kernel = fmt::format("{} kernel{}, {} splits", sm90 ? "wgmma" : "mma.sync",
+                                                   shifted ? " (q, out misaligned)" : "", run.num_splits);
             std::printf("measured attention_cuda bf16 %s [%s]: nmse %.3g max_rel %.3g\n", what.c_str(),
                         kernel.c_str(), d.nmse, d.max_rel);
             EXPECT_TRUE(within(d, tolerance("attention_cuda", DType::kBF16))) << what << " " << kernel;
@@ -163,25 +165,35 @@ protected:
     }
 
     // One launch of an MLA latent kernel (launch_mla_attention with the plan of the wgmma kernel or not)
-    // into a poisoned output of out_size floats: the output, the error flag, the key splits.
+    // into a poisoned output of out_size floats (shifted: q copied to, and out written at, one float past
+    // an allocation): the output, the error flag, the key splits.
     struct LatentRun {
         std::vector<float> out;
         int32_t error_flag = -1;
         int num_splits = 0;
     };
-    LatentRun run_latent_kernel(AttentionArgs args, bool sm90, size_t out_size) {
+    LatentRun run_latent_kernel(AttentionArgs args, bool sm90, size_t out_size, bool shifted = false) {
         const cuda::MlaAttentionPlan plan = cuda::plan_mla_attention(args, 132, sm90);
-        cuda::CudaBuffer out = poisoned<float>(out_size);
+        const size_t off = shifted ? 1 : 0;
+        cuda::CudaBuffer out = poisoned<float>(out_size + off);
+        cuda::CudaBuffer q_shifted;
+        if (shifted) {
+            std::vector<float> q = download<float>(args.q, args.num_tokens * args.q_token_stride);
+            q.insert(q.begin(), 0.0f);
+            q_shifted = upload(q);
+            args.q = static_cast<const float*>(q_shifted.data()) + 1;
+        }
         cuda::CudaBuffer flag = upload(std::vector<int32_t>{0});
         auto workspace = cuda::CudaBuffer::alloc(std::max<size_t>(plan.split.workspace_bytes, 16));
         EXPECT_TRUE(workspace.is_ok());
         if (!workspace.is_ok()) return {};
-        args.out = static_cast<float*>(out.data());
+        args.out = static_cast<float*>(out.data()) + off;
         EXPECT_EQ(cuda::launch_mla_attention(args, plan, workspace->data(),
                                              static_cast<int32_t*>(flag.data()), nullptr),
                   cudaSuccess);
-        return {download<float>(out.data(), out_size), download<int32_t>(flag.data(), 1)[0],
-                plan.split.num_splits};
+        std::vector<float> got = download<float>(out.data(), out_size + off);
+        got.erase(got.begin(), got.begin() + static_cast<std::ptrdiff_t>(off));
+        return {std::move(got), download<int32_t>(flag.data(), 1)[0], plan.split.num_splits};
     }
 
     cuda::FlashAttentionPlan plan_;  // the flash plan of the last check()

@@ -123,17 +123,27 @@ __global__ void __launch_bounds__(kThreads, 1)
     }
 
     // Q of the CTA's heads as bf16 (rows past `heads` zero), while the first tiles land: each thread's 18
-    // chunks of 8 in batches whose loads are all in flight together.
+    // chunks of 8 in batches whose loads are all in flight together, as two 16-byte loads where Q's rows
+    // are 16-byte aligned.
     constexpr int kQBatch = 6;
     static_assert(kHeads * kChunks % (kThreads * kQBatch) == 0, "Q's chunks divide into whole batches");
+    const bool q_vec =
+        reinterpret_cast<uintptr_t>(a.q) % 16 == 0 && a.q_token_stride % 4 == 0 && a.q_head_stride % 4 == 0;
     for (int idx0 = tid; idx0 < kHeads * kChunks; idx0 += kThreads * kQBatch) {
         float v[kQBatch][8];
 #pragma unroll
         for (int b = 0; b < kQBatch; ++b) {
             const int idx = idx0 + b * kThreads, r = idx / kChunks, c = idx % kChunks;
             const float* q = a.q + t * a.q_token_stride + (h0 + r) * a.q_head_stride + c * 8;
+            if (r < heads && q_vec) {
+                const float4 lo = *reinterpret_cast<const float4*>(q),
+                             hi = *reinterpret_cast<const float4*>(q + 4);
+                v[b][0] = lo.x, v[b][1] = lo.y, v[b][2] = lo.z, v[b][3] = lo.w;
+                v[b][4] = hi.x, v[b][5] = hi.y, v[b][6] = hi.z, v[b][7] = hi.w;
+            } else {
 #pragma unroll
-            for (int e = 0; e < 8; ++e) v[b][e] = r < heads ? q[e] : 0.0f;
+                for (int e = 0; e < 8; ++e) v[b][e] = r < heads ? q[e] : 0.0f;
+            }
         }
 #pragma unroll
         for (int b = 0; b < kQBatch; ++b) {

@@ -22,23 +22,25 @@ __device__ __forceinline__ void store_mla_row(const AttentionArgs& a, const KeyS
                                               int64_t t, int64_t h, int col0, const float (&o)[kN][4], int hr,
                                               float m, float l, bool write_ml) {
     const int q4 = threadIdx.x % 4;
-    if (split.num_splits == 1) {
-        float* out = a.out + t * a.out_token_stride + h * a.out_head_stride + col0;
-        const float inv = l > 0.0f ? 1.0f / l : 0.0f;
-#pragma unroll
-        for (int j = 0; j < kN; ++j) {
-            out[j * 8 + 2 * q4] = o[j][2 * hr] * inv;
-            out[j * 8 + 2 * q4 + 1] = o[j][2 * hr + 1] * inv;
-        }
-        return;
-    }
+    const bool split_out = split.num_splits > 1;
     const int64_t part = (t * a.num_heads + h) * split.num_splits + split_index;
-    float* acc = split.partial_acc + part * kMlaLatentDim + col0;
+    float* row = split_out ? split.partial_acc + part * kMlaLatentDim + col0
+                           : a.out + t * a.out_token_stride + h * a.out_head_stride + col0;
+    const float scale = split_out ? 1.0f : (l > 0.0f ? 1.0f / l : 0.0f);
+    // The thread's pairs of columns as 8-byte stores where the row allows (its offsets are even).
+    const bool pairs = reinterpret_cast<uintptr_t>(row) % 8 == 0;
 #pragma unroll
     for (int j = 0; j < kN; ++j) {
-        acc[j * 8 + 2 * q4] = o[j][2 * hr];
-        acc[j * 8 + 2 * q4 + 1] = o[j][2 * hr + 1];
+        float* p = row + j * 8 + 2 * q4;
+        const float x = o[j][2 * hr] * scale, y = o[j][2 * hr + 1] * scale;
+        if (pairs) {
+            *reinterpret_cast<float2*>(p) = make_float2(x, y);
+        } else {
+            p[0] = x;
+            p[1] = y;
+        }
     }
+    if (!split_out) return;
     if (write_ml && q4 == 0) {
         split.partial_ml[part * 2] = l > 0.0f ? m * 0.6931471805599453f : -INFINITY;  // ln 2
         split.partial_ml[part * 2 + 1] = l;
