@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <nlohmann/json.hpp>
+#include <tuple>
 
 #include "core/json_error.h"
 #include "planner/cost_model.h"
@@ -193,6 +194,30 @@ Result<std::vector<RowsEfficiencyPoint>> expert_memory_efficiency_by_rows(
     return merged;
 }
 
+Result<double> attention_matmul_efficiency(const std::vector<MeasuredAttentionCase>& cases,
+                                           double bf16_tflops) {
+    if (cases.empty() || !(bf16_tflops > 0)) {
+        return invalid_argument(
+            fmt::format("attention efficiency: needs cases ({} given) and a bf16 rate > 0 "
+                        "(got {} TFLOP/s)",
+                        cases.size(), bf16_tflops));
+    }
+    std::vector<double> tflops;
+    for (const MeasuredAttentionCase& c : cases) {
+        if (!(c.flops > 0) || !(c.time_us > 0) || !std::isfinite(c.flops) || !std::isfinite(c.time_us)) {
+            return invalid_argument(
+                fmt::format("attention efficiency: case '{}' needs FLOPs > 0 and a time > 0 "
+                            "(got {} FLOP, {} us)",
+                            c.name, c.flops, c.time_us));
+        }
+        tflops.push_back(c.flops / c.time_us / 1e6);
+    }
+    std::sort(tflops.begin(), tflops.end());
+    const size_t n = tflops.size();
+    const double median = n % 2 ? tflops[n / 2] : (tflops[n / 2 - 1] + tflops[n / 2]) / 2.0;
+    return median / bf16_tflops;
+}
+
 Result<double> engine_kernel_latency_us(const std::vector<double>& durations_us, double bytes,
                                         double bandwidth_gbps) {
     if (durations_us.empty() || !(bandwidth_gbps > 0)) {
@@ -322,6 +347,39 @@ Result<std::string> calibrated_profile_json(const std::string& base_json, const 
                 fit.layers.latency_us / static_cast<double>(fit.kernels), gpu.graph_kernel_us.value,
                 node_counts, calibration.source));
     }
+    std::vector<MeasuredAttentionCase> prompts, latent;
+    for (const MeasuredAttentionCase& c : calibration.attention) {
+        if (c.latent) latent.push_back(c);
+        if (!c.latent && c.prompt) prompts.push_back(c);
+    }
+    if (!calibration.attention.empty() && prompts.empty() && latent.empty()) {
+        return invalid_argument(
+            "calibration: attention cases of GQA decode only: no prompt or latent case to measure an "
+            "attention efficiency with");
+    }
+    for (auto [key, what, cases] :
+         {std::tuple{"prefill_attention_matmul_efficiency", "GQA prompt", &prompts},
+          std::tuple{"latent_attention_matmul_efficiency", "MLA latent", &latent}}) {
+        if (cases->empty()) continue;
+        EPI_ASSIGN_OR_RETURN(const double value,
+                             attention_matmul_efficiency(*cases, base.gpu.bf16_tflops.value));
+        if (value > 1.0) {
+            return invalid_argument(fmt::format(
+                "calibration: {} attention at {:.1f} TFLOP/s is above the base profile's gpu.bf16_tflops "
+                "{:.1f}: is the base profile for this GPU?",
+                what, value * base.gpu.bf16_tflops.value, base.gpu.bf16_tflops.value));
+        }
+        std::vector<std::string> quoted;
+        for (const MeasuredAttentionCase& c : *cases) {
+            quoted.push_back(fmt::format("{} {:.3f} GFLOP in {:.1f} us ({:.1f} TFLOP/s)", c.name,
+                                         c.flops / 1e9, c.time_us, c.flops / c.time_us / 1e6));
+        }
+        doc["gpu"][key] = measured_figure(
+            value,
+            fmt::format("the median TFLOP/s of epinfer bench attention's {} cases over gpu.bf16_tflops "
+                        "{:.1f} (planner/calibration.h attention_matmul_efficiency): {}; {}",
+                        what, base.gpu.bf16_tflops.value, fmt::join(quoted, "; "), calibration.source));
+    }
     // A base that is itself calibrated keeps its name and its note (chained benches, or a measured base).
     const std::string suffix = "_measured";
     const bool measured_base =
@@ -346,6 +404,12 @@ Result<std::string> calibrated_profile_json(const std::string& base_json, const 
         replaced +=
             ", gpu.expert_matmul_efficiency, gpu.kernel_latency_us, gpu.expert_memory_efficiency_by_rows "
             "(the engine's MoE layer)";
+    }
+    if (!prompts.empty()) {
+        replaced += fmt::format("{}gpu.prefill_attention_matmul_efficiency", replaced.empty() ? "" : ", ");
+    }
+    if (!latent.empty()) {
+        replaced += fmt::format("{}gpu.latent_attention_matmul_efficiency", replaced.empty() ? "" : ", ");
     }
     doc["note_calibration"] =
         fmt::format("{} with {} measured by: {}", base_source, replaced, calibration.source);

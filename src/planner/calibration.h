@@ -92,6 +92,25 @@ Result<MoeEngineFit> fit_moe_engine(const std::vector<MeasuredMoeLayer>& layers,
 Result<std::vector<RowsEfficiencyPoint>> expert_memory_efficiency_by_rows(
     const std::vector<MeasuredMoeLayer>& layers, double kernel_fixed_us, double memory_bandwidth_gbps);
 
+// One case of `epinfer bench attention` (bf16 KV cache): the score FLOPs it did and its median time.
+struct MeasuredAttentionCase {
+    std::string name;     // e.g. "qwen3_30b_a3b prefill 1 x 4096", quoted in the figure's source
+    bool latent = false;  // MLA's absorbed attention over the latent cache (the bench's "mla" cases)
+    bool prompt = false;  // a causal prompt (the bench's "prefill" cases); else decode rows
+    double flops = 0.0;   // 2 · (Dqk + Dv) · Nh · keys summed over the queries (the bench's "GFLOP")
+    double time_us = 0.0;
+};
+
+// The median of flops / time over `cases` (the mean of the two middle ones for an even count), in TFLOP/s,
+// over bf16_tflops: the fraction of the tensor-core rate an attention kernel's score FLOPs reach.
+// Example (one H200, 2026-12-01, the latent kernel): Kimi K2 64 × 4096 and 8 × 32768, 36.507 GFLOP in
+// 119.85 and 135.45 µs; DeepSeek-V3, 73.014 GFLOP in 185.4 and 199.3 µs: 304.6, 269.5, 393.8, 366.4
+// TFLOP/s, median 335.5 over 989.4 = 0.339.
+// Errors: kInvalidArgument for no cases, a case without FLOPs > 0 and a time > 0 (naming it), or a
+// bf16_tflops not > 0.
+Result<double> attention_matmul_efficiency(const std::vector<MeasuredAttentionCase>& cases,
+                                           double bf16_tflops);
+
 // A kernel's fixed time beyond its bytes: (Σ durations_us − bytes / bandwidth) / number of kernels, from
 // the measured durations of a step's kernels (Nsight Compute) that together read `bytes`.
 // Errors: kInvalidArgument for no durations, a bandwidth ≤ 0 or a result < 0.
@@ -123,6 +142,7 @@ struct Calibration {
     std::vector<MeasuredCollective> collectives;    // replace intra_node.<collective>
     std::vector<MeasuredGpuCeilings> gpu_ceilings;  // at most one: replace gpu.{memory,matmul}_efficiency
     std::vector<MeasuredMoeEngine> moe_engine;      // at most one: the engine fit (calibrated_profile_json)
+    std::vector<MeasuredAttentionCase> attention;   // gpu.{prefill,latent}_attention_matmul_efficiency
     std::string source;
 };
 
@@ -140,12 +160,17 @@ struct Calibration {
 //    gpu.expert_memory_efficiency_by_rows (expert_memory_efficiency_by_rows at graph_kernel_us + that
 //    kernel_latency_us), each source naming the shape, the sizes, times, bytes or FLOPs, rows, node counts
 //    and fitted numbers;
+//  - for measured attention cases, gpu.prefill_attention_matmul_efficiency = the median TFLOP/s of the GQA
+//    prompt cases and gpu.latent_attention_matmul_efficiency = that of the latent (MLA) cases, decode and
+//    prompt, each over gpu.bf16_tflops (attention_matmul_efficiency); GQA decode cases, bound by their KV
+//    bytes, replace nothing (memory_efficiency prices them); a figure without cases stays the base's;
 //  - name "<base name>_measured" (the base's name when it already ends so) and a note_calibration naming
 //    the source; the base's own note_calibration is kept as note_calibration_base (…base2, … when taken).
 // The result is checked with parse_hardware_profile. Errors: kInvalidArgument for a base that does not
 // parse (naming `base_source`), a collective with ranks < 2 or no points, more than one set of ceilings or
-// of MoE layers, those of fit_moe_engine and expert_memory_efficiency_by_rows, or a ceiling or fitted rate
-// above the base's peak (efficiency > 1: a base profile of another GPU).
+// of MoE layers, those of fit_moe_engine, expert_memory_efficiency_by_rows and attention_matmul_efficiency,
+// attention cases of which none is a GQA prompt or latent case, or a ceiling or fitted rate above the
+// base's peak (efficiency > 1: a base profile of another GPU).
 Result<std::string> calibrated_profile_json(const std::string& base_json, const std::string& base_source,
                                             const Calibration& calibration);
 

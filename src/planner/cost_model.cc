@@ -76,6 +76,8 @@ public:
         const GpuSpec& gpu = in.hardware->gpu;
         bw_ = effective_bandwidth_gbps(gpu);
         bf16_ = effective_tflops(gpu, MathRate::kBf16);
+        decode_attn_rate_ = attention_tflops(gpu, m_.mla, false);
+        prefill_attn_rate_ = attention_tflops(gpu, m_.mla, true);
         dense_rate_ = effective_tflops(gpu, weight_math_rate(in.weights.dense));
         expert_rate_ = effective_expert_tflops(gpu, weight_math_rate(in.weights.routed_experts));
         graph_kernel_us_ = kernel_fixed_us(gpu, true);
@@ -113,14 +115,15 @@ public:
         Roofline attn_linear = roofline(attn_w, 2.0 * share_.attn_params * Tr, bw_, dense_rate_);
         const double kv_elem_bytes =
             static_cast<double>(share_.kv_elems_per_token) * in_.kv_bytes_per_element;
-        // Decode rows read their context's KV; prompt rows read their own chunk's KV once.
+        // Decode rows read their context's KV; prompt rows read their own chunk's KV once. Each kind of
+        // rows is its own roofline, its FLOPs at the rate of the kernel that runs it (attention_tflops).
         const double Td = static_cast<double>(rows.decode), Tp = static_cast<double>(rows.prefill);
-        Roofline attn_score = roofline((Td * rows.decode_context + Tp) * kv_elem_bytes,
-                                       (Td * rows.decode_context * m_.decode_score_flops_per_ctx +
-                                        Tp * rows.prefill_context * m_.prefill_score_flops_per_ctx) /
-                                           a,
-                                       bw_, bf16_);
-        const double attn_us = attn_linear.time_us() + attn_score.time_us();
+        const double score_flops = m_.score_flops_per_ctx / a;
+        Roofline decode_score = roofline(Td * rows.decode_context * kv_elem_bytes,
+                                         Td * rows.decode_context * score_flops, bw_, decode_attn_rate_);
+        Roofline prefill_score =
+            roofline(Tp * kv_elem_bytes, Tp * rows.prefill_context * score_flops, bw_, prefill_attn_rate_);
+        const double attn_us = attn_linear.time_us() + decode_score.time_us() + prefill_score.time_us();
         const double dense_mlp_us =
             roofline(bytes_of(static_cast<double>(share_.dense_mlp_params), in_.weights.dense),
                      2.0 * share_.dense_mlp_params * Tr, bw_, dense_rate_)
@@ -307,7 +310,8 @@ private:
     const ParallelLayout& l_;
     RankShare share_;
     Topology topo_;
-    double bw_ = 0, bf16_ = 0, dense_rate_ = 0, expert_rate_ = 0;
+    double bw_ = 0, bf16_ = 0, dense_rate_ = 0, expert_rate_ = 0, decode_attn_rate_ = 0,
+           prefill_attn_rate_ = 0;
     double graph_kernel_us_ = 0, eager_kernel_us_ = 0;
     int act_bytes_ = kEngineActivationBytesPerElement;
     double max_normal_ = 0;  // E[max of moe_ep standard normals]
@@ -428,6 +432,14 @@ double effective_tflops(const GpuSpec& gpu, MathRate rate) {
     if (rate == MathRate::kFp8 && gpu.fp8_tflops.value > 0) tflops = gpu.fp8_tflops.value;
     if (rate == MathRate::kFp4 && gpu.fp4_tflops.value > 0) tflops = gpu.fp4_tflops.value;
     return tflops * gpu.matmul_efficiency.value;
+}
+
+double attention_tflops(const GpuSpec& gpu, bool mla, bool prompt_rows) {
+    const Figure& figure = mla           ? gpu.latent_attention_matmul_efficiency
+                           : prompt_rows ? gpu.prefill_attention_matmul_efficiency
+                                         : gpu.matmul_efficiency;
+    const double efficiency = figure.value > 0 ? figure.value : gpu.matmul_efficiency.value;
+    return gpu.bf16_tflops.value * efficiency;
 }
 
 PipelineTiming pipeline_timing(const std::vector<std::vector<double>>& stage_us,
@@ -635,8 +647,9 @@ ClosedLoopResult closed_loop_run(const CostInputs& in, int64_t concurrency) {
         // A run of steps where every unfinished request decodes (prompts done, all within the budget) until
         // the next one (request f) finishes: priced once at the run's mean contexts, times its length. Each
         // request's context grows by one per step and a decode step's cost is affine in the contexts (its
-        // attention stays bandwidth-bound), so the sum is the same (plans agreed to 1e-14 with the steps
-        // priced one by one, which took seconds for a run of 1000 steps of 1024 requests).
+        // attention's KV bytes and score FLOPs both grow with the contexts' sum), so the sum is the same
+        // (plans agreed to 1e-14 with the steps priced one by one, which took seconds for a run of 1000 steps
+        // of 1024 requests).
         const int64_t run = O - generated[at(f)];
         if (a == G && G - f <= S && run > 1) {
             seqs.clear();

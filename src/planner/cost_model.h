@@ -9,7 +9,8 @@
 //       it at the group size it was measured at
 //   roofline of one op: max(bytes / (BW · mem_eff), FLOPs / (rate · mm_eff)); the routed experts' bytes
 //       at BW · expert_memory_efficiency(rows per touched expert) (the profile's table by rows, when it has
-//       one) and their FLOPs at expert_matmul_efficiency
+//       one) and their FLOPs at expert_matmul_efficiency; attention scores as two rooflines, decode rows
+//       (their context's KV) and prompt rows (their chunk's KV once), FLOPs at attention_tflops
 //   pipeline as the engine runs it (engine_facts.h): micro-batch j leaves stage s at
 //       done(s, j) = max(arrival(s, j), free(s)) + t(s, j), then the send of c(s, j) starts when stage s + 1
 //       is done with j − 1 (its stream reaches the receive) and holds both GPUs; step = the last stage's
@@ -91,6 +92,11 @@ Roofline roofline(double bytes, double flops, double bandwidth_gbps, double tflo
 double effective_bandwidth_gbps(const GpuSpec& gpu);
 double effective_tflops(const GpuSpec& gpu, MathRate rate);
 double effective_expert_tflops(const GpuSpec& gpu, MathRate rate);
+// The bf16 TFLOP/s of attention scores over the KV cache (score_flops_per_ctx): MLA's latent kernel, decode
+// rows and prompt chunks alike, at gpu.latent_attention_matmul_efficiency; GQA prompt chunks at
+// gpu.prefill_attention_matmul_efficiency; GQA decode rows (bound by their KV bytes) at matmul_efficiency.
+// A figure of 0 (a GpuSpec built in code) falls back to matmul_efficiency.
+double attention_tflops(const GpuSpec& gpu, bool mla, bool prompt_rows);
 
 // The fraction of memory_bandwidth_gbps the routed experts' weights stream at when each touched expert
 // computes `rows_per_expert` rows (token-expert pairs): gpu.expert_memory_efficiency_by_rows interpolated

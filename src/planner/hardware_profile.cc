@@ -10,6 +10,7 @@
 #include <initializer_list>
 #include <nlohmann/json.hpp>
 #include <sstream>
+#include <utility>
 
 #include "core/env.h"
 #include "core/json_error.h"
@@ -241,7 +242,8 @@ Result<GpuSpec> parse_gpu(const ObjectReader& r) {
         {"name", "memory_bytes", "usable_memory_fraction", "memory_bandwidth_gbps", "bf16_tflops",
          "fp8_tflops", "fp4_tflops", "kernel_launch_us", "graph_kernel_us", "kernel_latency_us",
          "eager_kernel_us", "host_round_trip_us", "host_round_trip_us_per_row", "memory_efficiency",
-         "matmul_efficiency", "expert_matmul_efficiency", "expert_memory_efficiency_by_rows"}));
+         "matmul_efficiency", "expert_matmul_efficiency", "prefill_attention_matmul_efficiency",
+         "latent_attention_matmul_efficiency", "expert_memory_efficiency_by_rows"}));
     GpuSpec gpu;
     EPI_ASSIGN_OR_RETURN(gpu.name, r.string("name"));
     EPI_ASSIGN_OR_RETURN(gpu.memory_bytes, r.figure("memory_bytes", 0.0, true));
@@ -281,6 +283,16 @@ Result<GpuSpec> parse_gpu(const ObjectReader& r) {
                              r.figure("expert_matmul_efficiency", 0.0, true, 1.0));
     } else {
         gpu.expert_matmul_efficiency = gpu.matmul_efficiency;
+    }
+    for (auto [key, figure] :
+         {std::pair{"prefill_attention_matmul_efficiency", &gpu.prefill_attention_matmul_efficiency},
+          std::pair{"latent_attention_matmul_efficiency", &gpu.latent_attention_matmul_efficiency}}) {
+        if (r.has(key)) {
+            EPI_ASSIGN_OR_RETURN(*figure, r.figure(key, 0.0, true, 1.0));
+        } else {
+            *figure =
+                Figure{gpu.matmul_efficiency.value, Provenance::kUnspecified, "absent: matmul_efficiency"};
+        }
     }
     if (r.has("expert_memory_efficiency_by_rows")) {
         EPI_ASSIGN_OR_RETURN(ObjectReader table, r.object("expert_memory_efficiency_by_rows"));

@@ -115,6 +115,14 @@ struct GpuSpec {
     Figure matmul_efficiency;  // achievable fraction of the tensor-core rates in GEMMs
     // Optional (absent: matmul_efficiency). The fraction the routed experts' grouped GEMMs reach.
     Figure expert_matmul_efficiency;
+    // Optional (absent: matmul_efficiency). The fraction of bf16_tflops the attention scores of GQA prompt
+    // chunks reach (causal FLOPs over the KV cache, engine_facts.h: the flash-prefill kernel); their KV
+    // bytes stream at memory_efficiency. GQA decode rows are bound by their KV bytes, at memory_efficiency.
+    Figure prefill_attention_matmul_efficiency;
+    // Optional (absent: matmul_efficiency). The fraction of bf16_tflops MLA's absorbed attention over the
+    // latent cache reaches, decode rows and prompt chunks alike (one latent-attention kernel: its loop is
+    // bound by the score MMAs, docs/benchmarks/attention_h200.md); the latent bytes at memory_efficiency.
+    Figure latent_attention_matmul_efficiency;
     // Optional (absent: no points, memory_efficiency at any rows). The routed experts' weight bytes stream
     // at memory_bandwidth_gbps × this table at the step's rows per touched expert (cost_model.h
     // expert_memory_efficiency: interpolated, clamped at the ends).

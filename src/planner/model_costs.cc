@@ -59,8 +59,7 @@ ModelCosts model_costs(const ModelConfig& c) {
         m.kv_lora_rank = c.kv_lora_rank;
         m.qk_rope_dim = c.qk_rope_head_dim;
         m.kv_elems_per_token_per_layer = c.kv_lora_rank + c.qk_rope_head_dim;
-        m.decode_score_flops_per_ctx = 2.0 * Nh * (2.0 * c.kv_lora_rank + c.qk_rope_head_dim);
-        m.prefill_score_flops_per_ctx = 2.0 * Nh * (qk_head + c.v_head_dim);
+        m.score_flops_per_ctx = 2.0 * Nh * (2.0 * c.kv_lora_rank + c.qk_rope_head_dim);
     } else {
         const int64_t D = c.head_dim;
         m.num_kv_heads = c.num_key_value_heads;
@@ -73,8 +72,7 @@ ModelCosts model_costs(const ModelConfig& c) {
         if (c.qk_norm == QkNormKind::kFullProjection)
             m.attn_replicated_params = H + c.num_key_value_heads * D;
         m.kv_elems_per_token_per_layer = 2 * c.num_key_value_heads * D;
-        m.decode_score_flops_per_ctx = 2.0 * Nh * 2.0 * D;
-        m.prefill_score_flops_per_ctx = m.decode_score_flops_per_ctx;
+        m.score_flops_per_ctx = 2.0 * Nh * 2.0 * D;
     }
     m.layer_norm_params = 2 * H;
 

@@ -10,10 +10,12 @@
 //   GQA attention      q H·Nh·D, o Nh·D·H [split]; k, v 2·H·Nkv·D [split by KV head, replicated past Nkv]
 //   KV per token/layer MLA kv_lora + rope (the latent, one copy per attention-TP rank); GQA 2·Nkv·D
 //                      ARCHITECTURE.md §7, FACTS.md A.6
-//   decode score FLOPs per query token per context token, all heads:
-//                      MLA (absorbed: scores over the latent, output in the latent) 2·Nh·(2·kv_lora + rope);
+//   score FLOPs per query token per context token, all heads, decode rows and prompt rows alike:
+//                      MLA 2·Nh·(2·kv_lora + rope), the absorbed form (scores over the latent, output in
+//                      the latent), which a GPU with the latent-attention kernel runs for every prompt
+//                      chunk too (engine_facts.h kEngineMlaAbsorbAllRows; the expanded form's
+//                      2·Nh·(nope + rope + v) runs only on the CPU backend and sm_86/89/120, not priced);
 //                      GQA 2·Nh·2·D
-//   prefill score FLOPs MLA (K, V materialised) 2·Nh·(nope + rope + v); GQA 2·Nh·2·D
 #pragma once
 
 #include <cstdint>
@@ -66,8 +68,7 @@ struct ModelCosts {
     // KV cache elements per token per layer (whole model, before any split).
     int64_t kv_elems_per_token_per_layer = 0;
     // Attention score FLOPs per query token per context token per layer (all heads).
-    double decode_score_flops_per_ctx = 0.0;
-    double prefill_score_flops_per_ctx = 0.0;
+    double score_flops_per_ctx = 0.0;
 
     // Every parameter of the model (each routed expert once).
     int64_t total_params() const;

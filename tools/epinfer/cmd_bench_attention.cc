@@ -3,6 +3,8 @@
 // timed and how bytes and FLOPs are counted).
 //   epinfer bench attention                              # the eight cases below, 20 repeats each
 //   epinfer bench attention --cases decode --repeats 10 --json attn.json   # for bench/attention_peers.py
+//   epinfer bench attention --profile-out h200.json --base-profile h200_sxm  # the planner's attention
+//   figures
 // Cases (issue 4), GQA shapes of tests/data/configs (num_attention_heads / num_key_value_heads × head_dim):
 // Qwen3-30B-A3B 32 / 4 × 128 and GLM-4.5 96 / 8 × 128, each at
 //   decode:  batch 64 × context 4096 and batch 8 × context 32768 (one query token per sequence);
@@ -14,23 +16,28 @@
 // equivalent, GB/s, SOL = bytes / 4.8 TB/s / time on either,
 // the fraction of the read-only stream ceiling measured in the same run, and the FLOPs with SOL = FLOPs /
 // 989 TFLOP/s / time. Issue 4's targets: decode SOL on bf16 bytes ≥ 0.7, prefill SOL on FLOPs ≥ 0.35.
+// --profile-out writes the base profile with gpu.prefill_attention_matmul_efficiency (the GQA prefill cases)
+// and gpu.latent_attention_matmul_efficiency (the mla cases): each the cases' median TFLOP/s over the
+// base's gpu.bf16_tflops (planner/calibration.h); its other figures stay the base's, so a profile written
+// by `bench moe --profile-out` can be the base.
 // Without a GPU (or without -DEPINFER_CUDA=ON) it exits with one line.
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <CLI/CLI.hpp>
 #include <algorithm>
 #include <cstdio>
 #include <fstream>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <string_view>
 #include <vector>
 
-#include <CLI/CLI.hpp>
-#include <fmt/format.h>
-#include <fmt/ranges.h>
-#include <nlohmann/json.hpp>
-
 #include "comma_list.h"
 #include "commands.h"
 #include "engine/engine.h"
+#include "profile_out.h"
 #if EPINFER_WITH_CUDA
 #include "backend/cuda/attention_bench.h"
 #include "backend/cuda/moe_bench.h"
@@ -51,6 +58,8 @@ struct BenchAttentionOptions {
     int repeats = 20;
     std::string kv_dtype = "bf16";  // bf16 or fp32
     std::string json_path;
+    std::string profile_out;   // write a hardware profile with the attention figures here
+    std::string base_profile;  // ... starting from this one (name or file), required with profile_out
 };
 
 // The case names of every --cases value (each split at its commas), in order.
@@ -72,14 +81,15 @@ Result<std::vector<std::string>> parse_cases(const std::vector<std::string>& giv
     return names;
 }
 
-// Every flag, before any GPU work and in every build: one line naming the flag and its value.
-Status check_options(const BenchAttentionOptions& opts) {
+// Every flag, before any GPU work and in every build: one line naming the flag and its value. Returns the
+// base profile of --profile-out (read here; empty without it).
+Result<BaseProfile> check_options(const BenchAttentionOptions& opts) {
     if (opts.device != "cuda") {
         return invalid_argument(fmt::format(
             "bench attention: --device {}: only cuda (the benchmark times the CUDA backend's attention op)",
             opts.device));
     }
-    EPI_RETURN_IF_ERROR(parse_cases(opts.cases).status());
+    EPI_ASSIGN_OR_RETURN(const std::vector<std::string> names, parse_cases(opts.cases));
     if (opts.kv_dtype != "bf16" && opts.kv_dtype != "fp32") {
         return invalid_argument(
             fmt::format("bench attention: --kv-dtype '{}': expected bf16 or fp32", opts.kv_dtype));
@@ -88,7 +98,24 @@ Status check_options(const BenchAttentionOptions& opts) {
         return invalid_argument(fmt::format("bench attention: --repeats {}: must be in [1, {}]", opts.repeats,
                                             kMaxRepeats));
     }
-    return Status::ok();
+    if (opts.profile_out.empty()) {
+        if (!opts.base_profile.empty())
+            return invalid_argument(
+                "bench attention: --base-profile is used only with --profile-out FILE.json");
+        return BaseProfile{};
+    }
+    if (opts.kv_dtype != "bf16") {
+        return invalid_argument(fmt::format(
+            "bench attention: --profile-out needs --kv-dtype bf16, the engine's KV cache on GPUs (got {})",
+            opts.kv_dtype));
+    }
+    if (std::find_if(names.begin(), names.end(), [](const std::string& n) { return n != "decode"; }) ==
+        names.end()) {
+        return invalid_argument(
+            "bench attention: --profile-out needs prefill or mla cases (GQA decode is priced by "
+            "gpu.memory_efficiency; got --cases decode)");
+    }
+    return load_base_profile(opts.profile_out, opts.base_profile);
 }
 
 #if EPINFER_WITH_CUDA
@@ -199,8 +226,33 @@ nlohmann::json row_json(const AttentionBenchRow& r, const RowFigures& f, int64_t
             {"target_sol", f.target}};
 }
 
+// Writes --profile-out: the prefill and latent cases' TFLOP/s as the planner's attention figures.
+Status write_profile(const BenchAttentionOptions& opts, const BaseProfile& base,
+                     const cuda::MoeBenchCeilings& ceil, const std::vector<AttentionBenchRow>& rows) {
+    planner::Calibration cal;
+    cal.source =
+        fmt::format("{}, GPU {}, driver {}", calibration_source(), ceil.gpu_name, ceil.driver_version);
+    for (const AttentionBenchRow& r : rows) {
+        const bool prompt = r.c.phase == AttentionBenchPhase::kPrefill;
+        const bool latent = r.c.v_in_k;  // the "mla" cases: MLA's latent cache
+        cal.attention.push_back({fmt::format("{} {} {} x {}", r.c.shape,
+                                             latent   ? "mla"
+                                             : prompt ? "prefill"
+                                                      : "decode",
+                                             r.c.batch, r.c.context),
+                                 latent, prompt, r.counts.flops, r.time_us});
+    }
+    EPI_RETURN_IF_ERROR(write_calibrated_profile(opts.profile_out, base, cal));
+    fmt::print(
+        "--profile-out {}: gpu.prefill_attention_matmul_efficiency and "
+        "gpu.latent_attention_matmul_efficiency from the cases above (those without cases kept from the "
+        "base)\n",
+        opts.profile_out);
+    return Status::ok();
+}
+
 Status run_bench_attention(const BenchAttentionOptions& opts) {
-    EPI_RETURN_IF_ERROR(check_options(opts));
+    EPI_ASSIGN_OR_RETURN(const BaseProfile base, check_options(opts));
     cuda::AttentionBenchOptions bench;
     bench.repeats = opts.repeats;
     bench.kv_block_size = EngineOptions{}.block_size;
@@ -224,21 +276,24 @@ Status run_bench_attention(const BenchAttentionOptions& opts) {
     doc["kv_dtype"] = opts.kv_dtype;
     doc["kv_block_size"] = bench.kv_block_size;
     doc["rows"] = nlohmann::json::array();
+    std::vector<AttentionBenchRow> rows;
     EPI_RETURN_IF_ERROR(cuda::cuda_bench_attention(cases, bench, [&](const AttentionBenchRow& row) {
         const RowFigures f = figures(row, ceil.stream_read_gbps);
         print_row(row, f);
         doc["rows"].push_back(row_json(row, f, bench.kv_block_size));
+        rows.push_back(row);
     }));
     if (!opts.json_path.empty()) {
         std::ofstream out(opts.json_path);
         out << doc.dump(2) << "\n";
         if (!out) return not_found(fmt::format("--json {}: cannot write the file", opts.json_path));
     }
+    if (!opts.profile_out.empty()) EPI_RETURN_IF_ERROR(write_profile(opts, base, ceil, rows));
     return Status::ok();
 }
 #else
 Status run_bench_attention(const BenchAttentionOptions& opts) {
-    EPI_RETURN_IF_ERROR(check_options(opts));
+    EPI_RETURN_IF_ERROR(check_options(opts).status());
     return not_supported(
         "bench attention: this epinfer was built without the CUDA backend (configure with -DEPINFER_CUDA=ON)");
 }
@@ -258,6 +313,11 @@ void add_bench_attention_command(CLI::App& bench) {
     attn->add_option("--kv-dtype", opts->kv_dtype, "the KV cache's dtype: bf16 (the engine's on GPUs) or fp32")
         ->capture_default_str();
     attn->add_option("--json", opts->json_path, "also write the results to this JSON file");
+    attn->add_option("--profile-out", opts->profile_out,
+                     "also write a hardware profile (for plan --hardware) with the prefill and mla cases' "
+                     "attention efficiencies");
+    attn->add_option("--base-profile", opts->base_profile,
+                     "profile (name or FILE.json) whose other figures --profile-out keeps; required with it");
     attn->callback([opts] { exit_on_error(run_bench_attention(*opts)); });
 }
 

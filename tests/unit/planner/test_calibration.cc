@@ -139,6 +139,101 @@ TEST(CalibratedProfile, GpuCeilingsBecomeEfficiencies) {
         << over.status().message();
 }
 
+// The H200's latent-kernel and GQA prefill cases of 2026-12-01 and 2026-11-30 (docs/benchmarks/
+// attention_h200.md), as `bench attention` reports them: FLOPs 2 · (Dqk + Dv) · Nh · keys, median µs.
+std::vector<MeasuredAttentionCase> h200_attention_cases() {
+    return {{"kimi_k2_instruct_0905 mla 64 x 4096", true, false, 36507222016.0, 119.85},
+            {"kimi_k2_instruct_0905 mla 8 x 32768", true, false, 36507222016.0, 135.45},
+            {"deepseek_v3 mla 64 x 4096", true, false, 73014444032.0, 185.4},
+            {"deepseek_v3 mla 8 x 32768", true, false, 73014444032.0, 199.3},
+            {"qwen3_30b_a3b decode 64 x 4096", false, false, 8589934592.0, 152.1},
+            {"qwen3_30b_a3b prefill 1 x 4096", false, true, 137472507904.0, 381.0},
+            {"qwen3_30b_a3b prefill 1 x 16384", false, true, 2199157473280.0, 4710.9},
+            {"glm_4_5 prefill 1 x 4096", false, true, 412417523712.0, 1185.7},
+            {"glm_4_5 prefill 1 x 16384", false, true, 6597472419840.0, 14643.6}};
+}
+
+TEST(AttentionCalibration, MedianTflopsOverThePeak) {
+    // Odd count: the middle one (1e6 FLOP per µs is 1 TFLOP/s): 2, 4 and 3 TFLOP/s over 10 → 0.3.
+    std::vector<MeasuredAttentionCase> odd = {
+        {"a", true, false, 2e6, 1.0}, {"b", true, false, 8e6, 2.0}, {"c", true, false, 3e6, 1.0}};
+    auto three = attention_matmul_efficiency(odd, 10.0);
+    ASSERT_TRUE(three.is_ok()) << three.status().message();
+    EXPECT_DOUBLE_EQ(*three, 0.3);
+    // Even count: the mean of the two middle ones. The latent cases of one H200: 269.5, 304.6, 366.4, 393.8
+    // TFLOP/s; (304.608 + 366.354) / 2 = 335.481 over 989.4 = 0.33908.
+    std::vector<MeasuredAttentionCase> latent = h200_attention_cases();
+    latent.resize(4);
+    auto four = attention_matmul_efficiency(latent, 989.4);
+    ASSERT_TRUE(four.is_ok()) << four.status().message();
+    EXPECT_NEAR(*four, 0.339075, 1e-6);
+
+    EXPECT_FALSE(attention_matmul_efficiency({}, 989.4).is_ok());
+    EXPECT_FALSE(attention_matmul_efficiency(odd, 0.0).is_ok());
+    odd[1].time_us = 0.0;
+    auto zero = attention_matmul_efficiency(odd, 10.0);
+    ASSERT_FALSE(zero.is_ok());
+    EXPECT_EQ(zero.status().message(),
+              "attention efficiency: case 'b' needs FLOPs > 0 and a time > 0 (got 8000000 FLOP, 0 us)");
+}
+
+TEST(CalibratedProfile, AttentionCasesBecomeAttentionEfficiencies) {
+    const std::string base_text = read_text(kH200Path);
+    Calibration cal;
+    cal.source = "epinfer bench attention on gpuhost";
+    cal.attention = h200_attention_cases();
+    auto text = calibrated_profile_json(base_text, kH200Path, cal);
+    ASSERT_TRUE(text.is_ok()) << text.status().message();
+    auto p = parse_hardware_profile(text.value(), "out.json");
+    auto base = parse_hardware_profile(base_text, kH200Path);
+    ASSERT_TRUE(p.is_ok()) << p.status().message();
+    ASSERT_TRUE(base.is_ok()) << base.status().message();
+    // GQA prompts: 347.8, 360.8, 450.5, 466.8 TFLOP/s, (360.820 + 450.536) / 2 over 989.4 = 0.41002; the GQA
+    // decode case (KV-bound) replaces nothing.
+    const GpuSpec& g = p->gpu;
+    EXPECT_NEAR(g.prefill_attention_matmul_efficiency.value, 0.410024, 1e-6);
+    EXPECT_NEAR(g.latent_attention_matmul_efficiency.value, 0.339075, 1e-6);
+    EXPECT_EQ(g.latent_attention_matmul_efficiency.provenance, Provenance::kMeasured);
+    EXPECT_NE(g.latent_attention_matmul_efficiency.source.find(
+                  "deepseek_v3 mla 8 x 32768 73.014 GFLOP in 199.3 us (366.4 TFLOP/s)"),
+              std::string::npos)
+        << g.latent_attention_matmul_efficiency.source;
+    EXPECT_EQ(g.prefill_attention_matmul_efficiency.source.find("decode"), std::string::npos);
+    EXPECT_NE(g.prefill_attention_matmul_efficiency.source.find("epinfer bench attention on gpuhost"),
+              std::string::npos);
+    EXPECT_EQ(g.memory_efficiency.value, base->gpu.memory_efficiency.value);
+    EXPECT_EQ(g.matmul_efficiency.value, base->gpu.matmul_efficiency.value);
+    nlohmann::json doc = nlohmann::json::parse(text.value());
+    EXPECT_NE(
+        doc["note_calibration"].get<std::string>().find(
+            "with gpu.prefill_attention_matmul_efficiency, gpu.latent_attention_matmul_efficiency measured"),
+        std::string::npos)
+        << doc["note_calibration"];
+
+    // Only latent cases: the prefill figure stays the base's.
+    cal.attention.resize(4);
+    auto latent_only =
+        parse_hardware_profile(calibrated_profile_json(base_text, kH200Path, cal).value(), "l.json");
+    ASSERT_TRUE(latent_only.is_ok());
+    EXPECT_EQ(latent_only->gpu.prefill_attention_matmul_efficiency.value,
+              base->gpu.prefill_attention_matmul_efficiency.value);
+    EXPECT_NEAR(latent_only->gpu.latent_attention_matmul_efficiency.value, 0.339075, 1e-6);
+
+    // GQA decode cases alone measure neither figure; a rate above the base's peak is another GPU's base.
+    cal.attention = {h200_attention_cases()[4]};
+    auto decode_only = calibrated_profile_json(base_text, kH200Path, cal);
+    ASSERT_FALSE(decode_only.is_ok());
+    EXPECT_NE(decode_only.status().message().find("GQA decode only"), std::string::npos);
+    cal.attention = {{"fast mla", true, false, 2e9, 1.0}};  // 2000 TFLOP/s
+    auto over = calibrated_profile_json(base_text, kH200Path, cal);
+    ASSERT_FALSE(over.is_ok());
+    EXPECT_NE(
+        over.status().message().find("MLA latent attention at 2000.0 TFLOP/s is above the base profile's "
+                                     "gpu.bf16_tflops 989.4"),
+        std::string::npos)
+        << over.status().message();
+}
+
 TEST(CalibratedProfile, Errors) {
     const std::string base_text = read_text(kH200Path);
     Calibration one_rank;
@@ -600,6 +695,46 @@ TEST(EngineCalibration, MeasuredH200Profile20261130dComesFromItsSources) {
     today.kernels -= 48;
     EXPECT_EQ(c1.step.kernels, today.kernels);
     EXPECT_NEAR(c1.tpot_ms, c1_tpot_of_engine_ms(c1, p->gpu, today), 1e-12);
+}
+
+TEST(EngineCalibration, MeasuredH200Profile20261201ComesFromItsSources) {
+    // profiles/measured/h200_epinfer_2026-12-01.json: the 30d file with the two attention figures that
+    // `bench attention --profile-out` writes over it from the H200's cases (h200_attention_cases), every
+    // other GPU figure the 30d file's.
+    const std::string dir = std::string(EPINFER_TEST_DATA_DIR) + "/../../profiles/measured/";
+    const std::string base_path = dir + "h200_epinfer_2026-11-30d.json";
+    Calibration cal;
+    cal.source = "bench attention";
+    cal.attention = h200_attention_cases();
+    auto text = calibrated_profile_json(read_text(base_path), base_path, cal);
+    ASSERT_TRUE(text.is_ok()) << text.status().message();
+    auto written = parse_hardware_profile(*text, "written.json");
+    auto shipped = load_hardware_profile_file(dir + "h200_epinfer_2026-12-01.json");
+    auto base = load_hardware_profile_file(base_path);
+    ASSERT_TRUE(written.is_ok() && shipped.is_ok() && base.is_ok());
+    const GpuSpec& s = shipped->gpu;
+    EXPECT_DOUBLE_EQ(s.prefill_attention_matmul_efficiency.value,
+                     written->gpu.prefill_attention_matmul_efficiency.value);
+    EXPECT_DOUBLE_EQ(s.latent_attention_matmul_efficiency.value,
+                     written->gpu.latent_attention_matmul_efficiency.value);
+    const GpuSpec& b = base->gpu;
+    for (auto [mine, theirs] : {std::pair{&s.memory_efficiency, &b.memory_efficiency},
+                                std::pair{&s.matmul_efficiency, &b.matmul_efficiency},
+                                std::pair{&s.expert_matmul_efficiency, &b.expert_matmul_efficiency},
+                                std::pair{&s.kernel_latency_us, &b.kernel_latency_us},
+                                std::pair{&s.eager_kernel_us, &b.eager_kernel_us},
+                                std::pair{&s.graph_kernel_us, &b.graph_kernel_us}}) {
+        EXPECT_EQ(mine->value, theirs->value);
+    }
+    EXPECT_EQ(s.expert_memory_efficiency_by_rows.points.size(),
+              b.expert_memory_efficiency_by_rows.points.size());
+    // The shipped h200_sxm.json carries the same figures, rounded to three places.
+    auto h200 = load_hardware_profile_file(kH200Path);
+    ASSERT_TRUE(h200.is_ok());
+    EXPECT_NEAR(h200->gpu.prefill_attention_matmul_efficiency.value,
+                s.prefill_attention_matmul_efficiency.value, 5e-4);
+    EXPECT_NEAR(h200->gpu.latent_attention_matmul_efficiency.value,
+                s.latent_attention_matmul_efficiency.value, 5e-4);
 }
 
 // The Qwen3-30B-A3B layer of `epinfer bench moe` on one H200, 2026-11-29 (docs/benchmarks/moe_h200.md),

@@ -125,6 +125,17 @@ TEST(CalibrationCli, BadOptionsFailWithOneLine) {
                           "--ranks 2 or more");
     expect_one_line_error(run_cli("bench comm --ranks 2 --profile-out x.json --base-profile nosuch"),
                           "unknown hardware profile 'nosuch'");
+    // bench attention checks the same before any GPU work (so also in a build without CUDA).
+    expect_one_line_error(run_cli("bench attention --profile-out x.json"), "needs --base-profile");
+    expect_one_line_error(run_cli("bench attention --base-profile h200_sxm"), "only with --profile-out");
+    expect_one_line_error(run_cli("bench attention --profile-out x.json --base-profile nosuch"),
+                          "unknown hardware profile 'nosuch'");
+    expect_one_line_error(
+        run_cli("bench attention --profile-out x.json --base-profile h200_sxm --kv-dtype fp32"),
+        "--profile-out needs --kv-dtype bf16, the engine's KV cache on GPUs (got fp32)");
+    expect_one_line_error(
+        run_cli("bench attention --profile-out x.json --base-profile h200_sxm --cases decode"),
+        "--profile-out needs prefill or mla cases");
 }
 
 }  // namespace

@@ -250,6 +250,46 @@ TEST_F(RoundModel, PrefillIsComputeBound) {
     EXPECT_NEAR(p.ttft_ms, p.step.step_us / 1e3, 1e-12);
 }
 
+TEST_F(RoundModel, PromptScoresAtThePrefillAttentionEfficiency) {
+    // A prompt of 1000 tokens, each over 500 keys on average: per layer 1000 · 500 · 4096 = 2.048e9 score
+    // FLOPs, 20.48 µs at 100 TFLOP/s, against its chunk's KV read once, 1000 · 8 · 2 · 128 · 2 B = 4.096 µs:
+    // compute-bound. At prefill_attention_matmul_efficiency 0.25 they take 81.92 µs, 4 · 61.44 µs more.
+    const CostInputs in = inputs(ParallelLayout{1, 1, 1, 1, 1});
+    const PrefillResult base = prefill_step(in, 1000);
+    const DecodeResult base_decode = decode_step(in, 4, 1 << 30);
+    hw_.gpu.prefill_attention_matmul_efficiency.value = 0.25;
+    EXPECT_NEAR(prefill_step(in, 1000).step.attention_us - base.step.attention_us, 4 * 61.44, 1e-9);
+    // Decode rows of GQA are bound by their KV bytes: the figure does not price them.
+    EXPECT_EQ(decode_step(in, 4, 1 << 30).step.attention_us, base_decode.step.attention_us);
+    // A mixed step: its prompt rows at the figure, its decode rows as before (two rooflines).
+    hw_.gpu.prefill_attention_matmul_efficiency.value = 1.0;
+    const StepBreakdown mixed = mixed_step(in, 4, 1000, 100.0, 500.0, 5);
+    hw_.gpu.prefill_attention_matmul_efficiency.value = 0.25;
+    EXPECT_NEAR(mixed_step(in, 4, 1000, 100.0, 500.0, 5).attention_us - mixed.attention_us, 4 * 61.44, 1e-9);
+}
+
+TEST(LatentAttention, DecodeAndPromptScoresAtTheLatentEfficiency) {
+    // Kimi K2 on one round GPU: 139,264 score FLOPs and 1152 B of latent per context token per layer.
+    auto profile = parse_hardware_profile(testing::round_profile_json(), "round.json");
+    ASSERT_TRUE(profile.is_ok());
+    HardwareProfile hw = *profile;
+    ModelCosts kimi = model_costs(testing::kimi_k2_config());
+    CostInputs in;
+    in.model = &kimi;
+    in.hardware = &hw;
+    in.layout = ParallelLayout{1, 1, 1, 1, 1};
+    in.context_tokens = 100;
+    const double decode = decode_step(in, 1, 1 << 30).step.attention_us;
+    const double prompt = prefill_step(in, 1000).step.attention_us;
+    hw.gpu.latent_attention_matmul_efficiency.value = 0.25;
+    hw.gpu.prefill_attention_matmul_efficiency.value = 0.125;  // GQA's figure: not MLA's
+    // One decode row over 100 tokens: 13,926,400 FLOPs, 0.139264 µs at 100 TFLOP/s (above the latent's
+    // 115,200 B = 0.1152 µs), 0.557056 µs at 0.25: 61 layers · 0.417792 µs more.
+    EXPECT_NEAR(decode_step(in, 1, 1 << 30).step.attention_us - decode, 61 * 0.417792, 1e-9);
+    // A prompt of 1000 tokens over 500 keys on average: 6.9632e10 FLOPs, 696.32 µs → 2785.28 µs per layer.
+    EXPECT_NEAR(prefill_step(in, 1000).step.attention_us - prompt, 61 * 2088.96, 1e-6);
+}
+
 TEST(KimiCollectives, Tp8HasTwoAllReducesPerLayer) {
     // Kimi K2 on 8 GPUs under TP: 61 attention + 60 MoE + 1 dense-MLP all-reduces = 122 per step.
     auto profile = parse_hardware_profile(testing::round_profile_json(), "round.json");

@@ -226,6 +226,16 @@ TEST(ModelCosts, KvBytesPerTokenMlaVsGqa) {
     EXPECT_EQ(rank_share(q, ParallelLayout{1, 8, 1, 8, 1}).kv_elems_per_token, 256);
 }
 
+TEST(ModelCosts, ScoreFlopsPerContextToken) {
+    // MLA in the absorbed form, decode rows and prompt chunks alike (the GPU engine absorbs every chunk):
+    // scores over the 576-wide latent and the output in the 512-wide latent, 2 · 64 heads · (512 + 64 +
+    // 512) = 139,264 FLOPs per query token per context token for Kimi K2 (the expanded form's
+    // 2 · 64 · (128 + 64 + 128) = 40,960 is not what runs).
+    EXPECT_EQ(model_costs(testing::kimi_k2_config()).score_flops_per_ctx, 139264.0);
+    // GQA: q·k and p·v over D = 128 for each of the 8 query heads, 2 · 8 · 2 · 128 = 4096.
+    EXPECT_EQ(model_costs(testing::tiny_gqa_config()).score_flops_per_ctx, 4096.0);
+}
+
 TEST(ModelCosts, KimiParameterCounts) {
     ModelCosts m = model_costs(testing::kimi_k2_config());
     // MLA per layer: q_a 7168·1536 + 1536, q_b 1536·64·192, kv_a 7168·576 + 512, kv_b 512·64·256,

@@ -79,15 +79,25 @@ TEST(HardwareProfile, OptionalKernelFigures) {
     EXPECT_EQ(round->gpu.kernel_latency_us.value, 0.0);
     EXPECT_EQ(round->gpu.expert_matmul_efficiency.value, round->gpu.matmul_efficiency.value);
     EXPECT_EQ(round->gpu.host_round_trip_us_per_row.value, 0.0);
+    EXPECT_EQ(round->gpu.prefill_attention_matmul_efficiency.value, round->gpu.matmul_efficiency.value);
+    EXPECT_EQ(round->gpu.latent_attention_matmul_efficiency.value, round->gpu.matmul_efficiency.value);
+    EXPECT_EQ(round->gpu.latent_attention_matmul_efficiency.source, "absent: matmul_efficiency");
     nlohmann::json doc = nlohmann::json::parse(testing::round_profile_json());
     doc["gpu"]["kernel_latency_us"] = 2.5;
     doc["gpu"]["expert_matmul_efficiency"] = 0.25;
     doc["gpu"]["host_round_trip_us_per_row"] = 0.125;
+    doc["gpu"]["prefill_attention_matmul_efficiency"] = 0.375;
+    doc["gpu"]["latent_attention_matmul_efficiency"] = {
+        {"value", 0.5}, {"provenance", "measured"}, {"source", "bench attention"}};
     auto both = parse_hardware_profile(doc.dump(), "both.json");
     ASSERT_TRUE(both.is_ok()) << both.status().message();
     EXPECT_EQ(both->gpu.kernel_latency_us.value, 2.5);
     EXPECT_EQ(both->gpu.expert_matmul_efficiency.value, 0.25);
     EXPECT_EQ(both->gpu.host_round_trip_us_per_row.value, 0.125);
+    EXPECT_EQ(both->gpu.prefill_attention_matmul_efficiency.value, 0.375);
+    EXPECT_EQ(both->gpu.latent_attention_matmul_efficiency.value, 0.5);
+    EXPECT_EQ(both->gpu.latent_attention_matmul_efficiency.provenance, Provenance::kMeasured);
+    EXPECT_EQ(both->gpu.latent_attention_matmul_efficiency.source, "bench attention");
     // The expert efficiency by rows: absent, no points; present, its points, provenance and source.
     EXPECT_TRUE(round->gpu.expert_memory_efficiency_by_rows.points.empty());
     doc["gpu"]["expert_memory_efficiency_by_rows"] = {
@@ -135,6 +145,11 @@ TEST(HardwareProfile, ErrorsNameFileAndKey) {
               "bad.json: gpu.host_round_trip_us_per_row: must be >= 0 (got -0.5)");
     EXPECT_EQ(error_after([](json& d) { d["gpu"]["expert_matmul_efficiency"] = 0; }),
               "bad.json: gpu.expert_matmul_efficiency: must be > 0 and <= 1 (got 0)");
+    EXPECT_EQ(error_after([](json& d) { d["gpu"]["prefill_attention_matmul_efficiency"] = 1.5; }),
+              "bad.json: gpu.prefill_attention_matmul_efficiency: must be > 0 and <= 1 (got 1.5)");
+    EXPECT_EQ(
+        error_after([](json& d) { d["gpu"]["latent_attention_matmul_efficiency"] = "fast"; }),
+        R"(bad.json: gpu.latent_attention_matmul_efficiency: expected a number or {"value": ..., "provenance": ..., "source": ...})");
     // Any figure past 1e15 (a value of 1e308 made the plan's cells inf).
     EXPECT_EQ(
         error_after([](json& d) { d["gpu"]["host_round_trip_us"] = 1e308; }),
