@@ -70,6 +70,24 @@ Result<double> efficiency(double measured, const Figure& peak, const char* what,
     return measured / peak.value;
 }
 
+// `points` sorted by rows, the efficiencies of equal rows averaged into one point.
+std::vector<RowsEfficiencyPoint> sorted_by_rows(std::vector<RowsEfficiencyPoint> points) {
+    std::stable_sort(points.begin(), points.end(),
+                     [](const auto& a, const auto& b) { return a.rows_per_expert < b.rows_per_expert; });
+    std::vector<RowsEfficiencyPoint> merged;
+    int same = 0;  // points averaged into merged.back()
+    for (const RowsEfficiencyPoint& p : points) {
+        if (!merged.empty() && p.rows_per_expert == merged.back().rows_per_expert) {
+            ++same;
+            merged.back().efficiency += (p.efficiency - merged.back().efficiency) / same;
+            continue;
+        }
+        merged.push_back(p);
+        same = 1;
+    }
+    return merged;
+}
+
 }  // namespace
 
 Result<LatencyBandwidthFit> fit_latency_bandwidth(const std::vector<std::pair<double, double>>& points) {
@@ -178,20 +196,36 @@ Result<std::vector<RowsEfficiencyPoint>> expert_memory_efficiency_by_rows(
         return invalid_argument(
             fmt::format("expert efficiency by rows: no layer of T <= {}", kMoeFitMaxMemoryBoundTokens));
     }
-    std::stable_sort(points.begin(), points.end(),
-                     [](const auto& a, const auto& b) { return a.rows_per_expert < b.rows_per_expert; });
-    std::vector<RowsEfficiencyPoint> merged;
-    int same = 0;  // points averaged into merged.back()
-    for (const RowsEfficiencyPoint& p : points) {
-        if (!merged.empty() && p.rows_per_expert == merged.back().rows_per_expert) {
-            ++same;
-            merged.back().efficiency += (p.efficiency - merged.back().efficiency) / same;
-            continue;
-        }
-        merged.push_back(p);
-        same = 1;
+    return sorted_by_rows(std::move(points));
+}
+
+Result<std::vector<RowsEfficiencyPoint>> expert_matmul_efficiency_by_rows(
+    const std::vector<MeasuredMoeLayer>& layers, double kernel_fixed_us, double bf16_tflops) {
+    if (!(bf16_tflops > 0) || !std::isfinite(bf16_tflops) || !(kernel_fixed_us >= 0) ||
+        !std::isfinite(kernel_fixed_us)) {
+        return invalid_argument(
+            fmt::format("expert matmul efficiency by rows: needs a rate > 0 and a kernel time >= 0 (got {} "
+                        "TFLOP/s, {} us)",
+                        bf16_tflops, kernel_fixed_us));
     }
-    return merged;
+    std::vector<RowsEfficiencyPoint> points;
+    for (const MeasuredMoeLayer& l : layers) {
+        if (l.tokens < kMoeFitComputeBoundTokens) continue;
+        if (!(l.rows_per_expert > 0) || l.kernels < 1 || !(l.flops > 0)) {
+            return invalid_argument(fmt::format(
+                "expert matmul efficiency by rows: the layer of T {} has no rows per expert, kernel count or "
+                "FLOPs (got {}, {}, {})",
+                l.tokens, l.rows_per_expert, l.kernels, l.flops));
+        }
+        const double gemm_us = l.time_us - static_cast<double>(l.kernels) * kernel_fixed_us;
+        const double efficiency = gemm_us > 0 ? std::min(1.0, l.flops / (gemm_us * bf16_tflops * 1e6)) : 1.0;
+        points.push_back({l.rows_per_expert, efficiency});
+    }
+    if (points.empty()) {
+        return invalid_argument(
+            fmt::format("expert matmul efficiency by rows: no layer of T >= {}", kMoeFitComputeBoundTokens));
+    }
+    return sorted_by_rows(std::move(points));
 }
 
 Result<double> attention_matmul_efficiency(const std::vector<MeasuredAttentionCase>& cases,
@@ -336,6 +370,35 @@ Result<std::string> calibrated_profile_json(const std::string& base_json, const 
                  layer, fmt::join(tokens, ", "), fmt::join(rows, ", "), fmt::join(times_us, ", "),
                  fmt::join(fitted_nodes, ", "), gpu.graph_kernel_us.value, fit.kernel_latency_us,
                  fmt::join(gbytes, ", "), gpu.memory_bandwidth_gbps.value, calibration.source)}};
+        EPI_ASSIGN_OR_RETURN(
+            std::vector<RowsEfficiencyPoint> matmul_by_rows,
+            expert_matmul_efficiency_by_rows(m.layers, kernel_fixed_us, gpu.bf16_tflops.value));
+        std::vector<int64_t> big_tokens, big_nodes;
+        std::vector<double> big_us, big_gflop, big_rows;
+        for (const MeasuredMoeLayer& l : m.layers) {
+            if (l.tokens < kMoeFitComputeBoundTokens) continue;
+            big_tokens.push_back(l.tokens);
+            big_nodes.push_back(l.kernels);
+            big_us.push_back(l.time_us);
+            big_gflop.push_back(l.flops / 1e9);
+            big_rows.push_back(l.rows_per_expert);
+        }
+        OrderedJson matmul_points = OrderedJson::array();
+        for (const RowsEfficiencyPoint& p : matmul_by_rows) {
+            matmul_points.push_back({{"rows_per_expert", p.rows_per_expert}, {"efficiency", p.efficiency}});
+        }
+        doc["gpu"]["expert_matmul_efficiency_by_rows"] = OrderedJson{
+            {"points", matmul_points},
+            {"provenance", "measured"},
+            {"source",
+             fmt::format("{}, T = {} (rows per touched expert {:.4g}): {:.3f} GFLOP in {:.1f} us less the "
+                         "fixed time of their {} graph nodes at gpu.graph_kernel_us {:.2f} + "
+                         "gpu.kernel_latency_us {:.2f}, over gpu.bf16_tflops {:.1f}, capped at 1 "
+                         "(planner/calibration.h expert_matmul_efficiency_by_rows); {}",
+                         layer, fmt::join(big_tokens, ", "), fmt::join(big_rows, ", "),
+                         fmt::join(big_gflop, ", "), fmt::join(big_us, ", "), fmt::join(big_nodes, ", "),
+                         gpu.graph_kernel_us.value, fit.kernel_latency_us, gpu.bf16_tflops.value,
+                         calibration.source)}};
         doc["gpu"]["kernel_latency_us"] = measured_figure(
             fit.kernel_latency_us,
             fmt::format(
@@ -402,8 +465,8 @@ Result<std::string> calibrated_profile_json(const std::string& base_json, const 
     if (!calibration.gpu_ceilings.empty()) replaced += ", gpu.matmul_efficiency";
     if (!calibration.moe_engine.empty()) {
         replaced +=
-            ", gpu.expert_matmul_efficiency, gpu.kernel_latency_us, gpu.expert_memory_efficiency_by_rows "
-            "(the engine's MoE layer)";
+            ", gpu.expert_matmul_efficiency, gpu.kernel_latency_us, gpu.expert_memory_efficiency_by_rows, "
+            "gpu.expert_matmul_efficiency_by_rows (the engine's MoE layer)";
     }
     if (!prompts.empty()) {
         replaced += fmt::format("{}gpu.prefill_attention_matmul_efficiency", replaced.empty() ? "" : ", ");

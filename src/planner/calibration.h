@@ -111,6 +111,17 @@ struct MeasuredAttentionCase {
 Result<double> attention_matmul_efficiency(const std::vector<MeasuredAttentionCase>& cases,
                                            double bf16_tflops);
 
+// gpu.expert_matmul_efficiency_by_rows from the same MoE layer times: in each layer of T ≥
+// kMoeFitComputeBoundTokens (compute-bound) the grouped GEMMs run for the layer's time less the fixed
+// time of its graph nodes, so efficiency = flops / ((time − kernels · kernel_fixed_us) · bf16_tflops) at
+// the layer's rows_per_expert, capped at 1; points sorted by rows, equal rows averaged.
+// Example (one H200, Qwen3-30B-A3B, 2026-11-30 11:23 UTC, 13 nodes at 0.5 + 2.30 µs): T 4096, 256 rows,
+// 309.24 GFLOP in 849.5 − 36.4 = 813.1 µs = 380.3 TFLOP/s, 0.3844 of 989.4.
+// Errors: kInvalidArgument for no layer of T ≥ kMoeFitComputeBoundTokens, one of them without
+// rows_per_expert, kernels or FLOPs > 0, a rate not > 0 or a kernel_fixed_us not ≥ 0.
+Result<std::vector<RowsEfficiencyPoint>> expert_matmul_efficiency_by_rows(
+    const std::vector<MeasuredMoeLayer>& layers, double kernel_fixed_us, double bf16_tflops);
+
 // A kernel's fixed time beyond its bytes: (Σ durations_us − bytes / bandwidth) / number of kernels, from
 // the measured durations of a step's kernels (Nsight Compute) that together read `bytes`.
 // Errors: kInvalidArgument for no durations, a bandwidth ≤ 0 or a result < 0.
@@ -157,8 +168,9 @@ struct Calibration {
 //  - for measured MoE layers, fit_moe_engine with the base's gpu.graph_kernel_us: gpu.memory_efficiency =
 //    fitted GB/s / gpu.memory_bandwidth_gbps (in place of the stream's, which its source then quotes),
 //    gpu.expert_matmul_efficiency = fitted TFLOP/s / gpu.bf16_tflops, gpu.kernel_latency_us and
-//    gpu.expert_memory_efficiency_by_rows (expert_memory_efficiency_by_rows at graph_kernel_us + that
-//    kernel_latency_us), each source naming the shape, the sizes, times, bytes or FLOPs, rows, node counts
+//    gpu.expert_memory_efficiency_by_rows and gpu.expert_matmul_efficiency_by_rows
+//    (expert_{memory,matmul}_efficiency_by_rows at graph_kernel_us + that kernel_latency_us), each
+//    source naming the shape, the sizes, times, bytes or FLOPs, rows, node counts
 //    and fitted numbers;
 //  - for measured attention cases, gpu.prefill_attention_matmul_efficiency = the median TFLOP/s of the GQA
 //    prompt cases and gpu.latent_attention_matmul_efficiency = that of the latent (MLA) cases, decode and

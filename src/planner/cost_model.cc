@@ -79,7 +79,7 @@ public:
         decode_attn_rate_ = attention_tflops(gpu, m_.mla, false);
         prefill_attn_rate_ = attention_tflops(gpu, m_.mla, true);
         dense_rate_ = effective_tflops(gpu, weight_math_rate(in.weights.dense));
-        expert_rate_ = effective_expert_tflops(gpu, weight_math_rate(in.weights.routed_experts));
+        expert_math_ = weight_math_rate(in.weights.routed_experts);
         graph_kernel_us_ = kernel_fixed_us(gpu, true);
         eager_kernel_us_ = kernel_fixed_us(gpu, false);
         act_bytes_ = in.activation_bytes_per_element;
@@ -156,7 +156,8 @@ public:
             const GpuSpec& gpu = in_.hardware->gpu;
             const double expert_efficiency = expert_memory_efficiency(gpu, rows_per_expert);
             expert_roof = roofline(expert_bytes, 2.0 * pairs * share_.expert_slice_params,
-                                   gpu.memory_bandwidth_gbps.value * expert_efficiency, expert_rate_);
+                                   gpu.memory_bandwidth_gbps.value * expert_efficiency,
+                                   effective_expert_tflops(gpu, expert_math_, rows_per_expert));
             out.local_experts = share_.local_experts;
             out.experts_touched_per_rank = touched;
             out.expert_bytes_per_layer = expert_bytes;
@@ -310,9 +311,9 @@ private:
     const ParallelLayout& l_;
     RankShare share_;
     Topology topo_;
-    double bw_ = 0, bf16_ = 0, dense_rate_ = 0, expert_rate_ = 0, decode_attn_rate_ = 0,
-           prefill_attn_rate_ = 0;
+    double bw_ = 0, bf16_ = 0, dense_rate_ = 0, decode_attn_rate_ = 0, prefill_attn_rate_ = 0;
     double graph_kernel_us_ = 0, eager_kernel_us_ = 0;
+    MathRate expert_math_ = MathRate::kBf16;  // the routed experts' weight format's tensor-core rate
     int act_bytes_ = kEngineActivationBytesPerElement;
     double max_normal_ = 0;  // E[max of moe_ep standard normals]
 };
@@ -582,17 +583,10 @@ double median(std::vector<double> values) {
     return n % 2 == 1 ? values[n / 2] : 0.5 * (values[n / 2 - 1] + values[n / 2]);
 }
 
-}  // namespace
-
-double effective_expert_tflops(const GpuSpec& gpu, MathRate rate) {
-    GpuSpec experts = gpu;  // a GpuSpec built in code may leave the optional figure at 0: matmul_efficiency
-    if (gpu.expert_matmul_efficiency.value > 0) experts.matmul_efficiency = gpu.expert_matmul_efficiency;
-    return effective_tflops(experts, rate);
-}
-
-double expert_memory_efficiency(const GpuSpec& gpu, double rows_per_expert) {
-    const std::vector<RowsEfficiencyPoint>& points = gpu.expert_memory_efficiency_by_rows.points;
-    if (points.empty()) return gpu.memory_efficiency.value;
+// The table's efficiency at `rows_per_expert` (linear in log rows between its points, its end points
+// outside them); `none` when it has no points.
+double rows_efficiency(const std::vector<RowsEfficiencyPoint>& points, double rows_per_expert, double none) {
+    if (points.empty()) return none;
     if (rows_per_expert <= points.front().rows_per_expert) return points.front().efficiency;
     if (rows_per_expert >= points.back().rows_per_expert) return points.back().efficiency;
     auto hi = std::lower_bound(points.begin(), points.end(), rows_per_expert,
@@ -602,6 +596,26 @@ double expert_memory_efficiency(const GpuSpec& gpu, double rows_per_expert) {
     const double f =
         std::log(rows_per_expert / lo->rows_per_expert) / std::log(hi->rows_per_expert / lo->rows_per_expert);
     return lo->efficiency + f * (hi->efficiency - lo->efficiency);
+}
+
+}  // namespace
+
+double effective_expert_tflops(const GpuSpec& gpu, MathRate rate, double rows_per_expert) {
+    GpuSpec experts = gpu;
+    experts.matmul_efficiency.value = expert_matmul_efficiency(gpu, rows_per_expert);
+    return effective_tflops(experts, rate);
+}
+
+double expert_memory_efficiency(const GpuSpec& gpu, double rows_per_expert) {
+    return rows_efficiency(gpu.expert_memory_efficiency_by_rows.points, rows_per_expert,
+                           gpu.memory_efficiency.value);
+}
+
+double expert_matmul_efficiency(const GpuSpec& gpu, double rows_per_expert) {
+    // A GpuSpec built in code may leave the optional figure at 0: matmul_efficiency.
+    const double flat = gpu.expert_matmul_efficiency.value > 0 ? gpu.expert_matmul_efficiency.value
+                                                               : gpu.matmul_efficiency.value;
+    return rows_efficiency(gpu.expert_matmul_efficiency_by_rows.points, rows_per_expert, flat);
 }
 
 double kernel_fixed_us(const GpuSpec& gpu, bool decode_graph) {

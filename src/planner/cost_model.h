@@ -8,9 +8,10 @@
 //       f = 2(n−1)/n all_reduce, (n−1)/n all_gather and all_to_all, 1 send_recv; a measured table replaces
 //       it at the group size it was measured at
 //   roofline of one op: max(bytes / (BW · mem_eff), FLOPs / (rate · mm_eff)); the routed experts' bytes
-//       at BW · expert_memory_efficiency(rows per touched expert) (the profile's table by rows, when it has
-//       one) and their FLOPs at expert_matmul_efficiency; attention scores as two rooflines, decode rows
-//       (their context's KV) and prompt rows (their chunk's KV once), FLOPs at attention_tflops
+//       at BW · expert_memory_efficiency(rows per touched expert) and their FLOPs at rate ·
+//       expert_matmul_efficiency(rows per touched expert) (the profile's tables by rows, when it has them);
+//       attention scores as two rooflines, decode rows (their context's KV) and prompt rows (their chunk's KV
+//       once), FLOPs at attention_tflops
 //   pipeline as the engine runs it (engine_facts.h): micro-batch j leaves stage s at
 //       done(s, j) = max(arrival(s, j), free(s)) + t(s, j), then the send of c(s, j) starts when stage s + 1
 //       is done with j − 1 (its stream reaches the receive) and holds both GPUs; step = the last stage's
@@ -87,11 +88,11 @@ struct Roofline {
 Roofline roofline(double bytes, double flops, double bandwidth_gbps, double tflops);
 
 // Achievable rates of `gpu`: bandwidth × memory_efficiency; the rate of `rate` × matmul_efficiency (or
-// × expert_matmul_efficiency for the routed experts' grouped GEMMs), falling back to bf16 when the GPU
-// lacks fp8/fp4 tensor cores.
+// × expert_matmul_efficiency(rows_per_expert) for the routed experts' grouped GEMMs), falling back to bf16
+// when the GPU lacks fp8/fp4 tensor cores.
 double effective_bandwidth_gbps(const GpuSpec& gpu);
 double effective_tflops(const GpuSpec& gpu, MathRate rate);
-double effective_expert_tflops(const GpuSpec& gpu, MathRate rate);
+double effective_expert_tflops(const GpuSpec& gpu, MathRate rate, double rows_per_expert);
 // The bf16 TFLOP/s of attention scores over the KV cache (score_flops_per_ctx): MLA's latent kernel, decode
 // rows and prompt chunks alike, at gpu.latent_attention_matmul_efficiency; GQA prompt chunks at
 // gpu.prefill_attention_matmul_efficiency; GQA decode rows (bound by their KV bytes) at matmul_efficiency.
@@ -104,6 +105,12 @@ double attention_tflops(const GpuSpec& gpu, bool mla, bool prompt_rows);
 // gpu.memory_efficiency when the table has no points. Example, points (1, 0.4), (4, 0.8): 2 rows → 0.6;
 // 0.5 rows → 0.4; 64 rows → 0.8.
 double expert_memory_efficiency(const GpuSpec& gpu, double rows_per_expert);
+// The fraction of the tensor-core rate the routed experts' grouped GEMMs reach when each touched expert
+// computes `rows_per_expert` rows: gpu.expert_matmul_efficiency_by_rows as above (interpolated in
+// log(rows), clamped at its ends); gpu.expert_matmul_efficiency when the table has no points
+// (matmul_efficiency when that is 0: a GpuSpec built in code). One H200 (h200_epinfer_2026-12-01.json):
+// 0.203 at 64 rows, 0.384 at 256, 0.422 at 1024; 128 rows → 0.293.
+double expert_matmul_efficiency(const GpuSpec& gpu, double rows_per_expert);
 
 // Fixed time of one kernel of a step: kernel_latency_us + graph_kernel_us when it runs inside a decode
 // CUDA graph, else + eager_kernel_us (engine_facts.h engine_uses_decode_graph says which).

@@ -238,12 +238,26 @@ Result<GpuSpec> parse_gpu(const ObjectReader& r) {
                        "no longer used: the engine's NCCL calls are asynchronous, a collective costs its "
                        "measured time alone; remove the key");
     }
-    EPI_RETURN_IF_ERROR(r.check_keys(
-        {"name", "memory_bytes", "usable_memory_fraction", "memory_bandwidth_gbps", "bf16_tflops",
-         "fp8_tflops", "fp4_tflops", "kernel_launch_us", "graph_kernel_us", "kernel_latency_us",
-         "eager_kernel_us", "host_round_trip_us", "host_round_trip_us_per_row", "memory_efficiency",
-         "matmul_efficiency", "expert_matmul_efficiency", "prefill_attention_matmul_efficiency",
-         "latent_attention_matmul_efficiency", "expert_memory_efficiency_by_rows"}));
+    EPI_RETURN_IF_ERROR(r.check_keys({"name",
+                                      "memory_bytes",
+                                      "usable_memory_fraction",
+                                      "memory_bandwidth_gbps",
+                                      "bf16_tflops",
+                                      "fp8_tflops",
+                                      "fp4_tflops",
+                                      "kernel_launch_us",
+                                      "graph_kernel_us",
+                                      "kernel_latency_us",
+                                      "eager_kernel_us",
+                                      "host_round_trip_us",
+                                      "host_round_trip_us_per_row",
+                                      "memory_efficiency",
+                                      "matmul_efficiency",
+                                      "expert_matmul_efficiency",
+                                      "prefill_attention_matmul_efficiency",
+                                      "latent_attention_matmul_efficiency",
+                                      "expert_memory_efficiency_by_rows",
+                                      "expert_matmul_efficiency_by_rows"}));
     GpuSpec gpu;
     EPI_ASSIGN_OR_RETURN(gpu.name, r.string("name"));
     EPI_ASSIGN_OR_RETURN(gpu.memory_bytes, r.figure("memory_bytes", 0.0, true));
@@ -294,9 +308,12 @@ Result<GpuSpec> parse_gpu(const ObjectReader& r) {
                 Figure{gpu.matmul_efficiency.value, Provenance::kUnspecified, "absent: matmul_efficiency"};
         }
     }
-    if (r.has("expert_memory_efficiency_by_rows")) {
-        EPI_ASSIGN_OR_RETURN(ObjectReader table, r.object("expert_memory_efficiency_by_rows"));
-        EPI_ASSIGN_OR_RETURN(gpu.expert_memory_efficiency_by_rows, parse_rows_efficiency(table));
+    for (auto [key, table] :
+         {std::pair{"expert_memory_efficiency_by_rows", &gpu.expert_memory_efficiency_by_rows},
+          std::pair{"expert_matmul_efficiency_by_rows", &gpu.expert_matmul_efficiency_by_rows}}) {
+        if (!r.has(key)) continue;
+        EPI_ASSIGN_OR_RETURN(ObjectReader reader, r.object(key));
+        EPI_ASSIGN_OR_RETURN(*table, parse_rows_efficiency(reader));
     }
     return gpu;
 }

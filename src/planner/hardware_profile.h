@@ -74,6 +74,8 @@ struct LinkSpec {
 // gpu.expert_memory_efficiency_by_rows: the fraction of memory_bandwidth_gbps the routed experts' GEMMs
 // stream weights at, by the rows (token-expert pairs) each touched expert computes. At few rows per expert
 // the engine runs a gemv-like tile whose ramp and waves hold it below the rate of large batches.
+// gpu.expert_matmul_efficiency_by_rows: the fraction of the tensor-core rate they reach, by the same rows
+// (the wgmma tiles fill as the rows grow).
 struct RowsEfficiencyPoint {
     double rows_per_expert = 0.0;  // token-expert pairs per touched expert, > 0
     double efficiency = 0.0;       // (0, 1]
@@ -127,6 +129,10 @@ struct GpuSpec {
     // at memory_bandwidth_gbps × this table at the step's rows per touched expert (cost_model.h
     // expert_memory_efficiency: interpolated, clamped at the ends).
     RowsEfficiencyTable expert_memory_efficiency_by_rows;
+    // Optional (absent: no points, expert_matmul_efficiency at any rows). The routed experts' FLOPs run at
+    // the tensor-core rate × this table at the step's rows per touched expert (cost_model.h
+    // expert_matmul_efficiency: interpolated, clamped at the ends).
+    RowsEfficiencyTable expert_matmul_efficiency_by_rows;
 
     // memory_bytes · usable_memory_fraction.
     int64_t usable_bytes() const;
@@ -147,7 +153,7 @@ struct HardwareProfile {
 // unknown key, a wrong type, a value out of range (memory ≤ 0, a fraction outside (0, 1], a negative
 // rate, a link kind not allowed where it is, table sizes not ascending, two tables of one collective at
 // one group size or out of order, the single "table" key of earlier profiles, an expert efficiency table
-// with no points, rows not strictly ascending or an efficiency outside (0, 1]).
+// (memory or matmul) with no points, rows not strictly ascending or an efficiency outside (0, 1]).
 Result<HardwareProfile> parse_hardware_profile(const std::string& json_text, const std::string& source);
 
 // Reads and parses one profile file. Errors: kNotFound when it cannot be read; otherwise as above.

@@ -8,7 +8,8 @@
 // --profile-out writes the base profile with gpu.matmul_efficiency = GEMM TFLOP/s / bf16_tflops and, from
 // the layers of one --model-config under uniform routing at ≥ 2 sizes ≤ 256 tokens and at 1024, the
 // engine fit (planner/calibration.h fit_moe_engine): gpu.memory_efficiency, gpu.expert_matmul_efficiency,
-// gpu.kernel_latency_us and gpu.expert_memory_efficiency_by_rows (at each size's rows per touched expert);
+// gpu.kernel_latency_us, gpu.expert_memory_efficiency_by_rows (at each size ≤ 256's rows per touched expert)
+// and gpu.expert_matmul_efficiency_by_rows (at each size ≥ 1024's);
 // without those rows gpu.memory_efficiency = stream GB/s / memory_bandwidth_gbps and one line says what was
 // not fitted and why (profile_out.h, docs/planner.md).
 // e.g. --model-config tests/data/configs/qwen3_30b_a3b.json --routing uniform --tokens 1,8,64,256,1024.
@@ -204,7 +205,9 @@ Status write_profile(const BenchMoeOptions& opts, const BaseProfile& base, const
             planner::kMoeFitComputeBoundTokens);
     } else {
         fmt::print(
-            "--profile-out {}: gpu.expert_matmul_efficiency and gpu.kernel_latency_us not fitted (kept from "
+            "--profile-out {}: gpu.expert_matmul_efficiency, gpu.kernel_latency_us and the tables by rows "
+            "not "
+            "fitted (kept from "
             "the base), gpu.memory_efficiency from the read-only stream: {} (the engine fit needs one "
             "--model-config, uniform routing, >= 2 sizes <= {} tokens and {})\n",
             opts.profile_out, fit.status().message(), planner::kMoeFitMaxMemoryBoundTokens,

@@ -697,10 +697,20 @@ TEST(EngineCalibration, MeasuredH200Profile20261130dComesFromItsSources) {
     EXPECT_NEAR(c1.tpot_ms, c1_tpot_of_engine_ms(c1, p->gpu, today), 1e-12);
 }
 
+// The compute-bound Qwen3-30B-A3B layers of one H200, 2026-11-30 11:23 UTC (docs/benchmarks/moe_h200.md,
+// 7dc5532), 13 graph nodes each, out of order, with a 256-token layer that the matmul table leaves out.
+std::vector<MeasuredMoeLayer> h200_qwen3_compute_bound_layers() {
+    const double gflop = 77309411328.0;  // 2 · 3 · 2048 · 768 · 1024 · 8
+    return {{16384, 1.2e9, 16 * gflop, 3001.5, 13, 1024.0},
+            {256, 1.2e9, gflop / 4, 367.0, 8, 16.0},
+            {1024, 1.2e9, gflop, 422.1, 13, 64.0},
+            {4096, 1.2e9, 4 * gflop, 849.5, 13, 256.0}};
+}
+
 TEST(EngineCalibration, MeasuredH200Profile20261201ComesFromItsSources) {
     // profiles/measured/h200_epinfer_2026-12-01.json: the 30d file with the two attention figures that
-    // `bench attention --profile-out` writes over it from the H200's cases (h200_attention_cases), every
-    // other GPU figure the 30d file's.
+    // `bench attention --profile-out` writes over it from the H200's cases (h200_attention_cases) and the
+    // experts' matmul table by rows, every other GPU figure the 30d file's.
     const std::string dir = std::string(EPINFER_TEST_DATA_DIR) + "/../../profiles/measured/";
     const std::string base_path = dir + "h200_epinfer_2026-11-30d.json";
     Calibration cal;
@@ -728,6 +738,19 @@ TEST(EngineCalibration, MeasuredH200Profile20261201ComesFromItsSources) {
     }
     EXPECT_EQ(s.expert_memory_efficiency_by_rows.points.size(),
               b.expert_memory_efficiency_by_rows.points.size());
+    // Its matmul table: expert_matmul_efficiency_by_rows over 7dc5532's compute-bound layers at the 30d
+    // file's kernel price (graph 0.5 + latency 2.30 µs).
+    auto by_rows = expert_matmul_efficiency_by_rows(h200_qwen3_compute_bound_layers(),
+                                                    b.graph_kernel_us.value + b.kernel_latency_us.value,
+                                                    b.bf16_tflops.value);
+    ASSERT_TRUE(by_rows.is_ok());
+    ASSERT_EQ(s.expert_matmul_efficiency_by_rows.points.size(), by_rows->size());
+    for (size_t i = 0; i < by_rows->size(); ++i) {
+        EXPECT_EQ(s.expert_matmul_efficiency_by_rows.points[i].rows_per_expert,
+                  (*by_rows)[i].rows_per_expert);
+        EXPECT_NEAR(s.expert_matmul_efficiency_by_rows.points[i].efficiency, (*by_rows)[i].efficiency, 1e-12);
+    }
+    EXPECT_TRUE(b.expert_matmul_efficiency_by_rows.points.empty());
     // The shipped h200_sxm.json carries the same figures, rounded to three places.
     auto h200 = load_hardware_profile_file(kH200Path);
     ASSERT_TRUE(h200.is_ok());
@@ -748,6 +771,30 @@ std::vector<MeasuredMoeLayer> h200_qwen3_layers(int64_t nodes) {
             {256, 128 * expert_bytes, 2.0 * 256 * 8 * 3 * 2048 * 768, 367.0, nodes, 16.0},
             {1024, 128 * expert_bytes, 77309411328.0, 515.0, nodes, 64.0},
             {4096, 128 * expert_bytes, 4 * 77309411328.0, 1300.0, nodes, 256.0}};  // not fitted
+}
+
+TEST(EngineCalibration, ExpertMatmulEfficiencyByRowsByHand) {
+    // 13 graph nodes at 0.5 + 2.30 µs = 36.4 µs: T 1024 (64 rows) 77.31 GFLOP in 422.1 − 36.4 = 385.7 µs =
+    // 0.2026 of 989.4; T 4096 (256) 309.24 GFLOP in 813.1 µs = 0.3844; T 16384 (1024) 1236.95 GFLOP in
+    // 2965.1 µs = 0.4216. Layers below 1024 tokens are left out; one faster than its fixed time plus its
+    // FLOPs at the peak is capped.
+    std::vector<MeasuredMoeLayer> layers = h200_qwen3_compute_bound_layers();
+    auto points = expert_matmul_efficiency_by_rows(layers, 2.8, 989.4);
+    ASSERT_TRUE(points.is_ok()) << points.status().message();
+    ASSERT_EQ(points->size(), 3u);
+    const double want[][2] = {{64.0, 0.20258}, {256.0, 0.38439}, {1024.0, 0.42164}};
+    for (size_t i = 0; i < 3; ++i) {
+        EXPECT_EQ((*points)[i].rows_per_expert, want[i][0]) << i;
+        EXPECT_NEAR((*points)[i].efficiency, want[i][1], 1e-5) << i;
+    }
+    layers[2].time_us = 40.0;  // 77 GFLOP in 3.6 µs: capped
+    EXPECT_EQ(expert_matmul_efficiency_by_rows(layers, 2.8, 989.4)->at(0).efficiency, 1.0);
+    auto none = expert_matmul_efficiency_by_rows({layers[1]}, 2.8, 989.4);
+    ASSERT_FALSE(none.is_ok());
+    EXPECT_EQ(none.status().message(), "expert matmul efficiency by rows: no layer of T >= 1024");
+    layers[0].kernels = 0;
+    EXPECT_FALSE(expert_matmul_efficiency_by_rows(layers, 2.8, 989.4).is_ok());
+    EXPECT_FALSE(expert_matmul_efficiency_by_rows({layers[3]}, 2.8, 0.0).is_ok());
 }
 
 TEST(EngineCalibration, MoeEngineFitByHand) {
@@ -845,7 +892,22 @@ TEST(CalibratedProfile, MoeLayersBecomeTheEngineFigures) {
               std::string::npos)
         << table.source;
     EXPECT_NE(table.source.find(cal.source), std::string::npos);
+    // The matmul table at the same kernel price, from the compute-bound sizes: T 1024 (64 rows), 77.31
+    // GFLOP in 515.0 − 59.96 = 455.04 µs = 169.9 TFLOP/s = 0.1717 of 989.4; T 4096 (256 rows), 309.24
+    // GFLOP in 1300.0 − 59.96 = 1240.04 µs = 249.4 TFLOP/s = 0.2521.
+    const RowsEfficiencyTable& matmul = g.expert_matmul_efficiency_by_rows;
+    ASSERT_EQ(matmul.points.size(), 2u);
+    EXPECT_EQ(matmul.points[0].rows_per_expert, 64.0);
+    EXPECT_NEAR(matmul.points[0].efficiency, 0.17172, 1e-4);
+    EXPECT_EQ(matmul.points[1].rows_per_expert, 256.0);
+    EXPECT_NEAR(matmul.points[1].efficiency, 0.25205, 1e-4);
+    EXPECT_NE(matmul.source.find("T = 1024, 4096 (rows per touched expert 64, 256): 77.309, 309.238 GFLOP in "
+                                 "515.0, 1300.0 us less the fixed time of their 5, 5 graph nodes"),
+              std::string::npos)
+        << matmul.source;
     nlohmann::json doc = nlohmann::json::parse(*text);
+    EXPECT_NE(doc["note_calibration"].get<std::string>().find("gpu.expert_matmul_efficiency_by_rows"),
+              std::string::npos);
     EXPECT_NE(doc["note_calibration"].get<std::string>().find("gpu.kernel_latency_us"), std::string::npos);
     EXPECT_NE(doc["note_calibration"].get<std::string>().find("gpu.expert_memory_efficiency_by_rows"),
               std::string::npos);

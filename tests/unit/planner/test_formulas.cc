@@ -181,6 +181,24 @@ TEST(CostFormula, ExpertMemoryEfficiencyByRows) {
     EXPECT_DOUBLE_EQ(expert_memory_efficiency(gpu, 100.0), 0.5);
 }
 
+TEST(CostFormula, ExpertMatmulEfficiencyByRows) {
+    GpuSpec gpu;
+    gpu.matmul_efficiency.value = 0.8;
+    // No table and no expert figure (a GpuSpec built in code): matmul_efficiency; with the figure, it.
+    EXPECT_DOUBLE_EQ(expert_matmul_efficiency(gpu, 64.0), 0.8);
+    gpu.expert_matmul_efficiency.value = 0.2;
+    EXPECT_DOUBLE_EQ(expert_matmul_efficiency(gpu, 64.0), 0.2);
+    // The H200's points (64, 0.2), (256, 0.38), (1024, 0.42): the first below them, linear in log(rows).
+    gpu.expert_matmul_efficiency_by_rows.points = {{64.0, 0.2}, {256.0, 0.38}, {1024.0, 0.42}};
+    EXPECT_DOUBLE_EQ(expert_matmul_efficiency(gpu, 8.0), 0.2);
+    EXPECT_NEAR(expert_matmul_efficiency(gpu, 128.0), 0.29, 1e-12);  // half way in log
+    EXPECT_NEAR(expert_matmul_efficiency(gpu, 512.0), 0.40, 1e-12);
+    EXPECT_DOUBLE_EQ(expert_matmul_efficiency(gpu, 4096.0), 0.42);
+    // The routed experts' rate: the peak of their format × that efficiency.
+    gpu.bf16_tflops.value = 1000.0;
+    EXPECT_NEAR(effective_expert_tflops(gpu, MathRate::kBf16, 128.0), 290.0, 1e-9);
+}
+
 TEST(CostFormula, PipelineBubble) {
     // The engine's schedule (a step's micro-batches fill and drain the pipeline; nothing overlaps across
     // steps). Changed with the 2× H200 calibration: it was max(Σ t_s, m · max t_s), a steady state the
