@@ -57,6 +57,13 @@ struct StageTime {
 };
 
 // Adds calls to the term with the same description, or a new term.
+// The tensor-core rate of `rate` on `gpu`, bf16's when the GPU has no fp8/fp4 tensor cores.
+double peak_tflops(const GpuSpec& gpu, MathRate rate) {
+    if (rate == MathRate::kFp8 && gpu.fp8_tflops.value > 0) return gpu.fp8_tflops.value;
+    if (rate == MathRate::kFp4 && gpu.fp4_tflops.value > 0) return gpu.fp4_tflops.value;
+    return gpu.bf16_tflops.value;
+}
+
 void add_term(std::vector<CollectiveTerm>& terms, const CollectiveTerm& term) {
     for (CollectiveTerm& t : terms) {
         if (t.what == term.what && t.kind == term.kind && t.ranks == term.ranks &&
@@ -429,10 +436,7 @@ double effective_bandwidth_gbps(const GpuSpec& gpu) {
 }
 
 double effective_tflops(const GpuSpec& gpu, MathRate rate) {
-    double tflops = gpu.bf16_tflops.value;
-    if (rate == MathRate::kFp8 && gpu.fp8_tflops.value > 0) tflops = gpu.fp8_tflops.value;
-    if (rate == MathRate::kFp4 && gpu.fp4_tflops.value > 0) tflops = gpu.fp4_tflops.value;
-    return tflops * gpu.matmul_efficiency.value;
+    return peak_tflops(gpu, rate) * gpu.matmul_efficiency.value;
 }
 
 double attention_tflops(const GpuSpec& gpu, bool mla, bool prompt_rows) {
@@ -601,9 +605,7 @@ double rows_efficiency(const std::vector<RowsEfficiencyPoint>& points, double ro
 }  // namespace
 
 double effective_expert_tflops(const GpuSpec& gpu, MathRate rate, double rows_per_expert) {
-    GpuSpec experts = gpu;
-    experts.matmul_efficiency.value = expert_matmul_efficiency(gpu, rows_per_expert);
-    return effective_tflops(experts, rate);
+    return peak_tflops(gpu, rate) * expert_matmul_efficiency(gpu, rows_per_expert);
 }
 
 double expert_memory_efficiency(const GpuSpec& gpu, double rows_per_expert) {

@@ -3,8 +3,7 @@
 // timed and how bytes and FLOPs are counted).
 //   epinfer bench attention                              # the eight cases below, 20 repeats each
 //   epinfer bench attention --cases decode --repeats 10 --json attn.json   # for bench/attention_peers.py
-//   epinfer bench attention --profile-out h200.json --base-profile h200_sxm  # the planner's attention
-//   figures
+//   epinfer bench attention --profile-out h200.json --base-profile h200_sxm  # for plan --hardware
 // Cases (issue 4), GQA shapes of tests/data/configs (num_attention_heads / num_key_value_heads × head_dim):
 // Qwen3-30B-A3B 32 / 4 × 128 and GLM-4.5 96 / 8 × 128, each at
 //   decode:  batch 64 × context 4096 and batch 8 × context 32768 (one query token per sequence);
@@ -112,8 +111,9 @@ Result<BaseProfile> check_options(const BenchAttentionOptions& opts) {
     if (std::find_if(names.begin(), names.end(), [](const std::string& n) { return n != "decode"; }) ==
         names.end()) {
         return invalid_argument(
-            "bench attention: --profile-out needs prefill or mla cases (GQA decode is priced by "
-            "gpu.memory_efficiency; got --cases decode)");
+            fmt::format("bench attention: --profile-out needs prefill or mla cases (GQA decode is priced by "
+                        "gpu.memory_efficiency; got --cases {})",
+                        fmt::join(opts.cases, " --cases ")));
     }
     return load_base_profile(opts.profile_out, opts.base_profile);
 }
@@ -235,11 +235,8 @@ Status write_profile(const BenchAttentionOptions& opts, const BaseProfile& base,
     for (const AttentionBenchRow& r : rows) {
         const bool prompt = r.c.phase == AttentionBenchPhase::kPrefill;
         const bool latent = r.c.v_in_k;  // the "mla" cases: MLA's latent cache
-        cal.attention.push_back({fmt::format("{} {} {} x {}", r.c.shape,
-                                             latent   ? "mla"
-                                             : prompt ? "prefill"
-                                                      : "decode",
-                                             r.c.batch, r.c.context),
+        const char* kind = latent ? "mla" : cuda::attention_bench_phase_name(r.c.phase);
+        cal.attention.push_back({fmt::format("{} {} {} x {}", r.c.shape, kind, r.c.batch, r.c.context),
                                  latent, prompt, r.counts.flops, r.time_us});
     }
     EPI_RETURN_IF_ERROR(write_calibrated_profile(opts.profile_out, base, cal));
