@@ -22,7 +22,19 @@ Result<BaseProfile> load_base_profile(const std::string& profile_out, const std:
                         "other figures it keeps, e.g. h200_sxm)",
                         profile_out));
     }
+    // The file is written after the measurements: refuse a path it cannot be written to before them.
     std::error_code ec;
+    const std::filesystem::path out(profile_out);
+    const std::filesystem::path folder = out.has_parent_path() ? out.parent_path() : ".";
+    if (std::filesystem::is_directory(out, ec)) {
+        return invalid_argument(fmt::format("--profile-out {}: is a folder, not a file", profile_out));
+    }
+    if (!std::filesystem::is_directory(folder, ec) || access(folder.c_str(), W_OK) != 0) {
+        return invalid_argument(
+            fmt::format("--profile-out {}: cannot write into the folder {} (missing or "
+                        "not writable)",
+                        profile_out, folder.string()));
+    }
     const std::filesystem::path exe = std::filesystem::read_symlink("/proc/self/exe", ec);
     EPI_ASSIGN_OR_RETURN(planner::HardwareProfile profile,
                          planner::resolve_hardware_profile(name_or_file, ec ? std::string() : exe.string()));

@@ -136,6 +136,15 @@ TEST(CalibrationCli, BadOptionsFailWithOneLine) {
     expect_one_line_error(
         run_cli("bench attention --profile-out x.json --base-profile h200_sxm --cases decode"),
         "--profile-out needs prefill or mla cases");
+    // The output path is checked before anything is measured.
+    expect_one_line_error(
+        run_cli("bench attention --profile-out /nonexistent/dir/x.json --base-profile h200_sxm"),
+        "--profile-out /nonexistent/dir/x.json: cannot write into the folder /nonexistent/dir");
+    expect_one_line_error(
+        run_cli("bench comm --ranks 2 --profile-out /nonexistent/x.json --base-profile h200_sxm"),
+        "cannot write into the folder /nonexistent");
+    expect_one_line_error(run_cli("bench attention --profile-out / --base-profile h200_sxm"),
+                          "--profile-out /: is a folder, not a file");
 }
 
 }  // namespace

@@ -145,6 +145,13 @@ TEST(HardwareProfile, ErrorsNameFileAndKey) {
               "bad.json: gpu.host_round_trip_us_per_row: must be >= 0 (got -0.5)");
     EXPECT_EQ(error_after([](json& d) { d["gpu"]["expert_matmul_efficiency"] = 0; }),
               "bad.json: gpu.expert_matmul_efficiency: must be > 0 and <= 1 (got 0)");
+    // 5e-324 passes "> 0" but would make every time infinite: positive figures are at least 1e-6.
+    EXPECT_EQ(error_after([](json& d) { d["gpu"]["latent_attention_matmul_efficiency"] = 5e-324; }),
+              "bad.json: gpu.latent_attention_matmul_efficiency: must be >= 1e-06 when positive, a bound on "
+              "every figure that keeps the plan's quotients finite (got 4.94066e-324)");
+    EXPECT_EQ(error_after([](json& d) { d["gpu"]["memory_bandwidth_gbps"] = 1e-9; }),
+              "bad.json: gpu.memory_bandwidth_gbps: must be >= 1e-06 when positive, a bound on every figure "
+              "that keeps the plan's quotients finite (got 1e-09)");
     EXPECT_EQ(error_after([](json& d) { d["gpu"]["prefill_attention_matmul_efficiency"] = 1.5; }),
               "bad.json: gpu.prefill_attention_matmul_efficiency: must be > 0 and <= 1 (got 1.5)");
     EXPECT_EQ(
