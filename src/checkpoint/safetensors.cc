@@ -62,7 +62,13 @@ bool get_unsigned(const Json& value, uint64_t* out) {
 }
 
 std::string offsets_text(const TensorInfo& t) {
-    return "[" + std::to_string(t.data_begin) + ", " + std::to_string(t.data_end) + "]";
+    // Appended piece by piece: GCC 12 warns (-Wrestrict, a false positive) on "[" + std::to_string(...).
+    std::string out = "[";
+    out += std::to_string(t.data_begin);
+    out += ", ";
+    out += std::to_string(t.data_end);
+    out += "]";
+    return out;
 }
 
 std::string shape_text(const std::vector<int64_t>& shape) {

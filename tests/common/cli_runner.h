@@ -49,8 +49,12 @@ inline CliResult run_epinfer(const std::string& args, const CliOptions& options 
     std::string cmd;
     if (!options.cwd.empty()) cmd += "cd '" + options.cwd + "' && ";
     if (!options.env.empty()) cmd += options.env + " ";
-    cmd += "'" + std::string(EPINFER_CLI_PATH) + "' " + args + " > '" + (dir / "out").string() + "' 2> '" +
-           (dir / "err").string() + "'";
+    // Appended piece by piece: GCC 12 warns (-Wrestrict, a false positive) on a chain of "'" + std::string.
+    for (const std::string& piece :
+         {std::string("'"), std::string(EPINFER_CLI_PATH), std::string("' "), args, std::string(" > '"),
+          (dir / "out").string(), std::string("' 2> '"), (dir / "err").string(), std::string("'")}) {
+        cmd += piece;
+    }
     const auto start = std::chrono::steady_clock::now();
     const int status = std::system(cmd.c_str());
     CliResult r;
