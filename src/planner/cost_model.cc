@@ -580,6 +580,24 @@ StepBreakdown price_step(StageCost& cost, const CostInputs& in, const std::vecto
     return step;
 }
 
+// Adds the times, kernel and round-trip counts and collectives of `b`, a later step, to `sum` (a prompt's
+// chunks, one step each); the token, micro-batch and expert fields stay `sum`'s.
+void add_step(StepBreakdown& sum, const StepBreakdown& b) {
+    sum.attention_us += b.attention_us;
+    sum.experts_us += b.experts_us;
+    sum.dense_us += b.dense_us;
+    sum.activations_us += b.activations_us;
+    sum.kernels += b.kernels;
+    sum.launch_us += b.launch_us;
+    sum.host_round_trips += b.host_round_trips;
+    sum.host_us += b.host_us;
+    for (const CollectiveTerm& t : b.collectives) add_term(sum.collectives, t);
+    sum.path_us += b.path_us;
+    sum.pipeline_wait_us += b.pipeline_wait_us;
+    sum.bubble_us += b.bubble_us;
+    sum.step_us += b.step_us;
+}
+
 double median(std::vector<double> values) {
     if (values.empty()) return 0.0;
     std::sort(values.begin(), values.end());
@@ -744,11 +762,25 @@ DecodeResult decode_step(const CostInputs& in, int64_t concurrency, int64_t kv_t
 PrefillResult prefill_step(const CostInputs& in, int64_t input_len) {
     PrefillResult result;
     result.input_len = input_len;
-    // One prompt is one sequence: one micro-batch, through the stages one after another.
-    const std::vector<StepSequence> seqs{{input_len, static_cast<double>(input_len) / 2.0, false}};
+    // One prompt is one sequence, so each step is one micro-batch through the stages one after another; the
+    // engine runs it in chunks of at most max_step_tokens (engine/scheduler.cc), one step each, every chunk
+    // attending over itself and the chunks before it.
+    const int64_t S = std::max<int64_t>(1, in.max_step_tokens);
     StageCost cost(in);
-    result.step = price_step(cost, in, layout_stages(*in.model, in.layout.pp),
-                             split_micro_batches(in, seqs, in.layout.attn_dp));
+    const std::vector<PipelineStage> stages = layout_stages(*in.model, in.layout.pp);
+    for (int64_t done = 0; done < input_len; ++result.chunks) {
+        const int64_t n = std::min(S, input_len - done);
+        const std::vector<StepSequence> seqs{
+            {n, static_cast<double>(done) + static_cast<double>(n) / 2.0, false}};
+        const StepBreakdown chunk =
+            price_step(cost, in, stages, split_micro_batches(in, seqs, in.layout.attn_dp));
+        if (done == 0) {
+            result.step = chunk;
+        } else {
+            add_step(result.step, chunk);
+        }
+        done += n;
+    }
     result.ttft_ms = result.step.step_us / 1e3;
     result.tokens_per_s = result.step.step_us > 0
                               ? static_cast<double>(input_len) * in.layout.attn_dp / result.step.step_us * 1e6

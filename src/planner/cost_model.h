@@ -207,7 +207,10 @@ struct DecodeResult {
 
 struct PrefillResult {
     int64_t input_len = 0;
-    StepBreakdown step;  // one prompt per attention-DP rank; step_us = TTFT on an idle system
+    int64_t chunks = 0;  // steps of at most max_step_tokens prompt tokens
+    // One prompt per attention-DP rank: its chunks' times, counts and collectives summed (step_us = TTFT
+    // on an idle system); tokens, micro-batches and the expert figures are the first chunk's.
+    StepBreakdown step;
     double ttft_ms = 0.0;
     double tokens_per_s = 0.0;  // prompt tokens/s of the whole layout, one prompt per step
 };
@@ -245,8 +248,10 @@ DecodeResult decode_step(const CostInputs& inputs, int64_t concurrency, int64_t 
 // The closed loop described at ClosedLoopResult, `concurrency` requests over the whole layout.
 ClosedLoopResult closed_loop_run(const CostInputs& inputs, int64_t concurrency);
 
-// Prefill of one prompt of `input_len` tokens per attention-DP rank: one sequence, so one micro-batch
-// through the stages one after another (the engine splits a step by sequences).
+// Prefill of one prompt of `input_len` tokens per attention-DP rank as the engine runs it on an idle
+// system: chunks of at most inputs.max_step_tokens tokens, one step each, each one sequence, so one
+// micro-batch through the stages one after another (the engine splits a step by sequences); chunk c of n
+// rows after `done` tokens attends over done + n/2 on average.
 PrefillResult prefill_step(const CostInputs& inputs, int64_t input_len);
 
 }  // namespace epinfer::planner

@@ -278,6 +278,7 @@ std::string plan_to_json(const Plan& plan) {
                                {"memory", memory_json(lp.memory)},
                                {"decode", decode},
                                {"prefill", Json{{"input_len", lp.prefill.input_len},
+                                                {"chunks", lp.prefill.chunks},
                                                 {"ttft_ms", lp.prefill.ttft_ms},
                                                 {"tokens_per_s", lp.prefill.tokens_per_s},
                                                 {"breakdown", step_json(lp.prefill.step)}}}});

@@ -250,6 +250,28 @@ TEST_F(RoundModel, PrefillIsComputeBound) {
     EXPECT_NEAR(p.ttft_ms, p.step.step_us / 1e3, 1e-12);
 }
 
+TEST_F(RoundModel, PrefillRunsInChunksOfMaxStepTokens) {
+    // 5000 tokens in steps of 2048: chunks of 2048, 2048 and 904 rows over 1024, 3072 and 4548 keys on
+    // average (2048·1024 + 2048·3072 + 904·4548 = 5000·2500: the causal FLOPs of one 5000-token step).
+    CostInputs in = closed_loop_inputs(5000, 2, 2048);
+    const PrefillResult p = prefill_step(in, 5000);
+    EXPECT_EQ(p.chunks, 3);
+    const StepBreakdown a = mixed_step(in, 0, 2048, 0.0, 1024.0, 1);
+    const StepBreakdown b = mixed_step(in, 0, 2048, 0.0, 3072.0, 1);
+    const StepBreakdown c = mixed_step(in, 0, 904, 0.0, 4548.0, 1);
+    EXPECT_NEAR(p.step.step_us, a.step_us + b.step_us + c.step_us, 1e-9);
+    EXPECT_NEAR(p.step.attention_us, a.attention_us + b.attention_us + c.attention_us, 1e-9);
+    EXPECT_EQ(p.step.kernels, a.kernels + b.kernels + c.kernels);
+    EXPECT_EQ(p.step.tokens, 2048);  // the first chunk's
+    EXPECT_NEAR(p.ttft_ms, p.step.step_us / 1e3, 1e-12);
+    // The same prompt alone in the closed loop: its first token comes after the same three steps.
+    EXPECT_NEAR(closed_loop_run(in, 1).ttft_ms, p.ttft_ms, 1e-9);
+    // One step when the prompt fits in one.
+    in.max_step_tokens = 8192;
+    EXPECT_EQ(prefill_step(in, 5000).chunks, 1);
+    EXPECT_NEAR(prefill_step(in, 5000).step.step_us, mixed_step(in, 0, 5000, 0.0, 2500.0, 1).step_us, 1e-9);
+}
+
 TEST_F(RoundModel, PromptScoresAtThePrefillAttentionEfficiency) {
     // A prompt of 1000 tokens, each over 500 keys on average: per layer 1000 · 500 · 4096 = 2.048e9 score
     // FLOPs, 20.48 µs at 100 TFLOP/s, against its chunk's KV read once, 1000 · 8 · 2 · 128 · 2 B = 4.096 µs:
