@@ -56,7 +56,6 @@ struct StageTime {
     double send_us = 0.0;     // the send/recv to the next stage (0 on the last)
 };
 
-// Adds calls to the term with the same description, or a new term.
 // The tensor-core rate of `rate` on `gpu`, bf16's when the GPU has no fp8/fp4 tensor cores.
 double peak_tflops(const GpuSpec& gpu, MathRate rate) {
     if (rate == MathRate::kFp8 && gpu.fp8_tflops.value > 0) return gpu.fp8_tflops.value;
@@ -64,6 +63,7 @@ double peak_tflops(const GpuSpec& gpu, MathRate rate) {
     return gpu.bf16_tflops.value;
 }
 
+// Adds calls to the term with the same description, or a new term.
 void add_term(std::vector<CollectiveTerm>& terms, const CollectiveTerm& term) {
     for (CollectiveTerm& t : terms) {
         if (t.what == term.what && t.kind == term.kind && t.ranks == term.ranks &&

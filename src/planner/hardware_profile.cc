@@ -27,8 +27,8 @@ constexpr const char* kSchema = "epinfer.hardware_profile/1";
 // Every figure's upper bound (bytes, GB/s, TFLOP/s, µs): far above any GPU's, low enough that a step's
 // sums of figures × counts stay finite.
 constexpr double kMaxFigure = 1e15;
-// Every strictly positive figure's lower bound (an efficiency, a bandwidth, a rate): the plan divides by
-// them, and 5e-324 passes "> 0" yet makes every time infinite.
+// Every positive figure's lower bound (an efficiency, a bandwidth, a rate; fp8/fp4 rates too, where 0
+// means none): the plan divides by them, and 5e-324 passes "> 0" yet makes every time infinite.
 constexpr double kMinPositiveFigure = 1e-6;
 
 class ObjectReader {
@@ -96,7 +96,8 @@ public:
                                      "finite (got {:g})",
                                      kMaxFigure, fig.value));
         }
-        if (std::isfinite(fig.value) && !too_low && min_exclusive && min_value == 0.0 &&
+        // Also where 0 is allowed (fp8_tflops, fp4_tflops: 0 = no such tensor cores; a divisor when > 0).
+        if (std::isfinite(fig.value) && !too_low && min_value == 0.0 && fig.value > 0.0 &&
             fig.value < kMinPositiveFigure) {
             return error(key, fmt::format("must be >= {:g} when positive, a bound on every figure that keeps "
                                           "the plan's quotients finite (got {:g})",

@@ -206,10 +206,8 @@ Status write_profile(const BenchMoeOptions& opts, const BaseProfile& base, const
     } else {
         fmt::print(
             "--profile-out {}: gpu.expert_matmul_efficiency, gpu.kernel_latency_us and the tables by rows "
-            "not "
-            "fitted (kept from "
-            "the base), gpu.memory_efficiency from the read-only stream: {} (the engine fit needs one "
-            "--model-config, uniform routing, >= 2 sizes <= {} tokens and {})\n",
+            "not fitted (kept from the base), gpu.memory_efficiency from the read-only stream: {} (the engine "
+            "fit needs one --model-config, uniform routing, >= 2 sizes <= {} tokens and {})\n",
             opts.profile_out, fit.status().message(), planner::kMoeFitMaxMemoryBoundTokens,
             planner::kMoeFitComputeBoundTokens);
     }

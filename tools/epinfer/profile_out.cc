@@ -29,6 +29,10 @@ Result<BaseProfile> load_base_profile(const std::string& profile_out, const std:
     if (std::filesystem::is_directory(out, ec)) {
         return invalid_argument(fmt::format("--profile-out {}: is a folder, not a file", profile_out));
     }
+    if (std::filesystem::exists(out, ec) && access(out.c_str(), W_OK) != 0) {
+        return invalid_argument(
+            fmt::format("--profile-out {}: the file exists and is not writable", profile_out));
+    }
     if (!std::filesystem::is_directory(folder, ec) || access(folder.c_str(), W_OK) != 0) {
         return invalid_argument(
             fmt::format("--profile-out {}: cannot write into the folder {} (missing or "

@@ -17,7 +17,8 @@ struct BaseProfile {
 
 // Resolves `name_or_file` as `epinfer plan --hardware` does and reads its text.
 // Errors: kInvalidArgument when `profile_out` is set without a base ("--profile-out needs --base-profile"),
-// names a folder, or lies in a folder that is missing or not writable (checked before any measurement);
+// names a folder or an existing file that is not writable, or lies in a folder that is missing or not
+// writable (checked before any measurement);
 // otherwise those of planner::resolve_hardware_profile.
 Result<BaseProfile> load_base_profile(const std::string& profile_out, const std::string& name_or_file);
 

@@ -272,6 +272,27 @@ TEST_F(RoundModel, PrefillRunsInChunksOfMaxStepTokens) {
     EXPECT_NEAR(prefill_step(in, 5000).step.step_us, mixed_step(in, 0, 5000, 0.0, 2500.0, 1).step_us, 1e-9);
 }
 
+TEST_F(RoundModel, PrefillChunksSumCollectivesAndPipelineTimes) {
+    // pp 2 × tp 2: every chunk has all-reduces, a stage send, the output broadcast and a bubble; the
+    // breakdown sums them over the chunks (add_step), not only the first chunk's.
+    CostInputs in = inputs(ParallelLayout{2, 2, 1, 2, 1});
+    in.max_step_tokens = 2048;
+    const PrefillResult p = prefill_step(in, 5000);
+    ASSERT_EQ(p.chunks, 3);
+    const StepBreakdown a = mixed_step(in, 0, 2048, 0.0, 1024.0, 1);
+    const StepBreakdown b = mixed_step(in, 0, 2048, 0.0, 3072.0, 1);
+    const StepBreakdown c = mixed_step(in, 0, 904, 0.0, 4548.0, 1);
+    ASSERT_GT(a.collectives_us(), 0.0);
+    ASSERT_GT(a.bubble_us, 0.0);
+    EXPECT_NEAR(p.step.collectives_us(), a.collectives_us() + b.collectives_us() + c.collectives_us(), 1e-9);
+    EXPECT_NEAR(p.step.bubble_us, a.bubble_us + b.bubble_us + c.bubble_us, 1e-9);
+    EXPECT_NEAR(p.step.path_us, a.path_us + b.path_us + c.path_us, 1e-9);
+    EXPECT_NEAR(p.step.pipeline_wait_us, p.step.step_us - p.step.path_us, 1e-9);
+    const CollectiveTerm* broadcast = term(p.step, "output broadcast");
+    ASSERT_NE(broadcast, nullptr);
+    EXPECT_EQ(broadcast->calls, 3 * term(a, "output broadcast")->calls);
+}
+
 TEST_F(RoundModel, PromptScoresAtThePrefillAttentionEfficiency) {
     // A prompt of 1000 tokens, each over 500 keys on average: per layer 1000 · 500 · 4096 = 2.048e9 score
     // FLOPs, 20.48 µs at 100 TFLOP/s, against its chunk's KV read once, 1000 · 8 · 2 · 128 · 2 B = 4.096 µs:

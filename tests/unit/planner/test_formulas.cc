@@ -199,6 +199,21 @@ TEST(CostFormula, ExpertMatmulEfficiencyByRows) {
     EXPECT_NEAR(effective_expert_tflops(gpu, MathRate::kBf16, 128.0), 290.0, 1e-9);
 }
 
+TEST(CostFormula, AttentionTflopsByKernel) {
+    // GQA decode rows at matmul_efficiency, GQA prompts at the prefill figure, MLA at the latent one (its
+    // decode rows are memory-bound in every step test, so only this check sees a wrong figure for them).
+    GpuSpec gpu;
+    gpu.bf16_tflops.value = 1000.0;
+    gpu.matmul_efficiency.value = 0.8;
+    EXPECT_DOUBLE_EQ(attention_tflops(gpu, false, true), 800.0);  // figures of 0: matmul_efficiency
+    gpu.prefill_attention_matmul_efficiency.value = 0.4;
+    gpu.latent_attention_matmul_efficiency.value = 0.3;
+    EXPECT_DOUBLE_EQ(attention_tflops(gpu, false, false), 800.0);
+    EXPECT_DOUBLE_EQ(attention_tflops(gpu, false, true), 400.0);
+    EXPECT_DOUBLE_EQ(attention_tflops(gpu, true, false), 300.0);
+    EXPECT_DOUBLE_EQ(attention_tflops(gpu, true, true), 300.0);
+}
+
 TEST(CostFormula, PipelineBubble) {
     // The engine's schedule (a step's micro-batches fill and drain the pipeline; nothing overlaps across
     // steps). Changed with the 2× H200 calibration: it was max(Σ t_s, m · max t_s), a steady state the

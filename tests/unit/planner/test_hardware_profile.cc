@@ -152,6 +152,10 @@ TEST(HardwareProfile, ErrorsNameFileAndKey) {
     EXPECT_EQ(error_after([](json& d) { d["gpu"]["memory_bandwidth_gbps"] = 1e-9; }),
               "bad.json: gpu.memory_bandwidth_gbps: must be >= 1e-06 when positive, a bound on every figure "
               "that keeps the plan's quotients finite (got 1e-09)");
+    // Where 0 is allowed (no fp8 tensor cores) a positive rate is a divisor all the same.
+    EXPECT_EQ(error_after([](json& d) { d["gpu"]["fp8_tflops"] = 5e-324; }),
+              "bad.json: gpu.fp8_tflops: must be >= 1e-06 when positive, a bound on every figure that keeps "
+              "the plan's quotients finite (got 4.94066e-324)");
     EXPECT_EQ(error_after([](json& d) { d["gpu"]["prefill_attention_matmul_efficiency"] = 1.5; }),
               "bad.json: gpu.prefill_attention_matmul_efficiency: must be > 0 and <= 1 (got 1.5)");
     EXPECT_EQ(
