@@ -440,11 +440,8 @@ void add_bench_command(CLI::App& app) {
                      "cpu: MPI on host buffers; cuda: NCCL on GPU buffers, one GPU per rank (default cpu)")
         ->check(CLI::IsMember({"cpu", "cuda"}));
     comm->add_option("--json", opts->json_path, "also write the results to this JSON file (rank 0)");
-    comm->add_option("--profile-out", opts->profile_out,
-                     "also write a hardware profile (for plan --hardware) with the measured intra-node "
-                     "collectives (rank 0)");
-    comm->add_option("--base-profile", opts->base_profile,
-                     "profile (name or FILE.json) whose other figures --profile-out keeps; required with it");
+    add_profile_out_options(*comm, opts->profile_out, opts->base_profile,
+                            "with the measured intra-node collectives (rank 0)");
     comm->callback([opts] { exit_on_error(run_bench_comm(*opts)); });
     add_bench_moe_command(*bench);
     add_bench_attention_command(*bench);

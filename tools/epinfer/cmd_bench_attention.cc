@@ -310,11 +310,8 @@ void add_bench_attention_command(CLI::App& bench) {
     attn->add_option("--kv-dtype", opts->kv_dtype, "the KV cache's dtype: bf16 (the engine's on GPUs) or fp32")
         ->capture_default_str();
     attn->add_option("--json", opts->json_path, "also write the results to this JSON file");
-    attn->add_option("--profile-out", opts->profile_out,
-                     "also write a hardware profile (for plan --hardware) with the prefill and mla cases' "
-                     "attention efficiencies");
-    attn->add_option("--base-profile", opts->base_profile,
-                     "profile (name or FILE.json) whose other figures --profile-out keeps; required with it");
+    add_profile_out_options(*attn, opts->profile_out, opts->base_profile,
+                            "with the prefill and mla cases' attention efficiencies");
     attn->callback([opts] { exit_on_error(run_bench_attention(*opts)); });
 }
 

@@ -285,14 +285,11 @@ void add_bench_moe_command(CLI::App& bench) {
     moe->add_option("--narrow-max-rows", opts->narrow_max_rows,
                     "tuning: decode-size tiles up to this many rows per expert (T·K/E); default: the layer's");
     moe->add_option("--json", opts->json_path, "also write the results to this JSON file");
-    moe->add_option(
-        "--profile-out", opts->profile_out,
-        "also write a hardware profile (for plan --hardware): cuBLAS's matmul efficiency and, for "
-        "one --model-config with uniform routing at >= 2 sizes <= 256 tokens and at 1024, the "
-        "engine's memory and expert-GEMM efficiencies and kernel latency (else the stream's memory "
-        "efficiency)");
-    moe->add_option("--base-profile", opts->base_profile,
-                    "profile (name or FILE.json) whose other figures --profile-out keeps; required with it");
+    add_profile_out_options(
+        *moe, opts->profile_out, opts->base_profile,
+        "with cuBLAS's matmul efficiency and, for one --model-config with uniform routing at "
+        ">= 2 sizes <= 256 tokens and at 1024, the engine's memory and expert-GEMM "
+        "efficiencies, tables by rows and kernel latency (else the stream's memory efficiency)");
     moe->callback([opts] { exit_on_error(run_bench_moe(*opts)); });
 }
 

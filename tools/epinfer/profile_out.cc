@@ -15,6 +15,19 @@
 
 namespace epinfer::cli {
 
+void add_profile_out_options(CLI::App& app, std::string& profile_out, std::string& base_profile,
+                             const std::string& what) {
+    const CLI::Validator non_empty(
+        [](std::string& value) { return value.empty() ? std::string("must not be empty") : std::string(); },
+        "NONEMPTY");
+    app.add_option("--profile-out", profile_out,
+                   "also write a hardware profile (for plan --hardware) " + what)
+        ->check(non_empty);
+    app.add_option("--base-profile", base_profile,
+                   "profile (name or FILE.json) whose other figures --profile-out keeps; required with it")
+        ->check(non_empty);
+}
+
 Result<BaseProfile> load_base_profile(const std::string& profile_out, const std::string& name_or_file) {
     if (name_or_file.empty()) {
         return invalid_argument(

@@ -1,13 +1,21 @@
-// `--profile-out FILE.json --base-profile NAME|FILE` of `epinfer bench comm` and `epinfer bench moe`: the
-// measurements written as a complete hardware profile (planner/calibration.h, docs/planner.md §1).
+// `--profile-out FILE.json --base-profile NAME|FILE` of `epinfer bench comm`, `bench moe` and `bench
+// attention`: the measurements written as a complete hardware profile (planner/calibration.h,
+// docs/planner.md §1).
 #pragma once
 
+#include <CLI/CLI.hpp>
 #include <string>
 
 #include "core/status.h"
 #include "planner/calibration.h"
 
 namespace epinfer::cli {
+
+// Adds --profile-out FILE.json (help: "also write a hardware profile (for plan --hardware) " + `what`) and
+// --base-profile NAME|FILE to `app`, bound to `profile_out` and `base_profile`; an empty value of either is
+// refused while parsing (one line naming the flag), so empty always means "not given".
+void add_profile_out_options(CLI::App& app, std::string& profile_out, std::string& base_profile,
+                             const std::string& what);
 
 // The base profile's file and its text, read before anything is measured.
 struct BaseProfile {

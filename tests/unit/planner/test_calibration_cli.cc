@@ -136,6 +136,11 @@ TEST(CalibrationCli, BadOptionsFailWithOneLine) {
     expect_one_line_error(
         run_cli("bench attention --profile-out x.json --base-profile h200_sxm --cases decode"),
         "--profile-out needs prefill or mla cases");
+    // An empty value is refused while parsing, not taken as "not given".
+    expect_one_line_error(run_cli("bench attention --profile-out '' --base-profile h200_sxm"),
+                          "--profile-out: must not be empty");
+    expect_one_line_error(run_cli("bench comm --ranks 2 --profile-out x.json --base-profile ''"),
+                          "--base-profile: must not be empty");
     // The output path is checked before anything is measured.
     expect_one_line_error(
         run_cli("bench attention --profile-out /nonexistent/dir/x.json --base-profile h200_sxm"),
