@@ -6,8 +6,10 @@
 #   bench/run_h200_attention.sh                          # builds build-gpu with CMake (the project's dependencies)
 #   BIN_DIR=build-h7-carry bench/run_h200_attention.sh   # or runs a prebuilt epinfer from BIN_DIR
 #                                                        # (BIN_DIR/lib is put on LD_LIBRARY_PATH)
-# Environment: OUT_DIR, REPEATS (epinfer, default 20), PEER_REPEATS (default 20), CASES (default, decode or
-# prefill; default: default).
+# Environment: OUT_DIR, REPEATS (epinfer, default 20), PEER_REPEATS (default 20), CASES (default, decode,
+# prefill or mla; default: default), BASE_PROFILE (default profiles/measured/h200_epinfer_2026-12-01.json):
+# the run also writes $OUT_DIR/attention_profile.json, that profile with the planner's attention figures
+# measured here (bench attention --profile-out; cases without prefill or mla write none).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT_DIR=${OUT_DIR:-attention_h200_out}
@@ -15,13 +17,16 @@ mkdir -p "$OUT_DIR"
 REPEATS=${REPEATS:-20}
 PEER_REPEATS=${PEER_REPEATS:-20}
 CASES=${CASES:-default}
+BASE_PROFILE=${BASE_PROFILE:-profiles/measured/h200_epinfer_2026-12-01.json}
 
 GPU_BUILD_TARGETS=epinfer
 . bench/gpu_bins.sh  # LD_LIBRARY_PATH, EPINFER, TESTS, $OUT_DIR/bench.txt
 
 echo "== bench attention"
+PROFILE_ARGS=()
+[ "$CASES" != decode ] && PROFILE_ARGS=(--profile-out "$OUT_DIR/attention_profile.json" --base-profile "$BASE_PROFILE")
 timeout 300 "$EPINFER" bench attention --cases "$CASES" --repeats "$REPEATS" --json "$OUT_DIR/attention.json" \
-    >>"$OUT_DIR/bench.txt" 2>&1
+    "${PROFILE_ARGS[@]}" >>"$OUT_DIR/bench.txt" 2>&1
 echo "bench rc=$?"
 cat "$OUT_DIR/bench.txt"
 
