@@ -41,6 +41,13 @@ struct CliOptions {
     std::string cwd;  // working directory; empty = the test's own
 };
 
+// The epinfer binary the tests run: $EPINFER_CLI when set (a test binary carried to another machine with
+// its epinfer, bench/gpu_bins.sh), else the one built next to the tests (EPINFER_CLI_PATH).
+inline std::string epinfer_cli_path() {
+    const char* carried = std::getenv("EPINFER_CLI");
+    return carried != nullptr && carried[0] != '\0' ? std::string(carried) : std::string(EPINFER_CLI_PATH);
+}
+
 // Runs `epinfer ARGS` (shell words, quoted where needed); stdout and stderr go through files in a scratch
 // folder named after the running test.
 inline CliResult run_epinfer(const std::string& args, const CliOptions& options = {}) {
@@ -51,7 +58,7 @@ inline CliResult run_epinfer(const std::string& args, const CliOptions& options 
     if (!options.env.empty()) cmd += options.env + " ";
     // Appended piece by piece: GCC 12 warns (-Wrestrict, a false positive) on a chain of "'" + std::string.
     for (const std::string& piece :
-         {std::string("'"), std::string(EPINFER_CLI_PATH), std::string("' "), args, std::string(" > '"),
+         {std::string("'"), epinfer_cli_path(), std::string("' "), args, std::string(" > '"),
           (dir / "out").string(), std::string("' 2> '"), (dir / "err").string(), std::string("'")}) {
         cmd += piece;
     }
