@@ -751,13 +751,22 @@ TEST(EngineCalibration, MeasuredH200Profile20261201ComesFromItsSources) {
         EXPECT_NEAR(s.expert_matmul_efficiency_by_rows.points[i].efficiency, (*by_rows)[i].efficiency, 1e-12);
     }
     EXPECT_TRUE(b.expert_matmul_efficiency_by_rows.points.empty());
-    // The shipped h200_sxm.json carries the same figures, rounded to three places.
+    // The shipped h200_sxm.json carries the same attention figures, rounded to three places ...
     auto h200 = load_hardware_profile_file(kH200Path);
     ASSERT_TRUE(h200.is_ok());
     EXPECT_NEAR(h200->gpu.prefill_attention_matmul_efficiency.value,
                 s.prefill_attention_matmul_efficiency.value, 5e-4);
     EXPECT_NEAR(h200->gpu.latent_attention_matmul_efficiency.value,
                 s.latent_attention_matmul_efficiency.value, 5e-4);
+    // ... and the experts' matmul table.
+    ASSERT_EQ(h200->gpu.expert_matmul_efficiency_by_rows.points.size(),
+              s.expert_matmul_efficiency_by_rows.points.size());
+    for (size_t i = 0; i < s.expert_matmul_efficiency_by_rows.points.size(); ++i) {
+        EXPECT_EQ(h200->gpu.expert_matmul_efficiency_by_rows.points[i].rows_per_expert,
+                  s.expert_matmul_efficiency_by_rows.points[i].rows_per_expert);
+        EXPECT_NEAR(h200->gpu.expert_matmul_efficiency_by_rows.points[i].efficiency,
+                    s.expert_matmul_efficiency_by_rows.points[i].efficiency, 5e-4);
+    }
 }
 
 // The Qwen3-30B-A3B layer of `epinfer bench moe` on one H200, 2026-11-29 (docs/benchmarks/moe_h200.md),
