@@ -7,6 +7,7 @@
 #include <cmath>
 #include <nlohmann/json.hpp>
 #include <tuple>
+#include <utility>
 
 #include "core/json_error.h"
 #include "planner/cost_model.h"
@@ -246,10 +247,7 @@ Result<double> attention_matmul_efficiency(const std::vector<MeasuredAttentionCa
         }
         tflops.push_back(c.flops / c.time_us / 1e6);
     }
-    std::sort(tflops.begin(), tflops.end());
-    const size_t n = tflops.size();
-    const double median = n % 2 ? tflops[n / 2] : (tflops[n / 2 - 1] + tflops[n / 2]) / 2.0;
-    return median / bf16_tflops;
+    return median(std::move(tflops)) / bf16_tflops;
 }
 
 Result<double> engine_kernel_latency_us(const std::vector<double>& durations_us, double bytes,

@@ -327,6 +327,13 @@ private:
 
 }  // namespace
 
+double median(std::vector<double> values) {
+    if (values.empty()) return 0.0;
+    std::sort(values.begin(), values.end());
+    const size_t n = values.size();
+    return n % 2 == 1 ? values[n / 2] : 0.5 * (values[n / 2 - 1] + values[n / 2]);
+}
+
 double expected_distinct_experts(int64_t num_experts, int64_t top_k, double tokens) {
     if (num_experts <= 0 || tokens <= 0) return 0.0;
     double p_miss = 1.0 - static_cast<double>(top_k) / static_cast<double>(num_experts);
@@ -598,12 +605,6 @@ void add_step(StepBreakdown& sum, const StepBreakdown& b) {
     sum.step_us += b.step_us;
 }
 
-double median(std::vector<double> values) {
-    if (values.empty()) return 0.0;
-    std::sort(values.begin(), values.end());
-    const size_t n = values.size();
-    return n % 2 == 1 ? values[n / 2] : 0.5 * (values[n / 2 - 1] + values[n / 2]);
-}
 
 // The table's efficiency at `rows_per_expert` (linear in log rows between its points, its end points
 // outside them); `none` when it has no points.

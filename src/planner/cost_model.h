@@ -53,6 +53,9 @@
 
 namespace epinfer::planner {
 
+// The median of `values`: the middle one, the mean of the two middle ones for an even count; 0 for none.
+double median(std::vector<double> values);
+
 // Expected number of distinct experts T tokens select, each picking K of E uniformly without repetition.
 double expected_distinct_experts(int64_t num_experts, int64_t top_k, double tokens);
 
