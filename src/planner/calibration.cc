@@ -71,6 +71,15 @@ Result<double> efficiency(double measured, const Figure& peak, const char* what,
     return measured / peak.value;
 }
 
+// A gpu.expert_*_efficiency_by_rows table of `points`, measured as `source` says.
+OrderedJson measured_rows_table(const std::vector<RowsEfficiencyPoint>& points, const std::string& source) {
+    OrderedJson json_points = OrderedJson::array();
+    for (const RowsEfficiencyPoint& p : points) {
+        json_points.push_back({{"rows_per_expert", p.rows_per_expert}, {"efficiency", p.efficiency}});
+    }
+    return OrderedJson{{"points", json_points}, {"provenance", "measured"}, {"source", source}};
+}
+
 // `points` sorted by rows, the efficiencies of equal rows averaged into one point.
 std::vector<RowsEfficiencyPoint> sorted_by_rows(std::vector<RowsEfficiencyPoint> points) {
     std::stable_sort(points.begin(), points.end(),
@@ -351,23 +360,17 @@ Result<std::string> calibrated_profile_json(const std::string& base_json, const 
         EPI_ASSIGN_OR_RETURN(
             std::vector<RowsEfficiencyPoint> by_rows,
             expert_memory_efficiency_by_rows(m.layers, kernel_fixed_us, gpu.memory_bandwidth_gbps.value));
-        OrderedJson points = OrderedJson::array();
-        for (const RowsEfficiencyPoint& p : by_rows) {
-            points.push_back({{"rows_per_expert", p.rows_per_expert}, {"efficiency", p.efficiency}});
-        }
-        doc["gpu"]["expert_memory_efficiency_by_rows"] = OrderedJson{
-            {"points", points},
-            {"provenance", "measured"},
-            {"source",
-             fmt::format(
-                 "{}, T = {} (rows per touched expert {:.4g}): {:.1f} us less the fixed time of their {} "
-                 "graph nodes at gpu.graph_kernel_us {:.2f} + gpu.kernel_latency_us {:.2f} (the planner's "
-                 "price of a kernel in a decode graph) for {:.4f} GB of touched experts, over "
-                 "gpu.memory_bandwidth_gbps {:.1f}, capped at 1 (planner/calibration.h "
-                 "expert_memory_efficiency_by_rows); {}",
-                 layer, fmt::join(tokens, ", "), fmt::join(rows, ", "), fmt::join(times_us, ", "),
-                 fmt::join(fitted_nodes, ", "), gpu.graph_kernel_us.value, fit.kernel_latency_us,
-                 fmt::join(gbytes, ", "), gpu.memory_bandwidth_gbps.value, calibration.source)}};
+        doc["gpu"]["expert_memory_efficiency_by_rows"] = measured_rows_table(
+            by_rows,
+            fmt::format(
+                "{}, T = {} (rows per touched expert {:.4g}): {:.1f} us less the fixed time of their {} "
+                "graph nodes at gpu.graph_kernel_us {:.2f} + gpu.kernel_latency_us {:.2f} (the planner's "
+                "price of a kernel in a decode graph) for {:.4f} GB of touched experts, over "
+                "gpu.memory_bandwidth_gbps {:.1f}, capped at 1 (planner/calibration.h "
+                "expert_memory_efficiency_by_rows); {}",
+                layer, fmt::join(tokens, ", "), fmt::join(rows, ", "), fmt::join(times_us, ", "),
+                fmt::join(fitted_nodes, ", "), gpu.graph_kernel_us.value, fit.kernel_latency_us,
+                fmt::join(gbytes, ", "), gpu.memory_bandwidth_gbps.value, calibration.source));
         EPI_ASSIGN_OR_RETURN(
             std::vector<RowsEfficiencyPoint> matmul_by_rows,
             expert_matmul_efficiency_by_rows(m.layers, kernel_fixed_us, gpu.bf16_tflops.value));
@@ -381,22 +384,16 @@ Result<std::string> calibrated_profile_json(const std::string& base_json, const 
             big_gflop.push_back(l.flops / 1e9);
             big_rows.push_back(l.rows_per_expert);
         }
-        OrderedJson matmul_points = OrderedJson::array();
-        for (const RowsEfficiencyPoint& p : matmul_by_rows) {
-            matmul_points.push_back({{"rows_per_expert", p.rows_per_expert}, {"efficiency", p.efficiency}});
-        }
-        doc["gpu"]["expert_matmul_efficiency_by_rows"] = OrderedJson{
-            {"points", matmul_points},
-            {"provenance", "measured"},
-            {"source",
-             fmt::format("{}, T = {} (rows per touched expert {:.4g}): {:.3f} GFLOP in {:.1f} us less the "
-                         "fixed time of their {} graph nodes at gpu.graph_kernel_us {:.2f} + "
-                         "gpu.kernel_latency_us {:.2f}, over gpu.bf16_tflops {:.1f}, capped at 1 "
-                         "(planner/calibration.h expert_matmul_efficiency_by_rows); {}",
-                         layer, fmt::join(big_tokens, ", "), fmt::join(big_rows, ", "),
-                         fmt::join(big_gflop, ", "), fmt::join(big_us, ", "), fmt::join(big_nodes, ", "),
-                         gpu.graph_kernel_us.value, fit.kernel_latency_us, gpu.bf16_tflops.value,
-                         calibration.source)}};
+        doc["gpu"]["expert_matmul_efficiency_by_rows"] = measured_rows_table(
+            matmul_by_rows,
+            fmt::format("{}, T = {} (rows per touched expert {:.4g}): {:.3f} GFLOP in {:.1f} us less the "
+                        "fixed time of their {} graph nodes at gpu.graph_kernel_us {:.2f} + "
+                        "gpu.kernel_latency_us {:.2f}, over gpu.bf16_tflops {:.1f}, capped at 1 "
+                        "(planner/calibration.h expert_matmul_efficiency_by_rows); {}",
+                        layer, fmt::join(big_tokens, ", "), fmt::join(big_rows, ", "),
+                        fmt::join(big_gflop, ", "), fmt::join(big_us, ", "), fmt::join(big_nodes, ", "),
+                        gpu.graph_kernel_us.value, fit.kernel_latency_us, gpu.bf16_tflops.value,
+                        calibration.source));
         doc["gpu"]["kernel_latency_us"] = measured_figure(
             fit.kernel_latency_us,
             fmt::format(
