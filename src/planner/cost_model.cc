@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <numbers>
 
 #include "planner/layouts.h"
@@ -587,24 +588,62 @@ StepBreakdown price_step(StageCost& cost, const CostInputs& in, const std::vecto
     return step;
 }
 
-// Adds the times, kernel and round-trip counts and collectives of `b`, a later step, to `sum` (a prompt's
-// chunks, one step each); the token, micro-batch and expert fields stay `sum`'s.
-void add_step(StepBreakdown& sum, const StepBreakdown& b) {
-    sum.attention_us += b.attention_us;
-    sum.experts_us += b.experts_us;
-    sum.dense_us += b.dense_us;
-    sum.activations_us += b.activations_us;
-    sum.kernels += b.kernels;
-    sum.launch_us += b.launch_us;
-    sum.host_round_trips += b.host_round_trips;
-    sum.host_us += b.host_us;
-    for (const CollectiveTerm& t : b.collectives) add_term(sum.collectives, t);
-    sum.path_us += b.path_us;
-    sum.pipeline_wait_us += b.pipeline_wait_us;
-    sum.bubble_us += b.bubble_us;
-    sum.step_us += b.step_us;
+// Adds `count` times the times, kernel and round-trip counts and collectives of `b`, a later step, to `sum`
+// (a prompt's chunks, one step each); the token, micro-batch and expert fields stay `sum`'s.
+void add_steps(StepBreakdown& sum, const StepBreakdown& b, int64_t count) {
+    const double k = static_cast<double>(count);
+    sum.attention_us += k * b.attention_us;
+    sum.experts_us += k * b.experts_us;
+    sum.dense_us += k * b.dense_us;
+    sum.activations_us += k * b.activations_us;
+    sum.kernels += count * b.kernels;
+    sum.launch_us += k * b.launch_us;
+    sum.host_round_trips += count * b.host_round_trips;
+    sum.host_us += k * b.host_us;
+    for (CollectiveTerm t : b.collectives) {
+        t.calls *= count;
+        add_term(sum.collectives, t);
+    }
+    sum.path_us += k * b.path_us;
+    sum.pipeline_wait_us += k * b.pipeline_wait_us;
+    sum.bubble_us += k * b.bubble_us;
+    sum.step_us += k * b.step_us;
 }
 
+// Calls add(step, count) for stretches that together cover the steps k0 … k1 of a run whose contexts grow
+// linearly with the step k, priced by price(k) (k may be fractional: the middle of a stretch). A step's cost
+// is convex and piecewise affine in k (each context-dependent part of it is the larger of a bytes and a
+// FLOPs term, both affine in the contexts), so where the step time and the busiest stage's idle time at a
+// stretch's middle are the means of those at its ends, the stretch is affine and adds as its length times
+// its middle step; else it is halved. That prices O(log n) steps per kink instead of n (a 131072-token prompt
+// in 1-token chunks took 25 s to plan).
+template <typename Price, typename Add>
+void add_affine_stretches(const Price& price, int64_t k0, int64_t k1, const StepBreakdown& lo,
+                          const StepBreakdown& hi, const Add& add) {
+    if (k1 - k0 < 3) {  // as cheap to price one by one as to test
+        add(lo, 1);
+        for (int64_t k = k0 + 1; k < k1; ++k) add(price(static_cast<double>(k)), 1);
+        if (k1 > k0) add(hi, 1);
+        return;
+    }
+    const StepBreakdown mid = price((k0 + k1) / 2.0);
+    const auto on_chord = [](double m, double a, double b) {
+        return std::abs(m - (a + b) / 2.0) <= 1e-12 * std::max(1.0, std::abs(m));
+    };
+    if (on_chord(mid.step_us, lo.step_us, hi.step_us) &&
+        on_chord(mid.bubble_us, lo.bubble_us, hi.bubble_us)) {
+        add(mid, k1 - k0 + 1);
+        return;
+    }
+    const int64_t m = k0 + (k1 - k0) / 2;
+    add_affine_stretches(price, k0, m, lo, price(static_cast<double>(m)), add);
+    add_affine_stretches(price, m + 1, k1, price(static_cast<double>(m + 1)), hi, add);
+}
+template <typename Price, typename Add>
+void add_affine_stretches(const Price& price, int64_t k0, int64_t k1, const Add& add) {
+    const StepBreakdown lo = price(static_cast<double>(k0));
+    add_affine_stretches(price, k0, k1, lo, k1 > k0 ? price(static_cast<double>(k1)) : lo, add);
+}
 
 // The table's efficiency at `rows_per_expert` (linear in log rows between its points, its end points
 // outside them); `none` when it has no points.
@@ -678,42 +717,82 @@ ClosedLoopResult closed_loop_run(const CostInputs& in, int64_t concurrency) {
     int64_t f = 0, a = 0;
     double now_us = 0.0;
     const auto at = [](int64_t i) { return static_cast<size_t>(i); };
+    // The last run of prompt chunks alone (no request decoding): the next request's prompt often repeats it
+    // (the same chunks at the same offsets), e.g. every prompt when decoders take the whole budget.
+    struct PromptRun {
+        int64_t done = -1, budget = 0, steps = 0;
+        double us = 0.0;
+        bool matches(int64_t d, int64_t b, int64_t n) const { return d == done && b == budget && n == steps; }
+    } prompt_run;
     while (f < G) {
-        // A run of steps where every unfinished request decodes (prompts done, all within the budget) until
-        // the next one (request f) finishes: priced once at the run's mean contexts, times its length. Each
-        // request's context grows by one per step and a decode step's cost is affine in the contexts (its
-        // attention's KV bytes and score FLOPs both grow with the contexts' sum), so the sum is the same
-        // (plans agreed to 1e-14 with the steps priced one by one, which took seconds for a run of 1000 steps
-        // of 1024 requests).
-        const int64_t run = O - generated[at(f)];
-        if (a == G && G - f <= S && run > 1) {
-            seqs.clear();
-            for (int64_t i = f; i < G; ++i)
-                seqs.push_back({1, static_cast<double>(P + generated[at(i)]) + (run - 1) / 2.0, true});
-            now_us += static_cast<double>(run) *
-                      price_step(cost, in, stages, split_micro_batches(in, seqs, dp_groups)).step_us;
+        // Every decoding request takes one token of the budget, in arrival order; prompt chunks the rest.
+        const int64_t decode_end = std::min(a, f + S);
+        const int64_t budget = S - (decode_end - f);
+        // A run of steps alike until the next event: request f finishes (after O − generated steps), or
+        // prompt a, taking the whole budget each step, has less than the budget left. Only the contexts
+        // change along it (one more token per step for each decoder, the budget for the chunk); its events
+        // happen at its last step. Without a chunk the run costs its length times its middle step: a decode
+        // row's attention bytes and FLOPs are both proportional to its context, so the step is affine in
+        // the contexts (plans agreed to 1e-14 with the steps priced one by one, which took seconds for a run
+        // of 1000 steps of 1024 requests). A chunk's FLOPs and bytes are not proportional (its own rows
+        // attend to each other), so the step may bend where one overtakes the other: add_affine_stretches.
+        const int64_t to_finish = f < decode_end ? O - generated[at(f)] : std::numeric_limits<int64_t>::max();
+        const bool chunk = a < G && budget > 0;
+        const int64_t full_chunks =
+            chunk ? (P - prompt_done[at(a)]) / budget : std::numeric_limits<int64_t>::max();
+        const int64_t run = std::min(to_finish, full_chunks);
+        if (run >= 1) {
+            const auto step = [&](double k) {
+                seqs.clear();
+                for (int64_t i = f; i < decode_end; ++i)
+                    seqs.push_back({1, static_cast<double>(P + generated[at(i)]) + k, true});
+                if (chunk) {
+                    seqs.push_back(
+                        {budget, static_cast<double>(prompt_done[at(a)]) + k * budget + budget / 2.0, false});
+                }
+                return price_step(cost, in, stages, split_micro_batches(in, seqs, dp_groups));
+            };
+            const auto add = [&](const StepBreakdown& b, int64_t n) {
+                now_us += static_cast<double>(n) * b.step_us;
+            };
+            if (chunk && decode_end == f && prompt_run.matches(prompt_done[at(a)], budget, run)) {
+                now_us += prompt_run.us;
+            } else if (chunk) {
+                const double before_us = now_us;
+                add_affine_stretches(step, 0, run - 1, add);
+                if (decode_end == f) prompt_run = {prompt_done[at(a)], budget, run, now_us - before_us};
+            } else {
+                add(step((run - 1) / 2.0), run);
+            }
             r.steps += run;
-            for (int64_t i = f; i < G; ++i) generated[at(i)] += run;
-            for (; f < G && generated[at(f)] == O; ++f) finish_us[at(f)] = now_us;
+            if (chunk) r.mixed_steps += run;
+            for (int64_t i = f; i < decode_end; ++i) generated[at(i)] += run;
+            for (; f < decode_end && generated[at(f)] == O; ++f) finish_us[at(f)] = now_us;
+            if (chunk) {
+                prompt_done[at(a)] += run * budget;
+                if (prompt_done[at(a)] == P) {  // its last chunk: the first token
+                    first_us[at(a)] = now_us;
+                    generated[at(a)] = 1;
+                    ++a;
+                }
+            }
             continue;
         }
-        // Every decoding request takes one token of the budget, in arrival order; prompt chunks the rest.
+        // One step: prompt a's last chunk and chunks of the prompts after it.
         seqs.clear();
-        const int64_t decode_end = std::min(a, f + S);
         for (int64_t i = f; i < decode_end; ++i)
             seqs.push_back({1, static_cast<double>(P + generated[at(i)]), true});
-        int64_t budget = S - (decode_end - f);
-        const int64_t first_prompt = a;
+        int64_t left = budget;
         int64_t prompt_end = a;  // prompts [a, prompt_end) get a chunk this step
-        for (; prompt_end < G && budget > 0; ++prompt_end) {
-            const int64_t n = std::min(P - prompt_done[at(prompt_end)], budget);
+        for (; prompt_end < G && left > 0; ++prompt_end) {
+            const int64_t n = std::min(P - prompt_done[at(prompt_end)], left);
             seqs.push_back({n, static_cast<double>(prompt_done[at(prompt_end)]) + n / 2.0, false});
             prompt_done[at(prompt_end)] += n;
-            budget -= n;
+            left -= n;
         }
         now_us += price_step(cost, in, stages, split_micro_batches(in, seqs, dp_groups)).step_us;
         ++r.steps;
-        if (prompt_end > first_prompt) ++r.mixed_steps;
+        ++r.mixed_steps;
         for (int64_t i = f; i < decode_end; ++i) {
             if (++generated[at(i)] == O) finish_us[at(i)] = now_us;
         }
@@ -769,18 +848,27 @@ PrefillResult prefill_step(const CostInputs& in, int64_t input_len) {
     const int64_t S = std::max<int64_t>(1, in.max_step_tokens);
     StageCost cost(in);
     const std::vector<PipelineStage> stages = layout_stages(*in.model, in.layout.pp);
-    for (int64_t done = 0; done < input_len; ++result.chunks) {
-        const int64_t n = std::min(S, input_len - done);
-        const std::vector<StepSequence> seqs{
-            {n, static_cast<double>(done) + static_cast<double>(n) / 2.0, false}};
-        const StepBreakdown chunk =
-            price_step(cost, in, stages, split_micro_batches(in, seqs, in.layout.attn_dp));
-        if (done == 0) {
-            result.step = chunk;
+    // Chunk k of `tokens` tokens at offset k·S.
+    const auto chunk = [&](int64_t tokens) {
+        return [&, tokens](double k) {
+            const std::vector<StepSequence> seqs{{tokens, k * static_cast<double>(S) + tokens / 2.0, false}};
+            return price_step(cost, in, stages, split_micro_batches(in, seqs, in.layout.attn_dp));
+        };
+    };
+    const int64_t full = input_len / S, rest = input_len % S;  // chunks of S tokens, then one of `rest`
+    result.chunks = full + (rest > 0 ? 1 : 0);
+    const auto add = [&](const StepBreakdown& b, int64_t count) { add_steps(result.step, b, count); };
+    if (full > 0) {
+        result.step = chunk(S)(0.0);  // the first chunk's token and expert fields
+        if (full > 1) add_affine_stretches(chunk(S), 1, full - 1, add);
+    }
+    if (rest > 0) {
+        const StepBreakdown last = chunk(rest)(static_cast<double>(full));
+        if (full == 0) {
+            result.step = last;
         } else {
-            add_step(result.step, chunk);
+            add_steps(result.step, last, 1);
         }
-        done += n;
     }
     result.ttft_ms = result.step.step_us / 1e3;
     result.tokens_per_s = result.step.step_us > 0

@@ -293,6 +293,65 @@ TEST_F(RoundModel, PrefillChunksSumCollectivesAndPipelineTimes) {
     EXPECT_EQ(broadcast->calls, 3 * term(a, "output broadcast")->calls);
 }
 
+TEST_F(RoundModel, ManyChunksCostTheSumOfTheirSteps) {
+    // 1000 prompt tokens in steps of 7 (142 chunks of 7, one of 6) on pp 2 × tp 2. A chunk's attention is
+    // the larger of its score FLOPs (7 · context · 4096 per layer) and its KV bytes (7 · 4096 B): bytes
+    // below a context of 100, FLOPs above. prefill_step prices the chunks in affine stretches
+    // (cost_model.cc add_affine_stretches); the result must be the chunks priced one by one.
+    CostInputs in = inputs(ParallelLayout{2, 2, 1, 2, 1});
+    in.max_step_tokens = 7;
+    in.input_len = 1000;
+    in.output_len = 3;
+    StepBreakdown sum;
+    int64_t chunks = 0;
+    for (int64_t done = 0; done < 1000; done += 7, ++chunks) {
+        const int64_t n = std::min<int64_t>(7, 1000 - done);
+        const StepBreakdown c = mixed_step(in, 0, n, 0.0, static_cast<double>(done) + n / 2.0, 1);
+        sum.step_us += c.step_us;
+        sum.attention_us += c.attention_us;
+        sum.bubble_us += c.bubble_us;
+        sum.kernels += c.kernels;
+    }
+    const PrefillResult p = prefill_step(in, 1000);
+    EXPECT_EQ(p.chunks, chunks);
+    EXPECT_NEAR(p.step.step_us, sum.step_us, 1e-9 * sum.step_us);
+    EXPECT_NEAR(p.step.attention_us, sum.attention_us, 1e-9 * sum.attention_us);
+    EXPECT_NEAR(p.step.bubble_us, sum.bubble_us, 1e-9 * sum.bubble_us);
+    EXPECT_EQ(p.step.kernels, sum.kernels);
+    // The chunks bend where FLOPs overtake bytes: 142 chunks priced at their middle one would differ.
+    const double first = mixed_step(in, 0, 7, 0.0, 3.5, 1).step_us;
+    const double middle = mixed_step(in, 0, 7, 0.0, 70.5 * 7 + 3.5, 1).step_us;
+    const double last = mixed_step(in, 0, 7, 0.0, 141 * 7 + 3.5, 1).step_us;
+    EXPECT_GT(std::abs(middle - (first + last) / 2), 1e-6 * middle);
+    // The same prompt alone in the closed loop: the same steps, then two decode steps over 1001 and 1002
+    // tokens (the prompt and the tokens so far).
+    const ClosedLoopResult r = closed_loop_run(in, 1);
+    EXPECT_EQ(r.steps, chunks + 2);
+    EXPECT_NEAR(r.ttft_ms * 1e3, sum.step_us, 1e-9 * sum.step_us);
+    const double decode =
+        mixed_step(in, 1, 0, 1001.0, 0.0, 1).step_us + mixed_step(in, 1, 0, 1002.0, 0.0, 1).step_us;
+    EXPECT_NEAR(r.tpot_ms * 1e3, decode / 2, 1e-9 * decode);
+}
+
+TEST_F(RoundModel, ClosedLoopPromptsAfterDecodersTakeTheBudget) {
+    // Two requests of 5 prompt and 2 output tokens, steps of 1 token: request 0's prompt in 5 steps alone,
+    // its one decode step (the budget: request 1 waits), then request 1's prompt the same way (the same
+    // prompt-only run again: cost_model.cc reuses its price) and its decode step.
+    CostInputs in = inputs(ParallelLayout{1, 1, 1, 1, 1});
+    in.max_step_tokens = 1;
+    in.input_len = 5;
+    in.output_len = 2;
+    double prompt_us = 0.0;
+    for (int k = 0; k < 5; ++k) prompt_us += mixed_step(in, 0, 1, 0.0, k + 0.5, 1).step_us;
+    const double decode_us = mixed_step(in, 1, 0, 6.0, 0.0, 1).step_us;
+    const ClosedLoopResult r = closed_loop_run(in, 2);
+    EXPECT_EQ(r.steps, 12);
+    EXPECT_EQ(r.mixed_steps, 10);
+    EXPECT_NEAR(r.duration_ms * 1e3, 2 * (prompt_us + decode_us), 1e-9);
+    EXPECT_NEAR(r.ttft_ms * 1e3, (prompt_us + (2 * prompt_us + decode_us)) / 2, 1e-9);
+    EXPECT_NEAR(r.tpot_ms * 1e3, decode_us, 1e-9);
+}
+
 TEST_F(RoundModel, PromptScoresAtThePrefillAttentionEfficiency) {
     // A prompt of 1000 tokens, each over 500 keys on average: per layer 1000 · 500 · 4096 = 2.048e9 score
     // FLOPs, 20.48 µs at 100 TFLOP/s, against its chunk's KV read once, 1000 · 8 · 2 · 128 · 2 B = 4.096 µs:
