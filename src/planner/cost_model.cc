@@ -29,6 +29,7 @@ struct StageRows {
     int64_t prefill = 0;
     double decode_context = 0.0;
     double prefill_context = 0.0;
+    double prefill_keys = 0.0;  // Σ over the prompt chunks of the keys each attends to: offset + its rows
     int64_t lm_rows = 0;
     int64_t per_rank() const { return decode + prefill; }
 };
@@ -123,14 +124,15 @@ public:
         Roofline attn_linear = roofline(attn_w, 2.0 * share_.attn_params * Tr, bw_, dense_rate_);
         const double kv_elem_bytes =
             static_cast<double>(share_.kv_elems_per_token) * in_.kv_bytes_per_element;
-        // Decode rows read their context's KV; prompt rows read their own chunk's KV once. Each kind of
-        // rows is its own roofline, its FLOPs at the rate of the kernel that runs it (attention_tflops).
+        // Decode rows read their context's KV; a prompt chunk reads the KV of every key it attends to once
+        // (the chunks before it and its own rows). Each kind of rows is its own roofline, its FLOPs at the
+        // rate of the kernel that runs it (attention_tflops).
         const double Td = static_cast<double>(rows.decode), Tp = static_cast<double>(rows.prefill);
         const double score_flops = m_.score_flops_per_ctx / a;
         Roofline decode_score = roofline(Td * rows.decode_context * kv_elem_bytes,
                                          Td * rows.decode_context * score_flops, bw_, decode_attn_rate_);
-        Roofline prefill_score =
-            roofline(Tp * kv_elem_bytes, Tp * rows.prefill_context * score_flops, bw_, prefill_attn_rate_);
+        Roofline prefill_score = roofline(rows.prefill_keys * kv_elem_bytes,
+                                          Tp * rows.prefill_context * score_flops, bw_, prefill_attn_rate_);
         const double attn_us = attn_linear.time_us() + decode_score.time_us() + prefill_score.time_us();
         const double dense_mlp_us =
             roofline(bytes_of(static_cast<double>(share_.dense_mlp_params), in_.weights.dense),
@@ -542,6 +544,7 @@ std::vector<StageRows> split_micro_batches(const CostInputs& in, const std::vect
             } else {
                 r.prefill += q.rows;
                 prefill_ctx += static_cast<double>(q.rows) * q.context;
+                r.prefill_keys += q.context + static_cast<double>(q.rows) / 2.0;  // context: offset + rows/2
             }
         }
         begin += size;

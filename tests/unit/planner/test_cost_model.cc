@@ -162,24 +162,27 @@ TEST_F(RoundModel, GroupsAcrossNodesUseTheInterNodeLink) {
 }
 
 TEST_F(RoundModel, ClosedLoopReplaysTheScheduler) {
-    // Two requests of 3 prompt tokens and 3 output tokens, steps of 4 tokens, decode first:
-    //   step 1: prompt 0 (3 tokens) + 1 token of prompt 1 → request 0's first token; context (3·1.5 + 0.5)/4
-    //   step 2: request 0 decodes (context 4) + prompt 1's last 2 tokens (context 1 + 1) → request 1's first
-    //   step 3: both decode (contexts 5 and 4) → request 0 done
-    //   step 4: request 1 decodes (context 5) → done
-    const CostInputs in = closed_loop_inputs(3, 3, 4);
-    const double t1 = mixed_step(in, 0, 4, 0.0, 1.25, 2).step_us;
-    const double t2 = mixed_step(in, 1, 2, 4.0, 2.0, 2).step_us;
-    const double t3 = mixed_step(in, 2, 0, 4.5, 0.0, 2).step_us;
-    const double t4 = mixed_step(in, 1, 0, 5.0, 0.0, 1).step_us;
+    // Two requests of 3 prompt tokens and 3 output tokens, steps of 3 tokens, decode first:
+    //   step 1: prompt 0 (3 tokens, context 1.5) → request 0's first token
+    //   step 2: request 0 decodes (context 4) + prompt 1's first 2 tokens (context 1)
+    //   step 3: request 0 decodes (context 5) → done; + prompt 1's last token (offset 2, context 2.5) →
+    //           request 1's first token
+    //   steps 4, 5: request 1 decodes (contexts 4, 5) → done
+    const CostInputs in = closed_loop_inputs(3, 3, 3);
+    const double t1 = mixed_step(in, 0, 3, 0.0, 1.5, 1).step_us;
+    const double t2 = mixed_step(in, 1, 2, 4.0, 1.0, 2).step_us;
+    const double t3 = mixed_step(in, 1, 1, 5.0, 2.5, 2).step_us;
+    const double t4 = mixed_step(in, 1, 0, 4.0, 0.0, 1).step_us;
+    const double t5 = mixed_step(in, 1, 0, 5.0, 0.0, 1).step_us;
     ClosedLoopResult r = closed_loop_run(in, 2);
-    EXPECT_EQ(r.steps, 4);
-    EXPECT_EQ(r.mixed_steps, 2);
-    // TPOT (t2 + t3)/2 and (t3 + t4)/2, median of two = their mean; TTFT t1 and t1 + t2.
-    EXPECT_NEAR(r.tpot_ms * 1e3, (t2 + 2 * t3 + t4) / 4, 1e-9);
-    EXPECT_NEAR(r.ttft_ms * 1e3, t1 + t2 / 2, 1e-9);
-    EXPECT_NEAR(r.duration_ms * 1e3, t1 + t2 + t3 + t4, 1e-9);
-    EXPECT_NEAR(r.tokens_per_s, 6 / (t1 + t2 + t3 + t4) * 1e6, 1e-6);
+    EXPECT_EQ(r.steps, 5);
+    EXPECT_EQ(r.mixed_steps, 3);
+    // TPOT (t2 + t3)/2 and (t4 + t5)/2, median of two = their mean; TTFT t1 and t1 + t2 + t3.
+    const double total = t1 + t2 + t3 + t4 + t5;
+    EXPECT_NEAR(r.tpot_ms * 1e3, (t2 + t3 + t4 + t5) / 4, 1e-9);
+    EXPECT_NEAR(r.ttft_ms * 1e3, t1 + (t2 + t3) / 2, 1e-9);
+    EXPECT_NEAR(r.duration_ms * 1e3, total, 1e-9);
+    EXPECT_NEAR(r.tokens_per_s, 6 / total * 1e6, 1e-6);
     // decode_step reports the closed loop as its headline when output_len > 0.
     DecodeResult d = decode_step(in, 2, 1 << 30);
     EXPECT_TRUE(d.has_closed_loop);
@@ -294,42 +297,42 @@ TEST_F(RoundModel, PrefillChunksSumCollectivesAndPipelineTimes) {
 }
 
 TEST_F(RoundModel, ManyChunksCostTheSumOfTheirSteps) {
-    // 1000 prompt tokens in steps of 7 (142 chunks of 7, one of 6) on pp 2 × tp 2. A chunk's attention is
-    // the larger of its score FLOPs (7 · context · 4096 per layer) and its KV bytes (7 · 4096 B): bytes
-    // below a context of 100, FLOPs above. prefill_step prices the chunks in affine stretches
-    // (cost_model.cc add_affine_stretches); the result must be the chunks priced one by one.
+    // 12000 prompt tokens in steps of 120 (100 chunks) on pp 2 × tp 2. A chunk's attention is the larger of
+    // its score FLOPs (120 · context · 4096 per layer, context = offset + 60) and its KV bytes (the
+    // offset + 120 keys it reads · 4096 B): bytes for the first chunks, FLOPs from a context of 300 on.
+    // prefill_step prices the chunks in affine stretches (cost_model.cc add_affine_stretches); the result
+    // must be the chunks priced one by one.
     CostInputs in = inputs(ParallelLayout{2, 2, 1, 2, 1});
-    in.max_step_tokens = 7;
-    in.input_len = 1000;
+    in.max_step_tokens = 120;
+    in.input_len = 12000;
     in.output_len = 3;
     StepBreakdown sum;
     int64_t chunks = 0;
-    for (int64_t done = 0; done < 1000; done += 7, ++chunks) {
-        const int64_t n = std::min<int64_t>(7, 1000 - done);
-        const StepBreakdown c = mixed_step(in, 0, n, 0.0, static_cast<double>(done) + n / 2.0, 1);
+    for (int64_t done = 0; done < 12000; done += 120, ++chunks) {
+        const StepBreakdown c = mixed_step(in, 0, 120, 0.0, static_cast<double>(done) + 60.0, 1);
         sum.step_us += c.step_us;
         sum.attention_us += c.attention_us;
         sum.bubble_us += c.bubble_us;
         sum.kernels += c.kernels;
     }
-    const PrefillResult p = prefill_step(in, 1000);
+    const PrefillResult p = prefill_step(in, 12000);
     EXPECT_EQ(p.chunks, chunks);
     EXPECT_NEAR(p.step.step_us, sum.step_us, 1e-9 * sum.step_us);
     EXPECT_NEAR(p.step.attention_us, sum.attention_us, 1e-9 * sum.attention_us);
     EXPECT_NEAR(p.step.bubble_us, sum.bubble_us, 1e-9 * sum.bubble_us);
     EXPECT_EQ(p.step.kernels, sum.kernels);
-    // The chunks bend where FLOPs overtake bytes: 142 chunks priced at their middle one would differ.
-    const double first = mixed_step(in, 0, 7, 0.0, 3.5, 1).step_us;
-    const double middle = mixed_step(in, 0, 7, 0.0, 70.5 * 7 + 3.5, 1).step_us;
-    const double last = mixed_step(in, 0, 7, 0.0, 141 * 7 + 3.5, 1).step_us;
+    // The chunks bend where FLOPs overtake bytes: chunks 1 … 99 priced at their middle one would differ.
+    const double first = mixed_step(in, 0, 120, 0.0, 120 + 60.0, 1).step_us;
+    const double middle = mixed_step(in, 0, 120, 0.0, 50 * 120 + 60.0, 1).step_us;
+    const double last = mixed_step(in, 0, 120, 0.0, 99 * 120 + 60.0, 1).step_us;
     EXPECT_GT(std::abs(middle - (first + last) / 2), 1e-6 * middle);
-    // The same prompt alone in the closed loop: the same steps, then two decode steps over 1001 and 1002
+    // The same prompt alone in the closed loop: the same steps, then two decode steps over 12001 and 12002
     // tokens (the prompt and the tokens so far).
     const ClosedLoopResult r = closed_loop_run(in, 1);
     EXPECT_EQ(r.steps, chunks + 2);
     EXPECT_NEAR(r.ttft_ms * 1e3, sum.step_us, 1e-9 * sum.step_us);
     const double decode =
-        mixed_step(in, 1, 0, 1001.0, 0.0, 1).step_us + mixed_step(in, 1, 0, 1002.0, 0.0, 1).step_us;
+        mixed_step(in, 1, 0, 12001.0, 0.0, 1).step_us + mixed_step(in, 1, 0, 12002.0, 0.0, 1).step_us;
     EXPECT_NEAR(r.tpot_ms * 1e3, decode / 2, 1e-9 * decode);
 }
 
@@ -350,6 +353,18 @@ TEST_F(RoundModel, ClosedLoopPromptsAfterDecodersTakeTheBudget) {
     EXPECT_NEAR(r.duration_ms * 1e3, 2 * (prompt_us + decode_us), 1e-9);
     EXPECT_NEAR(r.ttft_ms * 1e3, (prompt_us + (2 * prompt_us + decode_us)) / 2, 1e-9);
     EXPECT_NEAR(r.tpot_ms * 1e3, decode_us, 1e-9);
+}
+
+TEST_F(RoundModel, APromptChunkReadsTheKeysBeforeIt) {
+    // A chunk of 10 rows after 990 tokens reads the KV of all 1000 keys it attends to, 1000 · 4096 B per
+    // layer (8 KV heads · 2 · 128 · 2 B per token), 4.096 µs at 1000 GB/s, above its scores' 10 · 995 · 4096
+    // FLOPs = 0.4 µs at 100 TFLOP/s; the same chunk at offset 0 reads 10 keys. Four layers: 4 · 990 · 4096 B
+    // more, 16.22016 µs; the rest of the two steps is the same.
+    const CostInputs in = inputs(ParallelLayout{1, 1, 1, 1, 1});
+    const StepBreakdown first = mixed_step(in, 0, 10, 0.0, 5.0, 1);
+    const StepBreakdown later = mixed_step(in, 0, 10, 0.0, 995.0, 1);
+    EXPECT_NEAR(later.attention_us - first.attention_us, 16.22016, 1e-9);
+    EXPECT_NEAR(later.step_us - first.step_us, 16.22016, 1e-9);
 }
 
 TEST_F(RoundModel, PromptScoresAtThePrefillAttentionEfficiency) {
