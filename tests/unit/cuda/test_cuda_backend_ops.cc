@@ -243,6 +243,29 @@ TEST_F(CudaBackendTest, Matmul) {
     }
 }
 
+// Rows of at least 7168 elements at 8 to 16 activation rows: the few-row kernel with two chunks in flight per
+// lane (matmul_small_t.cu chunk_batch), K split over the warps (N 37) and not (N 8200, ≥ 512 blocks).
+TEST_F(CudaBackendTest, MatmulLongRows) {
+    for (int64_t T : {8, 13, 16}) {
+        for (int64_t n : {37, 8200}) {
+            const int64_t k = 7176;
+            const std::vector<float> x = random_floats(T * k, 700 + T * n);
+            const std::vector<uint8_t> w = random_weights(n * k, 800 + n, 0.1f, DType::kBF16);
+            std::vector<float> want(T * n, 0.0f);
+            MatmulArgs args{x.data(), w.data(), DType::kBF16, nullptr, DType::kBF16, want.data(), T, n, k,
+                            k,        n};
+            ASSERT_TRUE(cpu_->matmul(args).is_ok());
+            DeviceBuffer d_x = to_gpu(x), d_w = to_gpu(w), d_y = to_gpu(std::vector<float>(T * n, 0.0f));
+            args.x = d_x.f32();
+            args.w = d_w.data();
+            args.y = d_y.f32();
+            ASSERT_TRUE(gpu_->matmul(args).is_ok());
+            expect_close("matmul", DType::kBF16, fmt::format("T{} N{} K{}", T, n, k), from_gpu(d_y, T * n),
+                         want);
+        }
+    }
+}
+
 // matmul_group against the CPU: one launch of the few-row kernel for T ≤ 16 (entries of different N, one
 // with a bias; K = 1001 takes the 4-byte path for the whole launch, K = 4096 splits K over the warps), the
 // matmul of each entry above 16 rows or with mixed weight dtypes. Every output row of every entry is

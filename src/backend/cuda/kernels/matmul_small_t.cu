@@ -21,9 +21,15 @@ constexpr int rows_per_warp() {
 
 // 16-byte chunks of a weight row in flight per lane (loaded before any is used), so a warp waits for memory
 // about chunks / (32 · kBatch) times rather than chunks / 32; fewer with more activation rows (registers).
+// At 8 and 16 rows, 2 for rows of at least kLongRowChunks chunks (K ≥ 7168): measured on the H200
+// (docs/benchmarks/serving.md, session 16), decode steps of DeepSeek-V3 (4 layers; K 7168 to 18432) at 8
+// rows 4.83–4.84 → 4.76–4.77 ms and at 16 rows 13.04 → 11.40–11.50 ms. For every K, 2 cost Qwen3-30B-A3B
+// (K 2048 and 4096) 2 % (8 rows 11.00 → 11.22–11.27 ms, 16 rows 15.84–15.89 → 16.23–16.25 ms); below the
+// threshold it keeps 1 (11.07 and 16.15 ms against 11.06–11.11 and 16.05–16.13).
+constexpr int64_t kLongRowChunks = 7168 / 8;
 template <int kT>
-constexpr int chunk_batch() {
-    return kT <= 2 ? 4 : (kT <= 4 ? 2 : 1);
+constexpr int chunk_batch(bool long_rows) {
+    return kT <= 2 ? 4 : (kT <= 4 || long_rows ? 2 : 1);
 }
 
 __device__ __forceinline__ float to_f32(float v) {
@@ -106,7 +112,8 @@ __device__ __forceinline__ void store_rows(const MatmulArgs& a, const float (&ac
 // kSplit (1, 2 or 4) warps of the block share a warp's rows, each over a contiguous kSplit-th of K, and the
 // block adds their sums in warp order through shared memory (split-K inside the block: kSplit times the
 // warps, and the bytes in flight, on a matrix of few rows; the order is fixed, so results do not vary).
-template <typename W, int kT, int kSplit>
+// kBatch: chunk_batch.
+template <typename W, int kT, int kSplit, int kBatch>
 __global__ void __launch_bounds__(kWarps * 32) matmul_small_t_vec_kernel(SmallTLaunch l, bool prefetch) {
     constexpr int kElems = 16 / sizeof(W);
     constexpr int kRows = rows_per_warp<kT>();
@@ -143,7 +150,6 @@ __global__ void __launch_bounds__(kWarps * 32) matmul_small_t_vec_kernel(SmallTL
     for (int t = 0; t < kT; ++t)
         x_row[t] = a.x + (t < a.num_rows ? t : a.num_rows - 1) * a.x_row_stride + chunk0 * kElems;
 
-    constexpr int kBatch = chunk_batch<kT>();
     for (int64_t c0 = lane; c0 < chunks; c0 += 32 * kBatch) {
         uint4 raw[kBatch][kRows];
 #pragma unroll
@@ -271,15 +277,22 @@ cudaError_t launch_blocks(void (*kernel)(KernelArgs...), SmallTLaunch l, cudaStr
 // blocks) 9.5 → 10.1 µs in 2.
 constexpr int64_t kSplitBelowBlocks = 512;
 
-template <typename W, int kT>
+template <typename W, int kT, int kBatch>
 cudaError_t launch_vec(SmallTLaunch l, int64_t chunks, bool prefetch, cudaStream_t stream) {
     const int64_t unsplit = group_blocks(&l, int64_t{kWarps} * rows_per_warp<kT>());
-    const int64_t per_warp = int64_t{32} * chunk_batch<kT>();
+    const int64_t per_warp = int64_t{32} * kBatch;
     if (unsplit < kSplitBelowBlocks && chunks >= 4 * per_warp)
-        return launch_blocks<kT, 4>(matmul_small_t_vec_kernel<W, kT, 4>, l, stream, prefetch);
+        return launch_blocks<kT, 4>(matmul_small_t_vec_kernel<W, kT, 4, kBatch>, l, stream, prefetch);
     if (unsplit < kSplitBelowBlocks && chunks >= 2 * per_warp)
-        return launch_blocks<kT, 2>(matmul_small_t_vec_kernel<W, kT, 2>, l, stream, prefetch);
-    return launch_blocks<kT, 1>(matmul_small_t_vec_kernel<W, kT, 1>, l, stream, prefetch);
+        return launch_blocks<kT, 2>(matmul_small_t_vec_kernel<W, kT, 2, kBatch>, l, stream, prefetch);
+    return launch_blocks<kT, 1>(matmul_small_t_vec_kernel<W, kT, 1, kBatch>, l, stream, prefetch);
+}
+
+template <typename W, int kT>
+cudaError_t launch_vec(SmallTLaunch l, int64_t chunks, bool prefetch, cudaStream_t stream) {
+    if (chunk_batch<kT>(true) != chunk_batch<kT>(false) && chunks >= kLongRowChunks)
+        return launch_vec<W, kT, chunk_batch<kT>(true)>(l, chunks, prefetch, stream);
+    return launch_vec<W, kT, chunk_batch<kT>(false)>(l, chunks, prefetch, stream);
 }
 
 template <typename W>
