@@ -11,11 +11,14 @@
 //   activations       fp32 [T, width] rows between ops and on the wire (models/model.cc, all_reduce_sum_f32,
 //                     ep_dispatch rows of H·4 bytes); the MoE's permuted rows, gate_up output and down output
 //                     are bf16 (the grouped GEMM's operands, backend/cuda moe_experts)
-//   small matmuls     up to 16 rows: one fp32-activation kernel that reads W once
-//                     (backend/cuda/kernels/matmul_small_t.cuh kMatmulSmallTMaxRows); the projections of one
-//                     input, GQA's q, k and v and a dense MLP's (or shared experts') gate and up, run as one
-//                     launch of it (77f1e2f: Backend::matmul_group, layers/linear.h linear_group_forward);
-//                     above, each projection runs alone: an f32→bf16 conversion of x and a cuBLAS GEMM
+//   small matmuls     up to 16 rows (up to 4 for bf16 weights of rows of ≥ 7168 elements, kMatmulLongK:
+//                     cuBLAS above; counted here as at 16, so the plan misses one f32→bf16 kernel and a bf16
+//                     copy of ≤ 16·K·2 B per such projection at 5–16 rows): one fp32-activation kernel that
+//                     reads W once (backend/cuda/kernels/matmul_small_t.cuh kMatmulSmallTMaxRows); the
+//                     projections of one input, GQA's q, k and v and a dense MLP's (or shared experts') gate
+//                     and up, run as one launch of it (77f1e2f: Backend::matmul_group, layers/linear.h
+//                     linear_group_forward); above, each projection runs alone: an f32→bf16 conversion of x
+//                     and a cuBLAS GEMM
 // Kernels per layer (one rank), `qkf` = 1 with q/k norms over the whole projection (OLMoE), `big` = 1 when
 // rows > 16 (counted as the CUDA engine launches them, graph memset nodes included;
 // backend/cuda/cuda_backend.cc). Since fdefb56 a block's residual add runs inside the next RMSNorm

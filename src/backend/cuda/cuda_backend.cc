@@ -230,6 +230,8 @@ public:
     }
     bool has_latent_attention_kernel() const override { return attention_device_.latent_kernel; }
     Status matmul(const MatmulArgs& args) override;
+    // Whether a cuBLAS matmul of these weights runs on tensor cores (bf16 weights, x rounded to bf16).
+    bool tensor_core_matmul(DType w_dtype) const { return w_dtype == DType::kBF16 && !fp32_activations_; }
     Status matmul_group(const MatmulGroupArgs& args) override;
     Status batched_matmul(const BatchedMatmulArgs& args) override;
     Status rope(const RopeArgs& args) override {
@@ -352,7 +354,8 @@ Status CudaBackend::matmul(const MatmulArgs& args) {
     EPI_RETURN_IF_ERROR(matmul_check(args));
     const int64_t T = args.num_rows, N = args.out_features, K = args.in_features;
     if (T == 0 || N == 0) return Status::ok();
-    if (T <= cuda::kMatmulSmallTMaxRows) {  // decode sizes: read W once, fp32 activations
+    if (cuda::matmul_small_t_takes(T, K,
+                                   tensor_core_matmul(args.w_dtype))) {  // read W once, fp32 activations
         MatmulGroupArgs one;
         one.matmuls[0] = args;
         one.num_matmuls = 1;
@@ -365,7 +368,7 @@ Status CudaBackend::matmul(const MatmulArgs& args) {
     // Row-major y[T, N] = x[T, K] · W[N, K]ᵀ is column-major yᵀ[N, T] = op_T(W as [K, N]) · xᵀ[K, T].
     const int n = static_cast<int>(N), t = static_cast<int>(T), k = static_cast<int>(K);
     const float alpha = 1.0f, beta = 0.0f;
-    if (args.w_dtype == DType::kBF16 && !fp32_activations_) {
+    if (tensor_core_matmul(args.w_dtype)) {
         // x rounded to bf16 once ([T, K] packed, from the pool), tensor cores, fp32 accumulation and output.
         EPI_ASSIGN_OR_RETURN(DeviceBuffer x_bf16, DeviceBuffer::alloc(*this, static_cast<size_t>(T * K) * 2));
         EPI_CUDA_CHECK(cuda::launch_f32_rows_to_bf16(args.x, args.x_row_stride, T, K, x_bf16.data(), stream_));
@@ -401,7 +404,10 @@ Status CudaBackend::matmul_group(const MatmulGroupArgs& group) {
     const bool one_dtype = std::all_of(group.matmuls, group.matmuls + group.num_matmuls,
                                        [&](const MatmulArgs& m) { return m.w_dtype == first.w_dtype; });
     if (first.num_rows == 0) return Status::ok();
-    if (first.num_rows > cuda::kMatmulSmallTMaxRows || !one_dtype) return Backend::matmul_group(group);
+    if (!cuda::matmul_small_t_takes(first.num_rows, first.in_features, tensor_core_matmul(first.w_dtype)) ||
+        !one_dtype) {
+        return Backend::matmul_group(group);
+    }
     EPI_CUDA_CHECK(cuda::launch_matmul_small_t(group, stream_));
     return Status::ok();
 }
@@ -430,7 +436,7 @@ Status CudaBackend::batched_matmul(const BatchedMatmulArgs& a) {
     const int n = static_cast<int>(N), t = static_cast<int>(T), k = static_cast<int>(K), b = static_cast<int>(B);
     const int ld_w = kn ? n : k;
     const float alpha = 1.0f, beta = 0.0f;
-    if (a.w_dtype == DType::kBF16 && !fp32_activations_) {
+    if (tensor_core_matmul(a.w_dtype)) {
         // x rounded to bf16 once into [T, B, K] (packed, from the pool); x_b = rows b, b + B, ...: ld B·K.
         EPI_ASSIGN_OR_RETURN(DeviceBuffer x_bf16, DeviceBuffer::alloc(*this, static_cast<size_t>(T * B * K) * 2));
         EPI_CUDA_CHECK(cuda::launch_f32_batched_rows_to_bf16(a.x, a.x_token_stride, a.x_batch_stride, T, B, K,

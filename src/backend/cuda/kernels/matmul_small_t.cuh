@@ -22,6 +22,20 @@
 namespace epinfer::cuda {
 
 inline constexpr int64_t kMatmulSmallTMaxRows = 16;  // T this kernel takes
+// Rows of at least kMatmulLongK elements with a tensor-core GEMM above (bf16 weights, bf16-rounded
+// activations): this kernel only up to kMatmulLongKMaxRows activation rows. On the H200 cuBLAS reads
+// DeepSeek-V3's 7168- to 18432-wide rows faster from 6 rows on: its 4-layer decode step at 6 / 8 / 12 / 16
+// rows 4.53–4.57 / 4.82–4.92 / 10.96–10.97 / 11.41–11.42 → 3.05–3.14 / 3.32–3.34 / 4.18–4.22 / 4.69–4.83 ms,
+// 4 rows unchanged at 3.01–3.02 (docs/benchmarks/serving.md, session 16).
+inline constexpr int64_t kMatmulLongK = 7168;
+inline constexpr int64_t kMatmulLongKMaxRows = 4;
+
+// Whether the CUDA backend runs a matmul of T rows over K (in_features) on this kernel, else on cuBLAS;
+// tensor_cores: cuBLAS would run it on tensor cores (bf16 weights, activations rounded to bf16).
+constexpr bool matmul_small_t_takes(int64_t num_rows, int64_t in_features, bool tensor_cores) {
+    const bool long_rows = tensor_cores && in_features >= kMatmulLongK;
+    return num_rows <= (long_rows ? kMatmulLongKMaxRows : kMatmulSmallTMaxRows);
+}
 
 // The matmuls of a group in one launch, each block on one of them (a single matmul is a group of one).
 // Falls back to 4-byte loads for the whole launch when any entry is not 16-byte aligned.
