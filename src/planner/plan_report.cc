@@ -40,7 +40,7 @@ std::string rank_split(const ParallelLayout& l) {
 std::string decode_cell(const LayoutPlan& lp, const DecodeResult& d) {
     if (!lp.memory.fits) return "-";
     if (!d.kv_fits) return "KV full";
-    return fmt::format("{:.0f} @{:.1f}", d.tokens_per_s, d.tpot_ms);
+    return fmt::format("{} @{:.1f}", format_tokens_per_s(d.tokens_per_s), d.tpot_ms);
 }
 
 Json figure_json(const Figure& f) {
@@ -162,9 +162,10 @@ std::string plan_to_text(const Plan& plan) {
                                   : fmt::format("-{:.1f}G", gib(-m.margin_bytes)),
                            m.kv_tokens_total, m.max_requests);
         for (const DecodeResult& d : lp.decode) out += fmt::format("{:>14}", decode_cell(lp, d));
-        out += fmt::format(
-            "{:>22}\n", m.fits ? fmt::format("{:.0f} @{:.0f}ms", lp.prefill.tokens_per_s, lp.prefill.ttft_ms)
-                               : std::string("-"));
+        out += fmt::format("{:>22}\n",
+                           m.fits ? fmt::format("{} @{:.0f}ms", format_tokens_per_s(lp.prefill.tokens_per_s),
+                                                lp.prefill.ttft_ms)
+                                  : std::string("-"));
     }
     out +=
         "\ncells: output tok/s of the whole layout @ TPOT ms per request; 'KV full': C requests of the "

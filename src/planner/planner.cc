@@ -162,10 +162,11 @@ std::vector<std::string> extrapolation_notes(const Plan& plan) {
 std::string recommend_reason(const Plan& plan, const Recommendation& rec, size_t ci) {
     const LayoutPlan& win = plan.layouts[static_cast<size_t>(rec.layout)];
     const DecodeResult& w = win.decode[ci];
-    std::string text = fmt::format("{}: {:.0f} tok/s, TPOT {:.1f} ms", win.spec, w.tokens_per_s, w.tpot_ms);
+    std::string text =
+        fmt::format("{}: {} tok/s, TPOT {:.1f} ms", win.spec, format_tokens_per_s(w.tokens_per_s), w.tpot_ms);
     if (rec.runner_up >= 0) {
         const LayoutPlan& run = plan.layouts[static_cast<size_t>(rec.runner_up)];
-        text += fmt::format(". {} ({:.0f} tok/s) {}", run.spec, run.decode[ci].tokens_per_s,
+        text += fmt::format(". {} ({} tok/s) {}", run.spec, format_tokens_per_s(run.decode[ci].tokens_per_s),
                             explain_difference(win, w, run, run.decode[ci]));
     } else {
         text += ". The only layout that fits";
@@ -174,8 +175,8 @@ std::string recommend_reason(const Plan& plan, const Recommendation& rec, size_t
     for (const LayoutPlan& lp : plan.layouts) {
         const DecodeResult& d = lp.decode[ci];
         if (lp.memory.fits && !d.kv_fits && d.tokens_per_s > w.tokens_per_s) {
-            text += fmt::format(". {} would be faster ({:.0f} tok/s) but holds only {} requests of {} tokens",
-                                lp.spec, d.tokens_per_s, lp.memory.max_requests,
+            text += fmt::format(". {} would be faster ({} tok/s) but holds only {} requests of {} tokens",
+                                lp.spec, format_tokens_per_s(d.tokens_per_s), lp.memory.max_requests,
                                 plan.request.memory.context_tokens);
             break;
         }
@@ -240,6 +241,10 @@ Result<std::string> engine_fit(const ModelConfig& config, const HardwareProfile&
 }
 
 }  // namespace
+
+std::string format_tokens_per_s(double tokens_per_s) {
+    return tokens_per_s >= 10.0 ? fmt::format("{:.0f}", tokens_per_s) : fmt::format("{:.2g}", tokens_per_s);
+}
 
 std::string explain_difference(const LayoutPlan& winner, const DecodeResult& win, const LayoutPlan& loser,
                                const DecodeResult& lose) {

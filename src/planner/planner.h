@@ -81,6 +81,10 @@ struct Plan {
 Result<Plan> make_plan(const ModelConfig& config, const HardwareProfile& hardware,
                        const PlanRequest& request);
 
+// Tokens per second as the report prints them: whole numbers from 10 on, two significant digits below (a
+// plan of tiny steps would otherwise read "0 tok/s" where work is done).
+std::string format_tokens_per_s(double tokens_per_s);
+
 // The deciding terms of `winner` over `loser` at one concurrency, e.g.
 // "loses at C=1: 122 all_reduce × 24.6 µs = 3.0 ms per step (dp8-ep8: 120 all_to_all × 31.0 µs = 3.7 ms)";
 // within 1 % of the winner's tokens/s, "ties with dp8-ep8 at C=1 (within 1 %); the term that tips it: …".

@@ -190,7 +190,7 @@ void add_plan_command(CLI::App& app) {
         ->capture_default_str();
     cmd->add_option(
            "--output-len", args->output_len,
-           "output tokens per request: > 0 predicts a closed-loop run of C requests started together "
+           "output tokens per request: ≥ 2 predicts a closed-loop run of C requests started together "
            "(TPOT of the median request, prompt chunks mixed into decode steps); 0 = one decode step")
         ->capture_default_str();
     cmd->add_option("--max-step-tokens", args->max_step_tokens,

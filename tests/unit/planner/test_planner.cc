@@ -55,6 +55,15 @@ TEST(Planner, RejectsBadRequestsInOneLine) {
     EXPECT_EQ(plan_error(r), "(ok)");
 }
 
+TEST(Planner, TokensPerSecondKeepTwoDigitsBelowTen) {
+    // A plan of 1-token steps over a long prompt runs at a fraction of a token per second: not "0".
+    EXPECT_EQ(format_tokens_per_s(0.4), "0.4");
+    EXPECT_EQ(format_tokens_per_s(3.14159), "3.1");
+    EXPECT_EQ(format_tokens_per_s(0.0), "0");
+    EXPECT_EQ(format_tokens_per_s(12.6), "13");
+    EXPECT_EQ(format_tokens_per_s(21282.4), "21282");
+}
+
 TEST(Planner, RestrictsToRequestedLayouts) {
     PlanRequest r = kimi_int4_request(8);
     r.layouts = {ParallelLayout{1, 8, 1, 8, 1}, ParallelLayout{1, 8, 1, 1, 8}};
