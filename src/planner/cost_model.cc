@@ -838,15 +838,21 @@ DecodeResult decode_step(const CostInputs& in, int64_t concurrency, int64_t kv_t
     const int64_t G = ceil_div(concurrency, l.attn_dp);
     result.kv_tokens_needed_per_rank = G * in.context_tokens;
     result.kv_fits = result.kv_tokens_needed_per_rank <= kv_tokens_per_rank;
-    const std::vector<StepSequence> seqs(static_cast<size_t>(G),
+    // A step decodes at most max_step_tokens requests per attention-DP group (one token of the budget each,
+    // engine/scheduler.cc); with more, each request waits ⌈G / rows⌉ steps for its next token.
+    const int64_t rows = in.max_step_tokens > 0 ? std::min(G, in.max_step_tokens) : G;
+    const int64_t rounds = ceil_div(G, rows);
+    const std::vector<StepSequence> seqs(static_cast<size_t>(rows),
                                          StepSequence{1, static_cast<double>(in.context_tokens), true});
     StageCost cost(in);
     result.step = price_step(cost, in, layout_stages(*in.model, l.pp),
                              split_micro_batches(in, seqs, std::min<int64_t>(concurrency, l.attn_dp)));
     result.decode_step_ms = result.step.step_us / 1e3;
-    result.tpot_ms = result.decode_step_ms;
+    result.tpot_ms = result.decode_step_ms * static_cast<double>(rounds);
     result.tokens_per_s =
-        result.step.step_us > 0 ? static_cast<double>(concurrency) / result.step.step_us * 1e6 : 0.0;
+        result.step.step_us > 0
+            ? static_cast<double>(concurrency) / (result.step.step_us * static_cast<double>(rounds)) * 1e6
+            : 0.0;
     if (in.output_len > 0) {
         result.has_closed_loop = true;
         result.closed_loop = closed_loop_run(in, concurrency);

@@ -199,11 +199,14 @@ struct DecodeResult {
     int64_t concurrency = 0;
     bool kv_fits = false;  // ⌈C / attn_dp⌉ · context ≤ KV tokens per rank
     int64_t kv_tokens_needed_per_rank = 0;
-    StepBreakdown step;            // one decode step of C requests over context_tokens each
+    // One decode step: min(⌈C / attn_dp⌉, max_step_tokens) requests per attention-DP rank over context_tokens
+    // each; with more requests than that, TPOT is ⌈⌈C / attn_dp⌉ / max_step_tokens⌉ such steps.
+    StepBreakdown step;
     double decode_step_ms = 0.0;   // step.step_us / 1e3
     bool has_closed_loop = false;  // CostInputs::output_len > 0
     ClosedLoopResult closed_loop;
-    // Headline figures: the closed loop's when run, else the decode step's (TPOT = step, C / step).
+    // Headline figures: the closed loop's when run, else the decode step's (TPOT = the steps a request
+    // waits per token, C / TPOT).
     double tokens_per_s = 0.0;  // output tokens/s of the whole layout
     double tpot_ms = 0.0;
 };

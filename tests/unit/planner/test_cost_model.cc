@@ -140,6 +140,22 @@ TEST_F(RoundModel, PipelineKeepsAllRequestsInFlight) {
     EXPECT_NEAR(one.step.step_us, one.step.path_us, 1e-9);
 }
 
+TEST_F(RoundModel, DecodeStepsHoldAtMostMaxStepTokensRequests) {
+    // 8 requests, steps of 2 tokens: a step decodes 2 requests (the step of C = 2), each request waits 4
+    // steps per token; the layout makes 2 tokens per step either way.
+    CostInputs in = inputs(ParallelLayout{1, 1, 1, 1, 1});
+    const DecodeResult two = decode_step(in, 2, 1 << 30);
+    in.max_step_tokens = 2;
+    const DecodeResult eight = decode_step(in, 8, 1 << 30);
+    EXPECT_EQ(eight.step.tokens, 2);
+    EXPECT_DOUBLE_EQ(eight.decode_step_ms, two.decode_step_ms);
+    EXPECT_NEAR(eight.tpot_ms, 4 * two.decode_step_ms, 1e-12);
+    EXPECT_NEAR(eight.tokens_per_s, two.tokens_per_s, 1e-9 * two.tokens_per_s);
+    // With room for all 8, one step of 8 rows.
+    in.max_step_tokens = 8;
+    EXPECT_EQ(decode_step(in, 8, 1 << 30).step.tokens, 8);
+}
+
 TEST_F(RoundModel, KvCapacityBoundsConcurrency) {
     // dp2: ⌈5/2⌉ = 3 requests on the busiest rank · 100 tokens.
     DecodeResult r = decode_step(inputs(ParallelLayout{1, 1, 2, 1, 2}), 5, 299);
