@@ -354,8 +354,8 @@ Status CudaBackend::matmul(const MatmulArgs& args) {
     EPI_RETURN_IF_ERROR(matmul_check(args));
     const int64_t T = args.num_rows, N = args.out_features, K = args.in_features;
     if (T == 0 || N == 0) return Status::ok();
-    if (cuda::matmul_small_t_takes(T, K,
-                                   tensor_core_matmul(args.w_dtype))) {  // read W once, fp32 activations
+    // Decode sizes on the few-row kernel: W read once, fp32 activations.
+    if (cuda::matmul_small_t_takes(T, K, tensor_core_matmul(args.w_dtype))) {
         MatmulGroupArgs one;
         one.matmuls[0] = args;
         one.num_matmuls = 1;

@@ -21,12 +21,13 @@ constexpr int rows_per_warp() {
 
 // 16-byte chunks of a weight row in flight per lane (loaded before any is used), so a warp waits for memory
 // about chunks / (32 · kBatch) times rather than chunks / 32; fewer with more activation rows (registers).
-// At 8 and 16 rows, 2 for rows of at least kLongRowChunks chunks (K ≥ 7168): measured on the H200
-// (docs/benchmarks/serving.md, session 16), decode steps of DeepSeek-V3 (4 layers; K 7168 to 18432) at 8
-// rows 4.83–4.84 → 4.76–4.77 ms and at 16 rows 13.04 → 11.40–11.50 ms. For every K, 2 cost Qwen3-30B-A3B
-// (K 2048 and 4096) 2 % (8 rows 11.00 → 11.22–11.27 ms, 16 rows 15.84–15.89 → 16.23–16.25 ms); below the
-// threshold it keeps 1 (11.07 and 16.15 ms against 11.06–11.11 and 16.05–16.13).
-constexpr int64_t kLongRowChunks = 7168 / 8;
+// At 8 and 16 rows, 2 for rows of at least kLongRowChunks chunks (the bytes of kMatmulLongK bf16 elements):
+// measured on the H200 (docs/benchmarks/serving.md, session 16), decode steps of DeepSeek-V3 (4 layers; K
+// 7168 to 18432) at 8 rows 4.83–4.84 → 4.76–4.77 ms and at 16 rows 13.04 → 11.40–11.50 ms. For every K, 2
+// cost Qwen3-30B-A3B (K 2048 and 4096) 2 % (8 rows 11.00 → 11.22–11.27 ms, 16 rows 15.84–15.89 →
+// 16.23–16.25 ms); below the threshold it keeps 1 (11.07 and 16.15 ms against 11.06–11.11 and 16.05–16.13).
+// (The bf16 rows of 16 rows now run on cuBLAS from kMatmulLongK on: kMatmulLongKMaxRows.)
+constexpr int64_t kLongRowChunks = kMatmulLongK * 2 / 16;
 template <int kT>
 constexpr int chunk_batch(bool long_rows) {
     return kT <= 2 ? 4 : (kT <= 4 || long_rows ? 2 : 1);
