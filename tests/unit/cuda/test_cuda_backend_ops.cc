@@ -244,27 +244,29 @@ TEST_F(CudaBackendTest, Matmul) {
     }
 }
 
-// Rows of at least 7168 elements at 8 to 16 activation rows: the few-row kernel with two chunks in flight per
-// lane (matmul_small_t.cu chunk_batch), K split over the warps (N 37) and not (N 8200, ≥ 512 blocks), up to
-// cuda::kMatmulLongKMaxRows rows; cuBLAS above.
+// Rows of at least 7168 elements at 8 to 16 activation rows: f16 weights on the few-row kernel with two
+// chunks in flight per lane (matmul_small_t.cu chunk_batch), K split over the warps (N 37) and not (N 8200, ≥
+// 512 blocks); bf16 weights there up to cuda::kMatmulLongKMaxRows rows, on cuBLAS above.
 TEST_F(CudaBackendTest, MatmulLongRows) {
-    for (int64_t T : {8, 13, 16}) {
-        for (int64_t n : {37, 8200}) {
-            const int64_t k = 7176;
-            const std::vector<float> x = random_floats(T * k, 700 + T * n);
-            const std::vector<uint8_t> w = random_weights(n * k, 800 + n, 0.1f, DType::kBF16);
-            std::vector<float> want(T * n, 0.0f);
-            MatmulArgs args{x.data(), w.data(), DType::kBF16, nullptr, DType::kBF16, want.data(), T, n, k,
-                            k,        n};
-            ASSERT_TRUE(cpu_->matmul(args).is_ok());
-            DeviceBuffer d_x = to_gpu(x), d_w = to_gpu(w), d_y = to_gpu(std::vector<float>(T * n, 0.0f));
-            args.x = d_x.f32();
-            args.w = d_w.data();
-            args.y = d_y.f32();
-            ASSERT_TRUE(gpu_->matmul(args).is_ok());
-            // Above cuda::kMatmulLongKMaxRows rows cuBLAS runs it, on bf16-rounded activations.
-            expect_close(cuda::matmul_small_t_takes(T, k, true) ? "matmul" : "matmul_bf16_activations",
-                         DType::kBF16, fmt::format("T{} N{} K{}", T, n, k), from_gpu(d_y, T * n), want);
+    for (DType dtype : {DType::kBF16, DType::kF16}) {
+        for (int64_t T : {8, 13, 16}) {
+            for (int64_t n : {37, 8200}) {
+                const int64_t k = 7176;
+                const std::vector<float> x = random_floats(T * k, 700 + T * n);
+                const std::vector<uint8_t> w = random_weights(n * k, 800 + n, 0.1f, dtype);
+                std::vector<float> want(T * n, 0.0f);
+                MatmulArgs args{x.data(), w.data(), dtype, nullptr, DType::kBF16, want.data(), T, n, k, k, n};
+                ASSERT_TRUE(cpu_->matmul(args).is_ok());
+                DeviceBuffer d_x = to_gpu(x), d_w = to_gpu(w), d_y = to_gpu(std::vector<float>(T * n, 0.0f));
+                args.x = d_x.f32();
+                args.w = d_w.data();
+                args.y = d_y.f32();
+                ASSERT_TRUE(gpu_->matmul(args).is_ok());
+                // bf16 above cuda::kMatmulLongKMaxRows rows: cuBLAS, on bf16-rounded activations.
+                const bool few_row = cuda::matmul_small_t_takes(T, k, dtype == DType::kBF16);
+                expect_close(few_row ? "matmul" : "matmul_bf16_activations", dtype,
+                             fmt::format("T{} N{} K{}", T, n, k), from_gpu(d_y, T * n), want);
+            }
         }
     }
 }
