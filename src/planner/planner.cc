@@ -303,8 +303,10 @@ Result<Plan> make_plan(const ModelConfig& config, const HardwareProfile& hardwar
 
     std::vector<ParallelLayout> layouts = request.layouts;
     const LayoutModelDims dims = layout_model_dims(plan.model);
-    for (const ParallelLayout& l : layouts) {
-        EPI_RETURN_IF_ERROR_CTX(validate_layout(l, dims, request.gpus), "layout " + layout_spec(l));
+    for (size_t i = 0; i < layouts.size(); ++i) {
+        const std::string name =
+            i < request.layout_names.size() ? request.layout_names[i] : layout_spec(layouts[i]);
+        EPI_RETURN_IF_ERROR_CTX(validate_layout(layouts[i], dims, request.gpus), "layout " + name);
     }
     if (layouts.empty()) layouts = enumerate_layouts(request.gpus, plan.model);
     if (layouts.empty()) {

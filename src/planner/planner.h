@@ -40,6 +40,9 @@ struct PlanRequest {
     // left). Unset: a layout fits when one request of memory.context_tokens does; the pool is what is left.
     std::optional<int64_t> kv_cache_tokens;
     std::vector<ParallelLayout> layouts;             // empty = every layout enumerate_layouts() finds
+    // layouts[i] as the user wrote it (e.g. "pp1" for tp1), for the errors that name it; missing entries:
+    // layout_spec's name.
+    std::vector<std::string> layout_names;
 };
 
 struct LayoutPlan {

@@ -161,6 +161,7 @@ Status run_plan(const PlanArgs& args) {
             if (std::find(request.layouts.begin(), request.layouts.end(), layout) != request.layouts.end())
                 return invalid_argument(fmt::format("--layout: {} is named twice", spec));
             request.layouts.push_back(layout);
+            request.layout_names.push_back(spec);
         }
     }
     EPI_ASSIGN_OR_RETURN(planner::Plan plan, planner::make_plan(config, hardware, request));

@@ -418,6 +418,8 @@ TEST(PlanCli, BadInputsFailInOneLine) {
     expect_one_line_error(run_plan(kimi + "--hardware h200_sxm --gpus 0"), "--gpus 0: must be >= 1");
     expect_one_line_error(run_plan(kimi + "--hardware h200_sxm --gpus 8 --layout tp3"), "layout tp3: ");
     expect_one_line_error(run_plan(kimi + "--hardware h200_sxm --gpus 8 --layout zz8"), "layout 'zz8': ");
+    // The layout as written ("pp1" is tp1 in the planner's own names).
+    expect_one_line_error(run_plan(kimi + "--hardware h200_sxm --gpus 8 --layout pp1"), "layout pp1: ");
     // A malformed layout names the whole value and its fault ("tp-1" was "bad token 'tp'"); an empty item of
     // the list is refused, not dropped.
     expect_one_line_error(run_plan(kimi + "--hardware h200_sxm --gpus 8 --layout dp8-ep8,tp-1"),
