@@ -154,7 +154,7 @@ public:
         if (m_.n_experts > 0) {
             const double local = static_cast<double>(share_.local_experts);
             const double q = local / static_cast<double>(m_.n_experts);
-            touched = touched_experts(rows.tokens, local);
+            touched = touched_experts(rows.tokens);
             const double mean_pairs = T * m_.top_k * q;
             pairs = mean_pairs + std::sqrt(mean_pairs * (1.0 - q)) * max_normal_;
             expert_bytes = touched * bytes_of(static_cast<double>(share_.expert_slice_params),
@@ -318,13 +318,13 @@ private:
     // with p = E[distinct experts]/E, and the busiest rank sets the pace. Kept by tokens (a step prices every
     // stage of every micro-batch, and the binomial's sum takes microseconds: a 32-stage pipeline of EP
     // ranks spent most of its plan here).
-    double touched_experts(int64_t tokens, double local) {
+    double touched_experts(int64_t tokens) {
         const auto found = touched_by_tokens_.find(tokens);
         if (found != touched_by_tokens_.end()) return found->second;
         const double p_touch =
             expected_distinct_experts(m_.n_experts, m_.top_k, static_cast<double>(tokens)) / m_.n_experts;
-        const double touched =
-            l_.moe_ep > 1 ? expected_max_binomial(share_.local_experts, p_touch, l_.moe_ep) : local * p_touch;
+        const double touched = l_.moe_ep > 1 ? expected_max_binomial(share_.local_experts, p_touch, l_.moe_ep)
+                                             : static_cast<double>(share_.local_experts) * p_touch;
         touched_by_tokens_.emplace(tokens, touched);
         return touched;
     }

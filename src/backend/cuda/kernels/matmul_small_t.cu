@@ -26,7 +26,8 @@ constexpr int rows_per_warp() {
 // 7168 to 18432) at 8 rows 4.83–4.84 → 4.76–4.77 ms and at 16 rows 13.04 → 11.40–11.50 ms. For every K, 2
 // cost Qwen3-30B-A3B (K 2048 and 4096) 2 % (8 rows 11.00 → 11.22–11.27 ms, 16 rows 15.84–15.89 →
 // 16.23–16.25 ms); below the threshold it keeps 1 (11.07 and 16.15 ms against 11.06–11.11 and 16.05–16.13).
-// (The bf16 rows of 16 rows now run on cuBLAS from kMatmulLongK on: kMatmulLongKMaxRows.)
+// (Those were bf16 weights, which now leave such rows above kMatmulLongKMaxRows rows to cuBLAS; f16 and
+// f32 weights, and fp32-activation runs, still take this path there.)
 constexpr int64_t kLongRowChunks = kMatmulLongK * 2 / 16;
 template <int kT>
 constexpr int chunk_batch(bool long_rows) {
