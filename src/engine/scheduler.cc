@@ -1,18 +1,21 @@
 #include "engine/scheduler.h"
 
 #include <algorithm>
+#include <functional>
 #include <string>
 
 namespace epinfer {
 
 BlockAllocator::BlockAllocator(int64_t num_blocks) : num_blocks_(num_blocks) {
     free_.reserve(static_cast<size_t>(num_blocks));
-    for (int64_t b = num_blocks - 1; b >= 0; --b) free_.push_back(static_cast<int32_t>(b));
+    for (int64_t b = 0; b < num_blocks; ++b)
+        free_.push_back(static_cast<int32_t>(b));  // ascending: a min-heap
 }
 
 bool BlockAllocator::allocate(int64_t count, std::vector<int32_t>* table) {
     if (count > num_free()) return false;
     for (int64_t i = 0; i < count; ++i) {
+        std::pop_heap(free_.begin(), free_.end(), std::greater<>());
         table->push_back(free_.back());
         free_.pop_back();
     }
@@ -20,8 +23,10 @@ bool BlockAllocator::allocate(int64_t count, std::vector<int32_t>* table) {
 }
 
 void BlockAllocator::release(std::vector<int32_t>* table) {
-    free_.insert(free_.end(), table->begin(), table->end());
-    std::sort(free_.begin(), free_.end(), std::greater<>());
+    for (const int32_t id : *table) {
+        free_.push_back(id);
+        std::push_heap(free_.begin(), free_.end(), std::greater<>());
+    }
     table->clear();
 }
 

@@ -68,6 +68,23 @@ TEST(BlockAllocator, TakesLowestIdsAndRefusesWhenShort) {
     EXPECT_THAT(t2, ElementsAre(0, 1));
 }
 
+TEST(BlockAllocator, TakesLowestIdsAfterReleasesInAnyOrder) {
+    BlockAllocator a(10);
+    std::vector<int32_t> t1, t2, t3;
+    ASSERT_TRUE(a.allocate(4, &t1));  // 0 1 2 3
+    ASSERT_TRUE(a.allocate(3, &t2));  // 4 5 6
+    ASSERT_TRUE(a.allocate(2, &t3));  // 7 8
+    std::vector<int32_t> scrambled = {6, 4, 5};
+    a.release(&scrambled);
+    t1 = {3, 1};  // a table released out of order (its other ids stay held)
+    a.release(&t1);
+    EXPECT_EQ(a.num_free(), 6);  // 1 3 4 5 6 9
+    std::vector<int32_t> got;
+    ASSERT_TRUE(a.allocate(6, &got));
+    EXPECT_THAT(got, ElementsAre(1, 3, 4, 5, 6, 9));
+    EXPECT_FALSE(a.allocate(1, &got));
+}
+
 TEST(Scheduler, RejectsBadOptionsNamingThem) {
     Result<Scheduler> s = Scheduler::create(options(0, 8, 4, 16));
     ASSERT_FALSE(s.is_ok());
