@@ -269,7 +269,7 @@ public:
     Status argmax(const ArgmaxArgs& args) override {
         use_device();
         EPI_RETURN_IF_ERROR(argmax_check(args));
-        EPI_CUDA_CHECK(cuda::launch_argmax(args, stream_));
+        EPI_CUDA_CHECK(cuda::launch_argmax(args, attention_device_.num_sms, stream_));
         return Status::ok();
     }
     Status silu_mul(const SiluMulArgs& args) override {

@@ -1,7 +1,8 @@
 // The CUDA argmax op (backend/cuda/kernels/argmax.cuh) against the CPU reference backend on fresh random
 // rows: odd vocabularies (1, 7, 1000, 151936), packed rows (so most rows start off a 16-byte boundary),
 // padded strides, a misaligned base pointer, planted ties at the maximum, NaN, ±inf, all-NaN and all-equal
-// rows, and more rows than the grid's blocks. Ids and non-finite flags must be exactly equal.
+// rows, few rows split over clusters of blocks, and more rows than the grid's blocks. Ids and non-finite
+// flags must be exactly equal.
 #include <gtest/gtest.h>
 
 #if EPINFER_WITH_CUDA
@@ -16,6 +17,7 @@
 #include "backend/backend.h"
 #include "backend/cpu/cpu_backend.h"
 #include "backend/cuda/cuda_backend.h"
+#include "backend/cuda/kernels/argmax.cuh"
 #include "cuda_test_util.h"
 
 namespace epinfer::test {
@@ -132,6 +134,54 @@ TEST_F(ArgmaxCudaTest, MatchesCpuOnPlantedRows) {
                 EXPECT_GE(num_flagged, R / 10 * 4) << what;  // rows 3, 4, 5, 8 (mod 10) at least
             }
         }
+    }
+}
+
+TEST_F(ArgmaxCudaTest, FewRowsSplitOverAClusterOfBlocks) {
+    // 8 blocks per row while they fit one block per SM, then 2, then 1 (132 SMs: rows 16 and 66 are the
+    // last).
+    EXPECT_EQ(cuda::argmax_blocks_per_row(1, 132), 8);
+    EXPECT_EQ(cuda::argmax_blocks_per_row(16, 132), 8);
+    EXPECT_EQ(cuda::argmax_blocks_per_row(17, 132), 2);
+    EXPECT_EQ(cuda::argmax_blocks_per_row(66, 132), 2);
+    EXPECT_EQ(cuda::argmax_blocks_per_row(67, 132), 1);
+    // Slices of one element or none (V < 8), slices that hold no whole float4, and each slice boundary
+    // falling on every alignment (odd V, packed rows, base +1).
+    for (const int64_t R : {1, 3, 8, 33, 50, 90}) {
+        for (const int64_t V : {1, 7, 13, 37, 1000, 151936}) {
+            if (V == 151936 && R > 8) continue;
+            for (const int64_t base_offset : {0, 1}) {
+                const std::string what = "R " + std::to_string(R) + " V " + std::to_string(V) + " base +" +
+                                         std::to_string(base_offset);
+                const std::vector<float> logits =
+                    planted_rows(R, V, V, static_cast<uint32_t>(R * 1009 + V * 13 + base_offset));
+                std::vector<float> shifted(static_cast<size_t>(base_offset), 0.0f);
+                shifted.insert(shifted.end(), logits.begin(), logits.end());
+                expect_same(shifted, base_offset, R, V, V, what);
+            }
+        }
+    }
+    // Ties across the cluster's blocks only: the maximum at the last slice's end and start, the end of the
+    // third and the start of the fourth slice (8 slices of 18992 logits): the start of the fourth wins.
+    const int64_t V = 151936, slice = V / 8;
+    for (const int64_t R : {1, 5}) {
+        std::vector<float> rows = random_floats(static_cast<size_t>(R * V), 11, -1.0f, 1.0f);
+        for (int64_t r = 0; r < R; ++r) {
+            for (const int64_t i : {V - 1, 7 * slice, 4 * slice - 1, 3 * slice}) rows[r * V + i] = 2.0f;
+        }
+        cuda::CudaBuffer d_rows = upload(rows), d_ids = poisoned<int32_t>(R), d_flags = poisoned<int32_t>(R);
+        ArgmaxArgs args;
+        args.logits = static_cast<const float*>(d_rows.data());
+        args.out_ids = static_cast<int32_t*>(d_ids.data());
+        args.out_non_finite = static_cast<int32_t*>(d_flags.data());
+        args.num_rows = R;
+        args.vocab_size = V;
+        args.row_stride = V;
+        ASSERT_TRUE(gpu_->argmax(args).is_ok());
+        ASSERT_TRUE(gpu_->synchronize().is_ok());
+        EXPECT_EQ(download<int32_t>(d_ids.data(), R),
+                  std::vector<int32_t>(R, static_cast<int32_t>(3 * slice)));
+        EXPECT_EQ(download<int32_t>(d_flags.data(), R), std::vector<int32_t>(R, 0));
     }
 }
 

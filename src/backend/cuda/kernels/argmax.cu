@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cstdint>
 
+#include <cooperative_groups.h>
+
 #include "backend/cuda/kernels/pdl.cuh"
 
 namespace epinfer::cuda {
@@ -13,6 +15,7 @@ constexpr int kThreads = 512;
 constexpr int kUnroll = 8;  // 16-byte loads in flight per thread
 constexpr int kWarpSize = 32;
 constexpr int64_t kMaxBlocks = 65535LL * 16;  // rows beyond this loop inside a block
+constexpr int kMaxBlocksPerRow = 8;         // the portable cluster size
 
 // A candidate of the reduction: idx < 0 means "no non-NaN value seen yet" (val is then meaningless).
 struct Best {
@@ -29,14 +32,16 @@ __device__ __forceinline__ Best better(Best a, Best b) {
     return a;
 }
 
-// Folds logit v at index i into a thread's candidate and its non-finite flag.
-__device__ __forceinline__ void fold(Best& best, bool& non_finite, float v, int64_t i) {
-    non_finite |= !isfinite(v);
-    if (!isnan(v)) best = better(best, Best{v, static_cast<int32_t>(i)});
+// Folds logit v at index i into a thread's candidate and its non-finite flag. A thread folds its indices in
+// ascending order, so of equal values the first it meets is the lower index: a strict > (false for NaN)
+// suffices, plus the first non-NaN value when the candidate is still absent (a row of −inf).
+__device__ __forceinline__ void fold(Best& best, bool& non_finite, float v, int32_t i) {
+    non_finite |= !(fabsf(v) < INFINITY);  // NaN or ±inf
+    if (v > best.val || (best.idx < 0 && v == v)) best = Best{v, i};
 }
 
 // The four logits of v, at indices i … i + 3.
-__device__ __forceinline__ void fold4(Best& best, bool& non_finite, float4 v, int64_t i) {
+__device__ __forceinline__ void fold4(Best& best, bool& non_finite, float4 v, int32_t i) {
     fold(best, non_finite, v.x, i);
     fold(best, non_finite, v.y, i + 1);
     fold(best, non_finite, v.z, i + 2);
@@ -67,37 +72,79 @@ __device__ Best block_best(Best best) {
     return best;
 }
 
-// One block per row (grid-stride over rows when R exceeds the grid).
-__global__ void __launch_bounds__(kThreads) argmax_kernel(ArgmaxArgs a) {
+// The best candidate of logits [begin, end) of `row` (element indices), folded into best/non_finite by the
+// block's threads: elements before the first 16-byte boundary of the row one by one, then float4 loads,
+// kUnroll in flight per thread before their folds (a row of 152k logits is ~75 loads per thread: one at a
+// time, each waited for, the batch-1 argmax took ~50 µs), then the tail: each thread in ascending index
+// order, as fold() needs. The threads' candidates then merge through better(), commutative and
+// associative, so the result does not depend on how the range is spread over threads or blocks.
+__device__ __forceinline__ void fold_range(const float* __restrict__ row, int64_t begin, int64_t end, Best& best, bool& non_finite) {
+    const int64_t misalign = static_cast<int64_t>((reinterpret_cast<uintptr_t>(row) & 15u) / sizeof(float));
+    const int64_t first_vec = (4 - misalign) & 3;  // the row's first element on a 16-byte boundary
+    // Vectors of the range: float4 k covers elements first_vec + 4k … + 3.
+    const int64_t vec_begin = begin <= first_vec ? 0 : (begin - first_vec + 3) / 4;
+    const int64_t vec_end = end < first_vec ? 0 : (end - first_vec) / 4;
+    const int64_t head_end = min(end, first_vec + 4 * vec_begin);  // scalar elements before the vectors
+    const int64_t tail_begin = max(head_end, first_vec + 4 * max(vec_end, vec_begin));
+    for (int64_t i = begin + threadIdx.x; i < head_end; i += kThreads) fold(best, non_finite, __ldg(row + i), static_cast<int32_t>(i));
+    const float4* __restrict__ body = reinterpret_cast<const float4*>(row + first_vec);
+    // Vector indices in int32: V ≤ INT32_MAX (argmax_check), so they stay below 2^29 + kUnroll · kThreads.
+    const int32_t vb = static_cast<int32_t>(vec_begin), ve = static_cast<int32_t>(vec_end);
+    int32_t j = vb + static_cast<int32_t>(threadIdx.x);
+    for (; j + (kUnroll - 1) * kThreads < ve; j += kUnroll * kThreads) {
+        float4 v[kUnroll];
+#pragma unroll
+        for (int u = 0; u < kUnroll; ++u) v[u] = __ldg(body + j + u * kThreads);
+#pragma unroll
+        for (int u = 0; u < kUnroll; ++u) fold4(best, non_finite, v[u], static_cast<int32_t>(first_vec) + 4 * (j + u * kThreads));
+    }
+    for (; j < ve; j += kThreads) fold4(best, non_finite, __ldg(body + j), static_cast<int32_t>(first_vec) + 4 * j);
+    for (int64_t i = tail_begin + threadIdx.x; i < end; i += kThreads) fold(best, non_finite, __ldg(row + i), static_cast<int32_t>(i));
+}
+
+// One cluster of `cluster` blocks per row (grid-stride over rows when R exceeds the grid's clusters):
+// block b of the cluster folds the b-th of `cluster` equal slices of the row, and block 0 reduces the
+// blocks' candidates through distributed shared memory (sm_90+; below it every launch has clusters of one).
+__global__ void __launch_bounds__(kThreads, 2) argmax_kernel(ArgmaxArgs a) {
     pdl_begin();
+    __shared__ Best block_result;
+    __shared__ int block_non_finite;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    namespace cg = cooperative_groups;
+    cg::cluster_group cluster = cg::this_cluster();
+    const int64_t cluster_size = cluster.num_blocks();
+    const int64_t rank = cluster.block_rank();
+#else
+    constexpr int64_t cluster_size = 1, rank = 0;
+#endif
     const int64_t V = a.vocab_size;
-    for (int64_t r = blockIdx.x; r < a.num_rows; r += gridDim.x) {
-        const float* __restrict__ row = a.logits + r * a.row_stride;  // [V] fp32
-        // Elements before the first 16-byte boundary of the row, read one by one, then float4 loads.
-        const int64_t misalign = static_cast<int64_t>((reinterpret_cast<uintptr_t>(row) & 15u) / sizeof(float));
-        const int64_t head = min(V, (4 - misalign) & 3);
-        const int64_t num_vec = (V - head) / 4;
-        const float4* __restrict__ body = reinterpret_cast<const float4*>(row + head);  // [num_vec] float4
-        Best best{0.0f, -1};
+    const int64_t slice = (V + cluster_size - 1) / cluster_size;
+    const int64_t begin = min(V, rank * slice), end = min(V, begin + slice);
+    for (int64_t r = blockIdx.x / cluster_size; r < a.num_rows; r += gridDim.x / cluster_size) {
+        Best best{-INFINITY, -1};
         bool non_finite = false;
-        for (int64_t i = threadIdx.x; i < head; i += kThreads) fold(best, non_finite, __ldg(row + i), i);
-        // kUnroll loads in flight per thread before their folds (a row of 152k logits is ~75 loads per
-        // thread: one at a time, each waited for, the batch-1 argmax took ~50 µs); the fold order does not
-        // change the result (better() is commutative and associative).
-        int64_t j = threadIdx.x;
-        for (; j + (kUnroll - 1) * kThreads < num_vec; j += kUnroll * kThreads) {
-            float4 v[kUnroll];
-#pragma unroll
-            for (int u = 0; u < kUnroll; ++u) v[u] = __ldg(body + j + u * kThreads);
-#pragma unroll
-            for (int u = 0; u < kUnroll; ++u) fold4(best, non_finite, v[u], head + 4 * (j + u * kThreads));
-        }
-        for (; j < num_vec; j += kThreads) fold4(best, non_finite, __ldg(body + j), head + 4 * j);
-        for (int64_t i = head + 4 * num_vec + threadIdx.x; i < V; i += kThreads)
-            fold(best, non_finite, __ldg(row + i), i);
+        fold_range(a.logits + r * a.row_stride, begin, end, best, non_finite);
         const bool any_non_finite = __syncthreads_or(non_finite) != 0;
         best = block_best(best);
-        if (threadIdx.x == 0) {
+        if (cluster_size > 1) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+            if (threadIdx.x == 0) {
+                block_result = best;
+                block_non_finite = any_non_finite ? 1 : 0;
+            }
+            cluster.sync();  // every block's result written
+            if (rank == 0 && threadIdx.x == 0) {
+                int flag = 0;
+                for (unsigned b = 0; b < cluster_size; ++b) {
+                    best = better(best, *cluster.map_shared_rank(&block_result, b));
+                    flag |= *cluster.map_shared_rank(&block_non_finite, b);
+                }
+                a.out_ids[r] = best.idx < 0 ? 0 : best.idx;
+                a.out_non_finite[r] = flag;
+            }
+            cluster.sync();  // block 0 has read them: the next row may overwrite them, the blocks may exit
+#endif
+        } else if (threadIdx.x == 0) {
             a.out_ids[r] = best.idx < 0 ? 0 : best.idx;
             a.out_non_finite[r] = any_non_finite ? 1 : 0;
         }
@@ -106,10 +153,34 @@ __global__ void __launch_bounds__(kThreads) argmax_kernel(ArgmaxArgs a) {
 
 }  // namespace
 
-cudaError_t launch_argmax(const ArgmaxArgs& args, cudaStream_t stream) {
+int argmax_blocks_per_row(int64_t num_rows, int num_sms) {
+    if (num_rows * kMaxBlocksPerRow <= num_sms) return kMaxBlocksPerRow;
+    return num_rows * 2 <= num_sms ? 2 : 1;
+}
+
+cudaError_t launch_argmax(const ArgmaxArgs& args, int num_sms, cudaStream_t stream) {
     if (args.num_rows == 0) return cudaSuccess;
-    const unsigned grid = static_cast<unsigned>(std::min(args.num_rows, kMaxBlocks));
-    return launch_pdl(argmax_kernel, grid, dim3(kThreads), 0, stream, args);
+    int cluster = argmax_blocks_per_row(args.num_rows, num_sms);
+    int device = 0, major = 0;
+    cudaError_t err = cudaGetDevice(&device);
+    if (err == cudaSuccess) err = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device);
+    if (err != cudaSuccess) return err;
+    if (major < 9) cluster = 1;  // no clusters before sm_90
+    const unsigned grid = static_cast<unsigned>(std::min(args.num_rows, kMaxBlocks / cluster) * cluster);
+    cudaLaunchAttribute attrs[2];
+    attrs[0].id = cudaLaunchAttributeClusterDimension;
+    attrs[0].val.clusterDim.x = static_cast<unsigned>(cluster);
+    attrs[0].val.clusterDim.y = 1;
+    attrs[0].val.clusterDim.z = 1;
+    attrs[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attrs[1].val.programmaticStreamSerializationAllowed = 1;
+    cudaLaunchConfig_t config = {};
+    config.gridDim = dim3(grid);
+    config.blockDim = dim3(kThreads);
+    config.stream = stream;
+    config.attrs = attrs;
+    config.numAttrs = major >= 9 ? 2 : 0;  // PDL as launch_pdl (pdl.cuh)
+    return cudaLaunchKernelEx(&config, argmax_kernel, args);
 }
 
 }  // namespace epinfer::cuda
