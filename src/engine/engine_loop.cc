@@ -13,6 +13,8 @@ namespace {
 constexpr std::chrono::milliseconds kIdleStep(500);
 // drain_and_stop timeouts are clamped to [0, this] seconds.
 constexpr double kMaxDrainSeconds = 1e7;
+// Either side of the delivery queue, waiting on the other, re-checks this often.
+constexpr std::chrono::milliseconds kDeliveryPoll(100);
 
 }  // namespace
 
@@ -102,7 +104,41 @@ void EngineLoop::cut_drain() {
     cv_.notify_all();
 }
 
+void EngineLoop::deliver_later(Calls calls) {
+    if (calls.empty()) return;
+    std::unique_lock<std::mutex> lock(deliver_mu_);
+    // Callbacks do not block (OutputCallback), so the delivery thread frees a slot; poll, never hang.
+    while (undelivered_.size() >= kMaxStepsUndelivered) deliver_cv_.wait_for(lock, kDeliveryPoll);
+    undelivered_.push_back(std::move(calls));
+    deliver_cv_.notify_all();
+}
+
+void EngineLoop::deliver() {
+    for (;;) {
+        Calls calls;
+        {
+            std::unique_lock<std::mutex> lock(deliver_mu_);
+            while (undelivered_.empty() && !delivery_done_) deliver_cv_.wait_for(lock, kDeliveryPoll);
+            if (undelivered_.empty()) return;  // done, all delivered
+            calls = std::move(undelivered_.front());
+            undelivered_.pop_front();
+        }
+        deliver_cv_.notify_all();  // a slot is free
+        for (const auto& [on_output, out] : calls)
+            if (*on_output) (*on_output)(out);
+    }
+}
+
+void EngineLoop::finish_delivery() {
+    {
+        std::lock_guard<std::mutex> lock(deliver_mu_);
+        delivery_done_ = true;
+    }
+    deliver_cv_.notify_all();
+}
+
 void EngineLoop::run() {
+    std::thread delivery([this] { deliver(); });
     for (;;) {
         std::vector<RequestId> to_abort;
         {
@@ -122,7 +158,7 @@ void EngineLoop::run() {
         }
         for (const RequestId id : to_abort) engine_.abort(id);
         Result<std::vector<RequestOutput>> outputs = engine_.step();
-        std::vector<std::pair<std::shared_ptr<const OutputCallback>, RequestOutput>> calls;
+        Calls calls;
         bool failed = false;
         {
             std::lock_guard<std::mutex> lock(mu_);
@@ -152,10 +188,11 @@ void EngineLoop::run() {
             }
             stats_ = engine_.stats();
         }
-        for (const auto& [on_output, out] : calls)
-            if (*on_output) (*on_output)(out);
+        deliver_later(std::move(calls));
         if (failed) break;
     }
+    finish_delivery();
+    delivery.join();  // every call made before the loop reports stopped
     bool failed = false;
     {
         std::lock_guard<std::mutex> lock(mu_);
