@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cmath>
 #include <nlohmann/json.hpp>
 
 namespace epinfer::planner {
@@ -14,6 +15,18 @@ constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
 
 double gib(int64_t bytes) {
     return static_cast<double>(bytes) / kGiB;
+}
+
+// A memory cell of the table: GiB with one decimal and a G, in T or P (1024-fold) once the GiB figure needs
+// five digits, so that the cell stays within its column even for a pool of --kv-cache-tokens that cannot
+// fit by petabytes.
+std::string table_gib(int64_t bytes) {
+    double value = gib(bytes);
+    for (const char* unit : {"G", "T"}) {
+        if (std::fabs(value) < 9999.95) return fmt::format("{:.1f}{}", value, unit);
+        value /= 1024.0;
+    }
+    return fmt::format("{:.1f}P", value);
 }
 
 std::string model_summary(const Plan& plan) {
@@ -157,9 +170,7 @@ std::string plan_to_text(const Plan& plan) {
     for (const LayoutPlan& lp : plan.layouts) {
         const MemoryPlan& m = lp.memory;
         out += fmt::format("{:<{}}{:<{}}{:>12}{:>11}{:>12}{:>9}  ", lp.spec, width, rank_split(lp.layout),
-                           split_width, fmt::format("{:.1f}G", gib(m.worst().weights.total())),
-                           m.fits ? fmt::format("{:.1f}G", gib(m.margin_bytes))
-                                  : fmt::format("-{:.1f}G", gib(-m.margin_bytes)),
+                           split_width, table_gib(m.worst().weights.total()), table_gib(m.margin_bytes),
                            m.kv_tokens_total, m.max_requests);
         for (const DecodeResult& d : lp.decode) out += fmt::format("{:>14}", decode_cell(lp, d));
         out += fmt::format("{:>22}\n",

@@ -11,6 +11,7 @@
 #include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <regex>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -317,6 +318,24 @@ TEST(PlanCli, TableShowsHowEachStageSplitsAttentionAndExperts) {
     EXPECT_NE(r.out.find("tp8-dp2-ep4  tp4·dp2 / tp2·ep4"), std::string::npos) << r.out;
     EXPECT_NE(r.out.find("tp8 / ep8"), std::string::npos) << r.out;
     EXPECT_NE(r.out.find("dp8 / tp8"), std::string::npos) << r.out;
+}
+
+TEST(PlanCli, MemoryCellsStayInTheirColumnsForAnAbsurdKvPool) {
+    // A pool of 10^11 tokens per rank misses by ~2 PiB per GPU: the free/GPU cell switches to T (or P) so
+    // that it stays apart from weights/GPU (it printed "7.2G-2288696.8G").
+    CliResult r = run_plan("--model '" + kConfigsDir +
+                           "/qwen3_30b_a3b.json' --hardware h200_sxm --gpus 8 "
+                           "--layout tp8 --concurrency 1 --kv-cache-tokens 99999999999");
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    std::istringstream lines(r.out);
+    std::string line;
+    bool found = false;
+    while (std::getline(lines, line)) {
+        if (line.rfind("tp8 ", 0) != 0) continue;
+        found = true;
+        EXPECT_TRUE(std::regex_search(line, std::regex("[0-9]G +-[0-9]{1,4}\\.[0-9][TP] "))) << line;
+    }
+    EXPECT_TRUE(found) << r.out;
 }
 
 TEST(PlanCli, NotesCollectivesPricedPastTheProfilesTables) {
