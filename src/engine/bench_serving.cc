@@ -162,6 +162,8 @@ std::string bench_json(const BenchRunInfo& info, std::span<const BenchLevelStats
                           {"input_len", info.input_len},
                           {"output_len", info.output_len},
                           {"seed", info.seed},
+                          {"temperature", info.temperature},
+                          {"top_p", info.top_p},
                           {"results", nlohmann::json::array()}};
     if (!info.kv_cache_dtype.empty()) {
         doc["kv_cache_dtype"] = info.kv_cache_dtype;

@@ -51,7 +51,6 @@ using nlohmann::json;
 constexpr int64_t kMaxConcurrency = 65536;
 constexpr int64_t kMaxLen = int64_t{1} << 22;
 constexpr int64_t kMaxPrompts = int64_t{1} << 22;
-constexpr double kSamplingTemperature = 0.0;  // greedy, as the serving benchmarks of vLLM and SGLang
 
 // Numbers are kept as text and parsed here, so that a bad value is one line naming the flag.
 struct BenchServingFlags {
@@ -67,6 +66,8 @@ struct BenchServingFlags {
     std::string vocab_size = "0";
     std::string timeout_s = "3600";
     std::string warmup = "1";
+    std::string temperature = "0";  // greedy by default, as the serving benchmarks of vLLM and SGLang
+    std::string top_p = "1";
 };
 
 struct BenchServingValues {
@@ -75,6 +76,7 @@ struct BenchServingValues {
     int64_t input_len = 0, output_len = 0, vocab_size = 0, warmup = 0;
     uint64_t seed = 0;
     double timeout_s = 0.0;
+    double temperature = 0.0, top_p = 1.0;
 };
 
 Result<int64_t> parse_int(const std::string& text, const char* flag, int64_t lo, int64_t hi) {
@@ -85,6 +87,15 @@ Result<int64_t> parse_int(const std::string& text, const char* flag, int64_t lo,
         return invalid_argument(fmt::format("{} '{}' is not an integer", flag, text));
     if (value < lo || value > hi)
         return invalid_argument(fmt::format("{} {}: must be in [{}, {}]", flag, text, lo, hi));
+    return value;
+}
+
+Result<double> parse_double(const std::string& text, const char* flag) {
+    double value = 0.0;
+    const char* end = text.data() + text.size();
+    const auto [ptr, ec] = std::from_chars(text.data(), end, value);
+    if (text.empty() || ec != std::errc() || ptr != end || !std::isfinite(value))
+        return invalid_argument(fmt::format("{} '{}' is not a finite number", flag, text));
     return value;
 }
 
@@ -123,6 +134,12 @@ Result<BenchServingValues> parse_values(const BenchServingFlags& f) {
     if (f.timeout_s.empty() || ec != std::errc() || ptr != end || !std::isfinite(timeout) || timeout <= 0.0)
         return invalid_argument(fmt::format("--timeout-s '{}': must be a number > 0", f.timeout_s));
     v.timeout_s = timeout;
+    EPI_ASSIGN_OR_RETURN(v.temperature, parse_double(f.temperature, "--temperature"));
+    if (v.temperature < 0.0)
+        return invalid_argument(fmt::format("--temperature {}: must be ≥ 0", f.temperature));
+    EPI_ASSIGN_OR_RETURN(v.top_p, parse_double(f.top_p, "--top-p"));
+    if (!(v.top_p > 0.0 && v.top_p <= 1.0))
+        return invalid_argument(fmt::format("--top-p {}: must be in (0, 1]", f.top_p));
     if (!f.url.empty()) {
         std::vector<std::string> given;  // the model and engine flags given: the server has its own
         for (const CLI::Option* option : f.setup_options)
@@ -175,9 +192,12 @@ void print_preamble(const BenchRunInfo& info, const BenchServingValues& v) {
         info.mode == "client" ? "client of " + info.url
                               : fmt::format("{} on {}, kv_cache_dtype {}, kv_cache_tokens {}", info.layout,
                                             info.device, info.kv_cache_dtype, info.kv_cache_tokens);
-    std::printf("# epinfer bench: %s%s, %s, input_len %lld, output_len %lld, seed %llu\n", info.model.c_str(),
-                weights.c_str(), where.c_str(), static_cast<long long>(v.input_len),
-                static_cast<long long>(v.output_len), static_cast<unsigned long long>(v.seed));
+    const std::string sampling =
+        v.temperature == 0.0 ? "greedy" : fmt::format("temperature {:g}, top_p {:g}", v.temperature, v.top_p);
+    std::printf("# epinfer bench: %s%s, %s, input_len %lld, output_len %lld, seed %llu, %s\n",
+                info.model.c_str(), weights.c_str(), where.c_str(), static_cast<long long>(v.input_len),
+                static_cast<long long>(v.output_len), static_cast<unsigned long long>(v.seed),
+                sampling.c_str());
     std::printf("# latencies in ms; tpot = (finish - first token) / (output tokens - 1)\n%s\n",
                 bench_table_header().c_str());
     std::fflush(stdout);
@@ -255,6 +275,8 @@ Status run_offline(const BenchServingFlags& flags, BenchServingValues v) {
     info.input_len = v.input_len;
     info.output_len = v.output_len;
     info.seed = v.seed;
+    info.temperature = v.temperature;
+    info.top_p = v.top_p;
     print_preamble(info, v);
 
     EngineLoop loop(*engine);
@@ -266,7 +288,8 @@ Status run_offline(const BenchServingFlags& flags, BenchServingValues v) {
         args.concurrency = concurrency;
         args.prompts = prompts;
         args.output_len = v.output_len;
-        args.sampling.temperature = kSamplingTemperature;
+        args.sampling.temperature = v.temperature;
+        args.sampling.top_p = v.top_p;
         args.sampling.seed = seed;
         args.timeout_s = v.timeout_s;
         return run_bench_level(loop, args);
@@ -358,16 +381,26 @@ Result<ServedModel> get_served_model(const std::string& url, double timeout_s) {
     return s;
 }
 
+// The sampling of a level's requests: the flags' temperature and top_p; request i gets seed + i.
+SamplingParams level_sampling(const BenchServingValues& v, uint64_t seed) {
+    SamplingParams s;
+    s.temperature = v.temperature;
+    s.top_p = v.top_p;
+    s.seed = seed;
+    return s;
+}
+
 // One streaming completion; times relative to `start`.
 BenchRequestTiming run_http_request(httplib::Client& client, const std::string& model,
-                                    const std::vector<int32_t>& prompt, int64_t output_len, uint64_t seed,
-                                    Clock::time_point start) {
+                                    const std::vector<int32_t>& prompt, int64_t output_len,
+                                    const SamplingParams& sampling, Clock::time_point start) {
     const auto now_s = [start] { return std::chrono::duration<double>(Clock::now() - start).count(); };
     BenchRequestTiming t;
     t.prompt_tokens = static_cast<int64_t>(prompt.size());
-    const json body = {{"model", model}, {"prompt", prompt},   {"max_tokens", output_len},
-                       {"stream", true}, {"ignore_eos", true}, {"temperature", kSamplingTemperature},
-                       {"seed", seed}};
+    const json body = {{"model", model},           {"prompt", prompt},
+                       {"max_tokens", output_len}, {"stream", true},
+                       {"ignore_eos", true},       {"temperature", sampling.temperature},
+                       {"top_p", sampling.top_p},  {"seed", sampling.seed}};
     int status = -1;
     std::string buffer, error_body, finish_reason;
     bool done = false, malformed = false;
@@ -451,7 +484,7 @@ BenchRequestTiming run_http_request(httplib::Client& client, const std::string& 
 // left or the level's deadline passed.
 BenchLevelRun run_http_level(const std::string& url, const std::string& model, int64_t concurrency,
                              const std::vector<std::vector<int32_t>>& prompts, int64_t output_len,
-                             uint64_t seed, double timeout_s) {
+                             const SamplingParams& sampling, double timeout_s) {
     BenchLevelRun run;
     run.requests.resize(prompts.size());
     std::atomic<size_t> next{0};
@@ -469,7 +502,9 @@ BenchLevelRun run_http_level(const std::string& url, const std::string& model, i
                         fmt::format("not sent: the level passed --timeout-s {}", timeout_s);
                     continue;
                 }
-                run.requests[i] = run_http_request(*client, model, prompts[i], output_len, seed + i, start);
+                SamplingParams params = sampling;
+                params.seed = sampling.seed + i;
+                run.requests[i] = run_http_request(*client, model, prompts[i], output_len, params, start);
             }
         });
     }
@@ -512,13 +547,15 @@ Status run_client(const BenchServingFlags& flags, BenchServingValues v) {
     info.input_len = v.input_len;
     info.output_len = v.output_len;
     info.seed = v.seed;
+    info.temperature = v.temperature;
+    info.top_p = v.top_p;
     print_preamble(info, v);
     if (v.warmup > 0) {
         const auto prompts =
             bench_random_prompts(v.seed ^ 0x5bd1e995ull, v.warmup, v.input_len, v.vocab_size);
         const BenchLevelRun warm =
             run_http_level(flags.url, served.id, std::min<int64_t>(v.warmup, v.levels.front()), prompts,
-                           v.output_len, v.seed, v.timeout_s);
+                           v.output_len, level_sampling(v, v.seed), v.timeout_s);
         for (const BenchRequestTiming& r : warm.requests)
             if (!r.ok) return Status(StatusCode::kUnavailable, "warm-up: " + r.error);
     }
@@ -526,8 +563,9 @@ Status run_client(const BenchServingFlags& flags, BenchServingValues v) {
     for (size_t i = 0; i < v.levels.size(); ++i) {
         const int64_t c = v.levels[i];
         const auto prompts = level_prompts(v, i, level_num_prompts(v, i));
-        const BenchLevelRun run = run_http_level(flags.url, served.id, c, prompts, v.output_len,
-                                                 v.seed + 1000003ull * (i + 1), v.timeout_s);
+        const BenchLevelRun run =
+            run_http_level(flags.url, served.id, c, prompts, v.output_len,
+                           level_sampling(v, v.seed + 1000003ull * (i + 1)), v.timeout_s);
         levels.push_back(summarize_bench_level(c, run.requests, run.duration_s));
         std::printf("%s\n", bench_table_row(levels.back()).c_str());
         std::fflush(stdout);
@@ -555,6 +593,10 @@ void add_bench_serving(CLI::App& bench) {
         "Requests per level, one value or one per --concurrency level (comma-separated); 0 = max(4 x "
         "concurrency, 32), at most max(concurrency, 4096) (default 0)");
     bench.add_option("--seed", flags->seed, "Seed of the random prompts and the sampling (default 0)");
+    bench.add_option("--temperature", flags->temperature,
+                     "Sampling temperature of every request; 0 = greedy (default 0, as vLLM's and SGLang's "
+                     "serving benchmarks)");
+    bench.add_option("--top-p", flags->top_p, "Nucleus of every sampled request, in (0, 1] (default 1)");
     bench.add_option("--json", flags->json_path, "Also write the results to this JSON file");
     bench.add_option("--url", flags->url,
                      "Drive a running `epinfer serve` at http://HOST:PORT instead (no model flags)");
