@@ -208,10 +208,12 @@ struct QkNormRopeKvStoreParts {
 };
 QkNormRopeKvStoreParts qk_norm_rope_kv_store_parts(const QkNormRopeKvStoreArgs& args);
 
-// Greedy decoding on the device: out_ids[r] = the index of the largest of logits[r, :], ties to the lower
-// index, NaN never winning unless the whole row is NaN (then 0) — the host sampler's argmax_token
-// (engine/sampler.h). out_non_finite[r] = 1 when row r holds a NaN or ±inf, else 0 (the engine refuses
-// such rows).
+// Token choice on the device. Greedy row: out_ids[r] = the index of the largest of logits[r, :], ties to the
+// lower index, NaN never winning unless the whole row is NaN (then 0) — the host sampler's argmax_token
+// (engine/sampler.h). Sampled row (inv_temperature[r] > 0): the same over the scores
+// gumbel_score(logits[r, i], inv_temperature[r], noise_keys[r], i) (backend/gumbel_noise.h: a draw from
+// softmax(logits / T) by the Gumbel-max trick). out_non_finite[r] = 1 when row r holds a NaN or ±inf, else 0
+// (the engine refuses such rows).
 struct ArgmaxArgs {
     const float* logits = nullptr;    // [R, V] fp32, device, rows row_stride elements apart
     int32_t* out_ids = nullptr;       // [R] int32, device
@@ -219,6 +221,8 @@ struct ArgmaxArgs {
     int64_t num_rows = 0;             // R (0 allowed)
     int64_t vocab_size = 0;           // V ≥ 1
     int64_t row_stride = 0;           // ≥ V
+    const float* inv_temperature = nullptr;  // [R] fp32, device: 1 / T, 0 = greedy; nullptr: every row greedy
+    const uint64_t* noise_keys = nullptr;  // [R] uint64, device: each sampled row's key; with inv_temperature
 };
 
 // out[i] = silu(gate[i]) · up[i], silu(x) = x / (1 + exp(−x)) (SwiGLU).

@@ -3,9 +3,13 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <functional>
 #include <numeric>
 #include <string>
 #include <vector>
+
+#include "backend/cpu/cpu_argmax.h"
+#include "backend/gumbel_noise.h"
 
 namespace epinfer {
 
@@ -38,40 +42,121 @@ int32_t argmax_token(std::span<const float> logits) {
     return best < 0 ? 0 : best;
 }
 
+namespace {
+
+// A token kept by the top-k filter: its logit (NaN as −inf), id and exp(logit / T − max / T).
+struct Candidate {
+    float key;
+    int32_t id;
+    double prob;
+};
+
+// The ranking of transformers' warpers: higher logit first, ties by lower id.
+bool ranks_before(const Candidate& a, const Candidate& b) {
+    return a.key > b.key || (a.key == b.key && a.id < b.id);
+}
+
+}  // namespace
+
+bool draws_on_device(const SamplingParams& params) {
+    return params.temperature == 0.0 || (params.top_k == 0 && params.top_p >= 1.0);
+}
+
+uint64_t Sampler::next_noise_key() {
+    return sampling_noise_key(params_.seed, draws_++);
+}
+
+float Sampler::inv_temperature() const {
+    return params_.temperature == 0.0 ? 0.0f : static_cast<float>(1.0 / params_.temperature);
+}
+
 int32_t Sampler::sample(std::span<const float> logits) {
     if (params_.temperature == 0.0) return argmax_token(logits);
-    // Candidates ranked by logit (descending), ties by lower id; NaN last.
-    std::vector<int32_t> order(logits.size());
-    std::iota(order.begin(), order.end(), 0);
-    const auto key = [&](int32_t i) { return std::isnan(logits[i]) ? -INFINITY : logits[i]; };
-    std::stable_sort(order.begin(), order.end(), [&](int32_t a, int32_t b) { return key(a) > key(b); });
-    size_t kept = order.size();
-    if (params_.top_k > 0 && static_cast<size_t>(params_.top_k) < kept) {
-        // transformers' TopKLogitsWarper removes only logits below the k-th best: ties with it stay.
-        kept = static_cast<size_t>(params_.top_k);
-        while (kept < order.size() && key(order[kept]) == key(order[kept - 1])) ++kept;
+    if (draws_on_device(params_)) {  // the device's Gumbel-max draw, by the op's CPU reference
+        const float inv_t = inv_temperature();
+        const uint64_t key = next_noise_key();
+        int32_t id = 0, non_finite = 0;
+        ArgmaxArgs draw;
+        draw.logits = logits.data();
+        draw.out_ids = &id;
+        draw.out_non_finite = &non_finite;
+        draw.num_rows = 1;
+        draw.vocab_size = static_cast<int64_t>(logits.size());
+        draw.row_stride = draw.vocab_size;
+        draw.inv_temperature = &inv_t;
+        draw.noise_keys = &key;
+        cpu_argmax(draw);
+        return id;
     }
+    const size_t V = logits.size();
+    const auto key = [&](size_t i) { return std::isnan(logits[i]) ? -INFINITY : logits[i]; };
+    size_t best = 0;  // the largest logit, ties by lower id
+    for (size_t i = 1; i < V; ++i)
+        if (key(i) > key(best)) best = i;
+    const double max_logit = static_cast<double>(key(best)) / params_.temperature;
+    if (!std::isfinite(max_logit)) return static_cast<int32_t>(best);  // an infinite best takes all the mass
 
-    std::vector<double> probs(kept);
-    const double max_logit = static_cast<double>(key(order[0])) / params_.temperature;
-    if (!std::isfinite(max_logit)) return order[0];  // an infinite best logit takes all the mass
+    // top_k: keep every logit that reaches the k-th best (transformers' TopKLogitsWarper keeps ties with it).
+    float floor = -INFINITY;
+    if (params_.top_k > 0 && static_cast<size_t>(params_.top_k) < V) {
+        std::vector<float> keys(V);
+        for (size_t i = 0; i < V; ++i) keys[i] = key(i);
+        const auto kth = keys.begin() + (params_.top_k - 1);
+        std::nth_element(keys.begin(), kth, keys.end(), std::greater<>());
+        floor = *kth;
+    }
+    std::vector<Candidate> kept;  // in id order
+    kept.reserve(V);
     double sum = 0.0;
-    for (size_t i = 0; i < kept; ++i) {
-        probs[i] = std::exp(static_cast<double>(key(order[i])) / params_.temperature - max_logit);
-        sum += probs[i];
+    for (size_t i = 0; i < V; ++i) {
+        const float k = key(i);
+        if (!(k >= floor)) continue;
+        const double prob = std::exp(static_cast<double>(k) / params_.temperature - max_logit);
+        kept.push_back({k, static_cast<int32_t>(i), prob});
+        sum += prob;
     }
-    // Nucleus: the smallest prefix whose mass reaches top_p (at least one token).
-    double mass = 0.0;
-    size_t nucleus = 0;
-    while (nucleus < kept && (nucleus == 0 || mass < params_.top_p * sum)) mass += probs[nucleus++];
-
-    const double u = static_cast<double>(rng_() >> 11) * 0x1.0p-53 * mass;  // uniform in [0, mass)
+    const double u01 = static_cast<double>(rng_() >> 11) * 0x1.0p-53;  // uniform in [0, 1)
+    if (params_.top_p >= 1.0) {
+        // No nucleus: the draw walks the kept tokens in id order (the same distribution, no ranking needed).
+        const double u = u01 * sum;
+        double acc = 0.0;
+        for (const Candidate& c : kept) {
+            acc += c.prob;
+            if (u < acc) return c.id;
+        }
+        return kept.back().id;
+    }
+    // Nucleus: the smallest prefix of the ranking whose mass reaches top_p (at least one token), found by
+    // selection rather than a sort (expected O(kept)): halve the range holding the prefix's end, placing the
+    // ranked-before part in front with nth_element, until a few hundred are left to rank one by one.
+    const double target = params_.top_p * sum;
+    size_t lo = 0,
+           hi = kept.size();  // the prefix ends in (lo, hi]; kept[0, lo) are its first lo, of mass mass_lo
+    double mass_lo = 0.0;
+    const auto at = [&](size_t i) { return kept.begin() + static_cast<std::ptrdiff_t>(i); };
+    while (hi - lo > 256) {
+        const size_t mid = lo + (hi - lo) / 2;
+        std::nth_element(at(lo), at(mid), at(hi), ranks_before);
+        double mass = mass_lo;  // of the prefix ending at mid (inclusive)
+        for (size_t i = lo; i <= mid; ++i) mass += kept[i].prob;
+        if (mass >= target) {
+            hi = mid + 1;
+        } else {
+            lo = mid + 1;
+            mass_lo = mass;
+        }
+    }
+    std::sort(at(lo), at(hi), ranks_before);
+    size_t nucleus = lo;
+    double mass = mass_lo;
+    while (nucleus < hi && (nucleus == 0 || mass < target)) mass += kept[nucleus++].prob;
+    const double u = u01 * mass;
     double acc = 0.0;
     for (size_t i = 0; i < nucleus; ++i) {
-        acc += probs[i];
-        if (u < acc) return order[i];
+        acc += kept[i].prob;
+        if (u < acc) return kept[i].id;
     }
-    return order[nucleus - 1];
+    return kept[nucleus - 1].id;
 }
 
 }  // namespace epinfer

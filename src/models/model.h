@@ -49,12 +49,17 @@ struct ForwardArgs {
     LogitsMode logits_mode = LogitsMode::kLastRowPerSequence;
     float* logits = nullptr;                  // host fp32, shape per logits_mode
     const LayerObserver* observer = nullptr;  // optional (tests)
-    // Greedy decoding on the device instead of logits (kLastRowPerSequence, logits null): greedy_ids
+    // Token choice on the device instead of logits (kLastRowPerSequence, logits null): greedy_ids
     // [num_sequences] int32 host receives the argmax of each sequence's logits (Backend::argmax, the
     // sampler's argmax_token), greedy_non_finite [num_sequences] int32 host 1 where those logits held a
     // NaN or ±inf. Only ids cross to the host, not [num_sequences, V] logits.
     int32_t* greedy_ids = nullptr;
     int32_t* greedy_non_finite = nullptr;
+    // Optional, with greedy_ids: sequences drawn from softmax(logits / T) instead (the Gumbel-max trick,
+    // backend/gumbel_noise.h): sample_inv_temperature [num_sequences] fp32 host, 1 / T or 0 for greedy;
+    // sample_noise_keys [num_sequences] uint64 host, each drawn sequence's key (Sampler::next_noise_key).
+    const float* sample_inv_temperature = nullptr;
+    const uint64_t* sample_noise_keys = nullptr;
 };
 
 // The model sizes validate_layout checks a layout against (parallel/layout.h).
@@ -153,6 +158,8 @@ private:
         float* logits = nullptr;
         int32_t* greedy_ids = nullptr;
         int32_t* greedy_non_finite = nullptr;
+        const float* inv_temperature = nullptr;  // the micro-batch's rows of ForwardArgs::sample_*, or null
+        const uint64_t* noise_keys = nullptr;
     };
     // The stage's part of forward for sequences [seq_begin, seq_end) of args: uploads the rows and the
     // paged-attention metadata (or hands a decode step to forward_decode_graph), runs run_stage, and
@@ -174,6 +181,8 @@ private:
     struct StageOutput {
         float* logits = nullptr;
         int32_t* greedy = nullptr;
+        const float* inv_temperature = nullptr;  // [num_out] fp32, device, or null: ArgmaxArgs
+        const uint64_t* noise_keys = nullptr;    // [num_out] uint64, device
     };
     // This rank's stage on device inputs: embedding or pipeline recv, the stage's layers, then pipeline
     // send or final norm + LM head (+ argmax). Only ops and collectives: no host copies unless an observer

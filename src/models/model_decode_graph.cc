@@ -76,6 +76,11 @@ Status Model::forward_decode_graph(std::span<const SequenceInput> seqs, const st
         EPI_ASSIGN_OR_RETURN(g->kv.block_tables,
                              DeviceBuffer::alloc(backend, r * static_cast<size_t>(width) * sizeof(int32_t)));
         EPI_ASSIGN_OR_RETURN(g->greedy, DeviceBuffer::alloc(backend, 2 * r * sizeof(int32_t)));
+        EPI_ASSIGN_OR_RETURN(g->inv_temperature, DeviceBuffer::alloc(backend, r * sizeof(float)));
+        EPI_ASSIGN_OR_RETURN(g->noise_keys, DeviceBuffer::alloc(backend, r * sizeof(uint64_t)));
+        const std::vector<float> zeros(r, 0.0f);
+        EPI_RETURN_IF_ERROR(
+            backend.copy_to_device(g->inv_temperature.data(), zeros.data(), r * sizeof(float)));
         g->kv.num_rows = rows;
         g->kv.num_sequences = rows;  // rows past n are never named by token_sequence
         g->kv.block_table_stride = width;
@@ -89,13 +94,29 @@ Status Model::forward_decode_graph(std::span<const SequenceInput> seqs, const st
     EPI_RETURN_IF_ERROR(backend.copy_to_device(g.kv.token_sequence.data(), host.token_sequence.data(), r * 4));
     EPI_RETURN_IF_ERROR(
         backend.copy_to_device(g.kv.block_tables.data(), host.block_tables.data(), host.block_tables.size() * 4));
+    // Drawn rows: their 1 / T and keys (padding rows greedy); a greedy step rewrites zeros only after a drawn
+    // one.
+    if (out.inv_temperature != nullptr || g.sampled) {
+        std::vector<float> inv_t(r, 0.0f);
+        std::vector<uint64_t> keys(r, 0);
+        if (out.inv_temperature != nullptr) {
+            std::copy(out.inv_temperature, out.inv_temperature + n, inv_t.begin());
+            std::copy(out.noise_keys, out.noise_keys + n, keys.begin());
+        }
+        EPI_RETURN_IF_ERROR(
+            backend.copy_to_device(g.inv_temperature.data(), inv_t.data(), r * sizeof(float)));
+        EPI_RETURN_IF_ERROR(backend.copy_to_device(g.noise_keys.data(), keys.data(), r * sizeof(uint64_t)));
+        g.sampled = out.inv_temperature != nullptr;
+    }
 
     std::vector<int64_t> row_begin(seqs.size());
     std::iota(row_begin.begin(), row_begin.end(), int64_t{0});
     ForwardArgs args;  // greedy, no observer: run_stage reads only logits_mode
     const StageInputs in{seqs, row_begin, static_cast<const int32_t*>(g.ids.data()),
                          static_cast<const int32_t*>(g.positions.data()), &g.kv, rows};
-    const StageOutput stage_out{nullptr, static_cast<int32_t*>(g.greedy.data())};
+    const StageOutput stage_out{nullptr, static_cast<int32_t*>(g.greedy.data()),
+                                static_cast<const float*>(g.inv_temperature.data()),
+                                static_cast<const uint64_t*>(g.noise_keys.data())};
     if (g.graph != nullptr) {
         EPI_RETURN_IF_ERROR(g.graph->replay());
     } else {

@@ -1,6 +1,7 @@
-// The CPU reference of the greedy-decoding op (op_args.h ArgmaxArgs): per row, the index of the largest
-// logit, ties to the lower index, NaN skipped (an all-NaN row gives 0), and a flag for rows holding NaN or
-// ±inf. The same rule as the host sampler's argmax_token (engine/sampler.h).
+// The CPU reference of the token-choice op (op_args.h ArgmaxArgs): per row, the index of the largest logit
+// (or, for a sampled row, of the largest Gumbel-max score, backend/gumbel_noise.h), ties to the lower index,
+// NaN skipped (an all-NaN row gives 0), and a flag for rows holding NaN or ±inf. The greedy rule is the host
+// sampler's argmax_token (engine/sampler.h).
 #pragma once
 
 #include "backend/op_args.h"

@@ -240,6 +240,20 @@ TEST_P(EngineTest, SeededSamplingSurvivesPreemption) {
     EXPECT_GT(stats.preemptions, 0);
 }
 
+// Temperature-only requests draw on the device's path (the token-choice op) when their step allows it, and
+// on the host (the Sampler) in steps shared with top-p requests: the same noise and one draw counter, so
+// each request's tokens are those it gets alone (there: every step on the op), also across preemption.
+TEST_P(EngineTest, TemperatureOnlyDrawsAgreeOnTheOpAndTheHostPath) {
+    std::vector<RequestParams> requests = eight_requests(golden_);
+    for (size_t i = 0; i < requests.size(); ++i) {
+        requests[i].sampling.temperature = 0.9;
+        requests[i].sampling.top_p = i % 2 == 0 ? 1.0 : 0.9;
+        requests[i].sampling.seed = 2000 + i;
+    }
+    const EngineStats stats = expect_same_as_alone(engine_options(10), requests);
+    EXPECT_GT(stats.preemptions, 0);
+}
+
 // A request added after three steps joins the running batch: the next step decodes the first request
 // and prefills the new one, and both outputs come from that step.
 TEST_P(EngineTest, RequestAddedMidFlightJoinsTheRunningBatch) {

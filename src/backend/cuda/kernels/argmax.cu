@@ -6,6 +6,7 @@
 #include <cooperative_groups.h>
 
 #include "backend/cuda/kernels/pdl.cuh"
+#include "backend/gumbel_noise.h"
 
 namespace epinfer::cuda {
 
@@ -35,17 +36,25 @@ __device__ __forceinline__ Best better(Best a, Best b) {
 // Folds logit v at index i into a thread's candidate and its non-finite flag. A thread folds its indices in
 // ascending order, so of equal values the first it meets is the lower index: a strict > (false for NaN)
 // suffices, plus the first non-NaN value when the candidate is still absent (a row of −inf).
-__device__ __forceinline__ void fold(Best& best, bool& non_finite, float v, int32_t i) {
+// A sampled row scores each logit with its Gumbel noise (backend/gumbel_noise.h); a greedy row
+// (inv_temperature 0) scores the logit itself.
+struct RowDraw {
+    float inv_temperature = 0.0f;
+    uint64_t key = 0;
+};
+
+__device__ __forceinline__ void fold(Best& best, bool& non_finite, float v, int32_t i, const RowDraw& draw) {
     non_finite |= !(fabsf(v) < INFINITY);  // NaN or ±inf
-    if (v > best.val || (best.idx < 0 && v == v)) best = Best{v, i};
+    const float score = draw.inv_temperature > 0.0f ? gumbel_score(v, draw.inv_temperature, draw.key, i) : v;
+    if (score > best.val || (best.idx < 0 && score == score)) best = Best{score, i};
 }
 
 // The four logits of v, at indices i … i + 3.
-__device__ __forceinline__ void fold4(Best& best, bool& non_finite, float4 v, int32_t i) {
-    fold(best, non_finite, v.x, i);
-    fold(best, non_finite, v.y, i + 1);
-    fold(best, non_finite, v.z, i + 2);
-    fold(best, non_finite, v.w, i + 3);
+__device__ __forceinline__ void fold4(Best& best, bool& non_finite, float4 v, int32_t i, const RowDraw& draw) {
+    fold(best, non_finite, v.x, i, draw);
+    fold(best, non_finite, v.y, i + 1, draw);
+    fold(best, non_finite, v.z, i + 2, draw);
+    fold(best, non_finite, v.w, i + 3, draw);
 }
 
 // @pre blockDim.x == kThreads. The block's best candidate, valid in every thread. Ends with a barrier, so
@@ -78,7 +87,8 @@ __device__ Best block_best(Best best) {
 // time, each waited for, the batch-1 argmax took ~50 µs), then the tail: each thread in ascending index
 // order, as fold() needs. The threads' candidates then merge through better(), commutative and
 // associative, so the result does not depend on how the range is spread over threads or blocks.
-__device__ __forceinline__ void fold_range(const float* __restrict__ row, int64_t begin, int64_t end, Best& best, bool& non_finite) {
+__device__ __forceinline__ void fold_range(const float* __restrict__ row, int64_t begin, int64_t end, const RowDraw& draw,
+                                           Best& best, bool& non_finite) {
     const int64_t misalign = static_cast<int64_t>((reinterpret_cast<uintptr_t>(row) & 15u) / sizeof(float));
     const int64_t first_vec = (4 - misalign) & 3;  // the row's first element on a 16-byte boundary
     // Vectors of the range: float4 k covers elements first_vec + 4k … + 3.
@@ -86,7 +96,7 @@ __device__ __forceinline__ void fold_range(const float* __restrict__ row, int64_
     const int64_t vec_end = end < first_vec ? 0 : (end - first_vec) / 4;
     const int64_t head_end = min(end, first_vec + 4 * vec_begin);  // scalar elements before the vectors
     const int64_t tail_begin = max(head_end, first_vec + 4 * max(vec_end, vec_begin));
-    for (int64_t i = begin + threadIdx.x; i < head_end; i += kThreads) fold(best, non_finite, __ldg(row + i), static_cast<int32_t>(i));
+    for (int64_t i = begin + threadIdx.x; i < head_end; i += kThreads) fold(best, non_finite, __ldg(row + i), static_cast<int32_t>(i), draw);
     const float4* __restrict__ body = reinterpret_cast<const float4*>(row + first_vec);
     // Vector indices in int32: V ≤ INT32_MAX (argmax_check), so they stay below 2^29 + kUnroll · kThreads.
     const int32_t vb = static_cast<int32_t>(vec_begin), ve = static_cast<int32_t>(vec_end);
@@ -96,10 +106,10 @@ __device__ __forceinline__ void fold_range(const float* __restrict__ row, int64_
 #pragma unroll
         for (int u = 0; u < kUnroll; ++u) v[u] = __ldg(body + j + u * kThreads);
 #pragma unroll
-        for (int u = 0; u < kUnroll; ++u) fold4(best, non_finite, v[u], static_cast<int32_t>(first_vec) + 4 * (j + u * kThreads));
+        for (int u = 0; u < kUnroll; ++u) fold4(best, non_finite, v[u], static_cast<int32_t>(first_vec) + 4 * (j + u * kThreads), draw);
     }
-    for (; j < ve; j += kThreads) fold4(best, non_finite, __ldg(body + j), static_cast<int32_t>(first_vec) + 4 * j);
-    for (int64_t i = tail_begin + threadIdx.x; i < end; i += kThreads) fold(best, non_finite, __ldg(row + i), static_cast<int32_t>(i));
+    for (; j < ve; j += kThreads) fold4(best, non_finite, __ldg(body + j), static_cast<int32_t>(first_vec) + 4 * j, draw);
+    for (int64_t i = tail_begin + threadIdx.x; i < end; i += kThreads) fold(best, non_finite, __ldg(row + i), static_cast<int32_t>(i), draw);
 }
 
 // One cluster of `cluster` blocks per row (grid-stride over rows when R exceeds the grid's clusters):
@@ -123,7 +133,9 @@ __global__ void __launch_bounds__(kThreads, 2) argmax_kernel(ArgmaxArgs a) {
     for (int64_t r = blockIdx.x / cluster_size; r < a.num_rows; r += gridDim.x / cluster_size) {
         Best best{-INFINITY, -1};
         bool non_finite = false;
-        fold_range(a.logits + r * a.row_stride, begin, end, best, non_finite);
+        RowDraw draw;
+        if (a.inv_temperature != nullptr) draw = RowDraw{a.inv_temperature[r], a.noise_keys[r]};
+        fold_range(a.logits + r * a.row_stride, begin, end, draw, best, non_finite);
         const bool any_non_finite = __syncthreads_or(non_finite) != 0;
         best = block_best(best);
         if (cluster_size > 1) {
