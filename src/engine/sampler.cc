@@ -4,7 +4,6 @@
 #include <cmath>
 #include <cstdio>
 #include <functional>
-#include <numeric>
 #include <string>
 #include <vector>
 
@@ -130,8 +129,8 @@ int32_t Sampler::sample(std::span<const float> logits) {
     // selection rather than a sort (expected O(kept)): halve the range holding the prefix's end, placing the
     // ranked-before part in front with nth_element, until a few hundred are left to rank one by one.
     const double target = params_.top_p * sum;
-    size_t lo = 0,
-           hi = kept.size();  // the prefix ends in (lo, hi]; kept[0, lo) are its first lo, of mass mass_lo
+    // The prefix ends in (lo, hi]; kept[0, lo) are its first lo tokens (unordered), of mass mass_lo.
+    size_t lo = 0, hi = kept.size();
     double mass_lo = 0.0;
     const auto at = [&](size_t i) { return kept.begin() + static_cast<std::ptrdiff_t>(i); };
     while (hi - lo > 256) {

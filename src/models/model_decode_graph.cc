@@ -78,9 +78,11 @@ Status Model::forward_decode_graph(std::span<const SequenceInput> seqs, const st
         EPI_ASSIGN_OR_RETURN(g->greedy, DeviceBuffer::alloc(backend, 2 * r * sizeof(int32_t)));
         EPI_ASSIGN_OR_RETURN(g->inv_temperature, DeviceBuffer::alloc(backend, r * sizeof(float)));
         EPI_ASSIGN_OR_RETURN(g->noise_keys, DeviceBuffer::alloc(backend, r * sizeof(uint64_t)));
-        const std::vector<float> zeros(r, 0.0f);
+        const std::vector<uint64_t> zeros(r,
+                                          0);  // every row greedy until a step draws (0.0f is all-zero bits)
         EPI_RETURN_IF_ERROR(
             backend.copy_to_device(g->inv_temperature.data(), zeros.data(), r * sizeof(float)));
+        EPI_RETURN_IF_ERROR(backend.copy_to_device(g->noise_keys.data(), zeros.data(), r * sizeof(uint64_t)));
         g->kv.num_rows = rows;
         g->kv.num_sequences = rows;  // rows past n are never named by token_sequence
         g->kv.block_table_stride = width;
@@ -94,8 +96,8 @@ Status Model::forward_decode_graph(std::span<const SequenceInput> seqs, const st
     EPI_RETURN_IF_ERROR(backend.copy_to_device(g.kv.token_sequence.data(), host.token_sequence.data(), r * 4));
     EPI_RETURN_IF_ERROR(
         backend.copy_to_device(g.kv.block_tables.data(), host.block_tables.data(), host.block_tables.size() * 4));
-    // Drawn rows: their 1 / T and keys (padding rows greedy); a greedy step rewrites zeros only after a drawn
-    // one.
+    // Drawn rows: their 1 / T and keys (padding rows greedy); a greedy step rewrites zeros only after a
+    // drawing one.
     if (out.inv_temperature != nullptr || g.sampled) {
         std::vector<float> inv_t(r, 0.0f);
         std::vector<uint64_t> keys(r, 0);

@@ -33,9 +33,6 @@ __device__ __forceinline__ Best better(Best a, Best b) {
     return a;
 }
 
-// Folds logit v at index i into a thread's candidate and its non-finite flag. A thread folds its indices in
-// ascending order, so of equal values the first it meets is the lower index: a strict > (false for NaN)
-// suffices, plus the first non-NaN value when the candidate is still absent (a row of −inf).
 // A sampled row scores each logit with its Gumbel noise (backend/gumbel_noise.h); a greedy row
 // (inv_temperature 0) scores the logit itself.
 struct RowDraw {
@@ -43,6 +40,9 @@ struct RowDraw {
     uint64_t key = 0;
 };
 
+// Folds logit v at index i (its score) into a thread's candidate and its non-finite flag. A thread folds its
+// indices in ascending order, so of equal scores the first it meets is the lower index: a strict > (false
+// for NaN) suffices, plus the first non-NaN score when the candidate is still absent (a row of −inf).
 __device__ __forceinline__ void fold(Best& best, bool& non_finite, float v, int32_t i, const RowDraw& draw) {
     non_finite |= !(fabsf(v) < INFINITY);  // NaN or ±inf
     const float score = draw.inv_temperature > 0.0f ? gumbel_score(v, draw.inv_temperature, draw.key, i) : v;

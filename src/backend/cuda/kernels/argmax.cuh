@@ -1,4 +1,5 @@
-// Greedy decoding on the GPU (op_args.h ArgmaxArgs): one block per row of logits — or, where few rows leave
+// Token choice on the GPU (op_args.h ArgmaxArgs: the argmax of each row's logits, or of a sampled row's
+// Gumbel-max scores, backend/gumbel_noise.h): one block per row of logits — or, where few rows leave
 // SMs idle, a cluster of 8 or 2 blocks per row on sm_90+, reduced through distributed shared memory — float4
 // reads where the row is 16-byte aligned, a block reduction of (value, index) pairs. The result is exact and
 // independent of the reduction order: the largest non-NaN value, ties to the lower index (+0 and −0 tie), an
