@@ -239,6 +239,9 @@ Result<RequestId> Engine::add_request(const RequestParams& params) {
     }
     const RequestId id = m.next_id++;
     m.incoming.emplace_back(id, params);
+    // A top_k of the whole vocabulary filters nothing: as 0, so the draw takes the same path (and tokens).
+    SamplingParams& sampling = m.incoming.back().second.sampling;
+    if (sampling.top_k >= m.model.config().vocab_size) sampling.top_k = 0;
     return id;
 }
 

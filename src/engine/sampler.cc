@@ -58,7 +58,9 @@ bool ranks_before(const Candidate& a, const Candidate& b) {
 }  // namespace
 
 bool draws_on_device(const SamplingParams& params) {
-    return params.temperature == 0.0 || (params.top_k == 0 && params.top_p >= 1.0);
+    if (params.temperature == 0.0) return true;
+    return params.top_k == 0 && params.top_p >= 1.0 && params.temperature >= kDeviceDrawMinTemperature &&
+           params.temperature <= kDeviceDrawMaxTemperature;
 }
 
 uint64_t Sampler::next_noise_key() {

@@ -1,6 +1,7 @@
 // Next-token sampling from fp32 logits on the host.
 //
-// Greedy (temperature 0): argmax, ties to the lower id. Temperature only (top_k 0, top_p 1): a draw from
+// Greedy (temperature 0): argmax, ties to the lower id. Temperature only (top_k 0, top_p 1; the temperature
+// within draws_on_device's range): a draw from
 // softmax(logits / T) by the Gumbel-max trick with counter-based noise (backend/gumbel_noise.h), keyed by
 // the seed and the draw's index — the draw the device makes for such requests (ArgmaxArgs), so the engine
 // takes it there and only ids cross to the host. Otherwise, in transformers' order: logits / temperature;
@@ -31,7 +32,13 @@ Status sampling_params_check(const SamplingParams& params);
 // Index of the largest logit, ties to the lower index; NaN never wins unless every logit is NaN (then 0).
 int32_t argmax_token(std::span<const float> logits);
 
-// True when the device can make the draw (greedy, or temperature only: Gumbel-max, ArgmaxArgs).
+// Temperatures whose Gumbel-max draw runs in fp32 on the device: 1 / T and logit / T stay finite and
+// nonzero there (outside, the host draws in double: a tinier T is greedy, a larger one near uniform).
+inline constexpr double kDeviceDrawMinTemperature = 1e-6;
+inline constexpr double kDeviceDrawMaxTemperature = 1e6;
+
+// True when the device can make the draw: greedy, or temperature only (top_k 0, top_p 1) with the
+// temperature in [kDeviceDrawMinTemperature, kDeviceDrawMaxTemperature] (Gumbel-max, ArgmaxArgs).
 bool draws_on_device(const SamplingParams& params);
 
 class Sampler {

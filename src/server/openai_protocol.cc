@@ -1,6 +1,7 @@
 #include "server/openai_protocol.h"
 
-#include <cstdio>
+#include <fmt/format.h>
+
 #include <limits>
 
 #include "engine/sampler.h"
@@ -28,10 +29,8 @@ Status wrong_type(const std::string& field, const std::string& want, const json&
                             (got.is_number() ? " " + got.dump() : ""));
 }
 
-std::string format_number(double value) {
-    char buf[32];
-    std::snprintf(buf, sizeof(buf), "%g", value);
-    return buf;
+std::string format_number(double value) {  // the shortest text that reads back as the value
+    return fmt::format("{}", value);
 }
 
 // The field when present and not null.

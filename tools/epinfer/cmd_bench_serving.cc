@@ -140,6 +140,10 @@ Result<BenchServingValues> parse_values(const BenchServingFlags& f) {
     EPI_ASSIGN_OR_RETURN(v.top_p, parse_double(f.top_p, "--top-p"));
     if (!(v.top_p > 0.0 && v.top_p <= 1.0))
         return invalid_argument(fmt::format("--top-p {}: must be in (0, 1]", f.top_p));
+    if (v.top_p < 1.0 && v.temperature == 0.0)
+        return invalid_argument(
+            fmt::format("--top-p {} applies to sampled requests: give --temperature > 0", f.top_p));
+    v.temperature += 0.0;  // -0 → +0
     if (!f.url.empty()) {
         std::vector<std::string> given;  // the model and engine flags given: the server has its own
         for (const CLI::Option* option : f.setup_options)

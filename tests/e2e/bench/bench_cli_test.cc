@@ -184,6 +184,14 @@ TEST(BenchCli, BadFlagsAreOneErrorLine) {
                           "--output-len 'many' is not an integer");
     expect_one_line_error(run_epinfer("bench" + model + " --timeout-s 0"),
                           "--timeout-s '0': must be a number > 0");
+    expect_one_line_error(run_epinfer("bench" + model + " --temperature -1"),
+                          "--temperature -1: must be ≥ 0");
+    expect_one_line_error(run_epinfer("bench" + model + " --temperature nan"),
+                          "--temperature 'nan' is not a finite number");
+    expect_one_line_error(run_epinfer("bench" + model + " --temperature 1 --top-p 0"),
+                          "--top-p 0: must be in (0, 1]");
+    expect_one_line_error(run_epinfer("bench" + model + " --top-p 0.9"),
+                          "--top-p 0.9 applies to sampled requests: give --temperature > 0");
     expect_one_line_error(run_epinfer("bench" + model + " --vocab-size 10"),
                           "--vocab-size is used only with --url");
     expect_one_line_error(run_epinfer("bench" + model + " --input-len 4000 --output-len 200 --threads 2"),

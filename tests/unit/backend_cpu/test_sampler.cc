@@ -147,6 +147,22 @@ TEST(Sampler, WhichDrawsTheDeviceMakes) {
     p.top_p = 1.0;
     p.top_k = 40;
     EXPECT_FALSE(draws_on_device(p));
+    // Outside fp32's safe range 1 / T overflows (or vanishes) on the device: the host draws in double.
+    p.top_k = 0;
+    p.temperature = 1e-39;
+    EXPECT_FALSE(draws_on_device(p));
+    p.temperature = 1e46;
+    EXPECT_FALSE(draws_on_device(p));
+    p.temperature = kDeviceDrawMinTemperature;
+    EXPECT_TRUE(draws_on_device(p));
+}
+
+TEST(Sampler, ATinyTemperatureIsGreedy) {
+    // 1 / T overflows fp32 at T = 1e-39 (a fresh-user find: the device then drew ties among the first ids).
+    SamplingParams p;
+    p.temperature = 1e-39;
+    p.seed = 3;
+    for (int32_t t : draw(p, kLogits, 10)) EXPECT_EQ(t, 1);
 }
 
 TEST(Sampler, TopPOverManyFlatLogitsKeepsExactlyTheNucleus) {
