@@ -78,8 +78,10 @@ struct StageMemory {
     int64_t activation_bytes = 0;
     int64_t cuda_graph_bytes = 0;
     int64_t kv_bytes_per_token = 0;  // this GPU's share of one token's KV over the stage's layers
-    int64_t kv_cache_bytes = 0;      // usable − non-KV terms; negative when those alone do not fit
-    int64_t kv_tokens = 0;           // kv_cache_bytes / kv_bytes_per_token (0 when negative)
+    // usable − non-KV terms, negative when those alone do not fit (under `plan --kv-cache-tokens N`: the
+    // pool of N tokens the engine would allocate, planner.cc engine_fit)
+    int64_t kv_cache_bytes = 0;
+    int64_t kv_tokens = 0;  // kv_cache_bytes / kv_bytes_per_token (0 when negative)
     int64_t non_kv_bytes() const;
 };
 
@@ -93,7 +95,8 @@ struct MemoryPlan {
     int64_t max_requests = 0;  // requests of context_tokens: ⌊kv_tokens_per_rank/context⌋ · attn_dp
     bool fits = false;         // every stage: non-KV + context_tokens of KV ≤ usable
     int64_t margin_bytes = 0;  // worst stage: usable − non-KV − one request's KV (negative: over by)
-    std::string largest_term;  // the largest term of the worst stage, e.g. "routed experts"
+    std::string largest_term;  // the largest term of the worst stage, e.g. "routed experts" (or "KV cache"
+                               // for a fixed pool, engine_fit)
     int64_t largest_term_bytes = 0;
 
     const StageMemory& worst() const { return stages[static_cast<size_t>(worst_stage)]; }

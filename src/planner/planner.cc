@@ -208,9 +208,9 @@ std::string memory_verdict(const Plan& plan) {
 }
 
 // The runtime's memory check (check_fits, as start_model runs it) of `layout` on one GPU of `hw`, under
-// request.kv_cache_tokens: `memory` gets the plan with the engine's KV pool (kv_cache_tokens, or what is
-// left when 0) and max_requests of memory.context_tokens; returns "" when it fits, else the check's
-// one-line refusal.
+// request.kv_cache_tokens: `memory` gets the plan with the engine's KV pool (kv_cache_tokens — then also each
+// stage's kv_tokens and kv_cache_bytes, fitting or not — or what is left when 0) and max_requests of
+// memory.context_tokens; returns "" when it fits, else the check's one-line refusal.
 Result<std::string> engine_fit(const ModelConfig& config, const HardwareProfile& hw, const ParallelLayout& layout,
                                const PlanRequest& request, MemoryPlan& memory) {
     const int64_t pool = *request.kv_cache_tokens;
@@ -224,6 +224,19 @@ Result<std::string> engine_fit(const ModelConfig& config, const HardwareProfile&
     // start_model reserves memory for decode graphs only where they run: one rank (engine_facts.h).
     if (layout.world_size() > 1) fit.memory.cuda_graph_bytes = 0;
     memory = plan_memory(config, layout, hw.gpu, fit.memory);
+    if (pool > 0) {
+        // A fixed pool is a term like the weights: each stage reports the pool the engine would allocate (not
+        // the room left), and the pool is the largest term when it outweighs the rest (as check_fits says).
+        for (StageMemory& s : memory.stages) {
+            s.kv_tokens = pool;
+            s.kv_cache_bytes = pool * s.kv_bytes_per_token;
+        }
+        const int64_t pool_bytes = memory.worst().kv_cache_bytes;
+        if (pool_bytes > memory.largest_term_bytes) {
+            memory.largest_term = "KV cache";
+            memory.largest_term_bytes = pool_bytes;
+        }
+    }
     Result<MemoryPlan> checked = check_fits(config, layout, fit);
     if (!checked.is_ok()) {
         if (checked.status().code() != StatusCode::kOutOfMemory) return checked.status();

@@ -399,10 +399,25 @@ TEST(PlanCli, KvCacheTokensAndMemoryFractionDecideTheFitAsTheEngine) {
     EXPECT_EQ(doc["options"]["memory_fraction"], 0.95);
     EXPECT_EQ(doc["options"]["kv_cache_tokens"], 16384);
     EXPECT_EQ(doc["hardware"]["usable_memory_fraction"]["value"], 0.95);
-    // The engine's pool: 16,384 tokens per rank hold C = 256's 64 requests of 256 tokens.
+    // The engine's pool: 16,384 tokens per rank hold C = 256's 64 requests of 256 tokens; each stage reports
+    // that pool (not the room left).
     EXPECT_EQ(yes["memory"]["kv_tokens_per_rank"], 16384);
+    for (const nlohmann::json& st : yes["memory"]["stages"]) {
+        EXPECT_EQ(st["kv_tokens"], 16384);
+        EXPECT_EQ(st["kv_cache_bytes"], 16384 * st["kv_bytes_per_token"].get<int64_t>());
+    }
     EXPECT_EQ(yes["memory"]["max_requests"], 4 * 16384 / 256);
     EXPECT_TRUE(yes["decode"][1]["kv_fits"].get<bool>());
+
+    // A pool no GPU holds: refused, and the pool is the largest term in the JSON as in the refusal.
+    CliResult huge = run_plan(args + " --kv-cache-tokens 99999999999");
+    ASSERT_EQ(huge.exit_code, 0) << huge.err;
+    doc = nlohmann::json::parse(huge.out);
+    const nlohmann::json& over = doc["layouts"][0];
+    EXPECT_FALSE(over["fits"].get<bool>());
+    EXPECT_EQ(over["memory"]["largest_term"], "KV cache");
+    EXPECT_NE(over["refusal"].get<std::string>().find("; largest term: KV "), std::string::npos)
+        << over["refusal"];
 
     // Without the flags the plan's own rule: one request of --context (256) fits; the pool is what is left
     // at the profile's 92 %, too little for C = 256 (15,093 tokens per rank).
