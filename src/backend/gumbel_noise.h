@@ -15,24 +15,13 @@
 #include <cmath>
 #include <cstdint>
 
-#if defined(__CUDACC__)
-#define EPI_HOST_DEVICE __host__ __device__
-#else
-#define EPI_HOST_DEVICE
-#endif
+#include "core/splitmix64.h"
 
 namespace epinfer {
 
-// splitmix64's output function: a bijection of 64-bit words that mixes every input bit into every output bit.
-EPI_HOST_DEVICE inline uint64_t mix64(uint64_t x) {
-    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-    x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-    return x ^ (x >> 31);
-}
-
 // The key of draw `draw` (0, 1, 2, … : one per produced token) of a request sampled with `seed`.
 EPI_HOST_DEVICE inline uint64_t sampling_noise_key(uint64_t seed, uint64_t draw) {
-    return mix64(mix64(seed) + 0x9e3779b97f4a7c15ull * (draw + 1));
+    return mix64(mix64(seed) + kSplitMix64Gamma * (draw + 1));
 }
 
 // G_i of token `token` in the draw keyed `key`: U = (24 random bits + 0.5) / 2^24 ∈ (0, 1), G = −log(−log U).

@@ -11,18 +11,11 @@
 #include <vector>
 
 #include "checkpoint/weight_names.h"
+#include "core/splitmix64.h"
 
 namespace epinfer {
 
 namespace {
-
-// splitmix64 (Steele, Lea, Flood 2014).
-uint64_t splitmix64(uint64_t& state) {
-    uint64_t z = (state += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
 
 // FNV-1a of a name.
 uint64_t name_hash(const std::string& name) {

@@ -17,6 +17,7 @@
 #include <thread>
 #include <vector>
 
+#include "core/splitmix64.h"
 #include "engine/engine_loop.h"
 #include "server/openai_protocol.h"
 #include "server/server_metrics.h"
@@ -50,11 +51,9 @@ double seconds_between(Clock::time_point a, Clock::time_point b) {
     return std::chrono::duration<double>(b - a).count();
 }
 
-uint64_t splitmix64(uint64_t x) {
-    x += 0x9E3779B97F4A7C15ull;
-    x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
-    x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
-    return x ^ (x >> 31);
+// The splitmix64 value that follows state x (x itself unchanged).
+uint64_t splitmix64_after(uint64_t x) {
+    return splitmix64(x);
 }
 
 // What the engine loop thread hands to the HTTP thread of one request.
@@ -183,7 +182,8 @@ struct HttpServer::Impl {
         std::random_device rd;
         seed_base = (static_cast<uint64_t>(rd()) << 32) ^ rd();
         char prefix[17];
-        std::snprintf(prefix, sizeof(prefix), "%016llx", static_cast<unsigned long long>(splitmix64(seed_base)));
+        std::snprintf(prefix, sizeof(prefix), "%016llx",
+                      static_cast<unsigned long long>(splitmix64_after(seed_base)));
         id_prefix = prefix;
         created_unix_s = static_cast<int64_t>(std::time(nullptr));
     }
@@ -241,7 +241,7 @@ struct HttpServer::Impl {
     }
     bool healthy() const { return health_problem().empty(); }
 
-    uint64_t next_seed() { return splitmix64(seed_base + seed_counter.fetch_add(1)); }
+    uint64_t next_seed() { return splitmix64_after(seed_base + seed_counter.fetch_add(1)); }
 
     // Runs on the engine loop thread: records the request's times at its end (before the HTTP thread can
     // answer, so that /metrics counts a request once its response is out) and hands the output over.

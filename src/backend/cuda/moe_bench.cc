@@ -10,6 +10,7 @@
 
 #include "backend/cuda/bench_timing.h"
 #include "backend/cuda/kernels/bench_kernels.cuh"
+#include "core/splitmix64.h"
 
 namespace epinfer::cuda {
 namespace {
@@ -22,13 +23,7 @@ constexpr int kWarmups = 3;
 // splitmix64 (Steele, Lea, Flood 2014), as bench/moe_peers.py.
 struct SplitMix64 {
     uint64_t state;
-    uint64_t next() {
-        state += 0x9e3779b97f4a7c15ull;
-        uint64_t z = state;
-        z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-        z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-        return z ^ (z >> 31);
-    }
+    uint64_t next() { return splitmix64(state); }
     double uniform() { return static_cast<double>(next() >> 11) * 0x1.0p-53; }  // [0, 1)
 };
 

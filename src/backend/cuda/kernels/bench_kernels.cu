@@ -1,6 +1,7 @@
 // Benchmark kernels (see bench_kernels.cuh).
 #include "backend/cuda/kernels/bench_kernels.cuh"
 #include "backend/cuda/kernels/moe_common.cuh"
+#include "core/splitmix64.h"
 
 namespace epinfer::cuda {
 namespace {
@@ -25,12 +26,6 @@ __global__ void __launch_bounds__(512) stream_read_kernel(const uint4* data, siz
     if (acc == kSinkMagic) *sink = acc;  // keeps the loads; practically never true
 }
 
-__device__ __forceinline__ uint64_t mix64(uint64_t z) {
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-
 __device__ __forceinline__ void store(bf16* out, float x) { *out = __float2bfloat16_rn(x); }
 __device__ __forceinline__ void store(float* out, float x) { *out = x; }
 
@@ -39,7 +34,7 @@ __global__ void fill_random_kernel(FillRandomArgs args) {
     T* out = static_cast<T*>(args.data);
     const size_t stride = size_t{gridDim.x} * blockDim.x;
     for (size_t i = size_t{blockIdx.x} * blockDim.x + threadIdx.x; i < static_cast<size_t>(args.count); i += stride) {
-        const uint64_t bits = mix64(args.seed * 0x9e3779b97f4a7c15ull + i);
+        const uint64_t bits = mix64(args.seed * kSplitMix64Gamma + i);
         const float u = static_cast<float>(bits >> 40) * (1.0f / 16777216.0f);  // [0, 1)
         store(out + i, (2.0f * u - 1.0f) * args.scale);
     }
