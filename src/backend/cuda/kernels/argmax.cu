@@ -172,27 +172,10 @@ int argmax_blocks_per_row(int64_t num_rows, int num_sms) {
 
 cudaError_t launch_argmax(const ArgmaxArgs& args, int num_sms, cudaStream_t stream) {
     if (args.num_rows == 0) return cudaSuccess;
-    int cluster = argmax_blocks_per_row(args.num_rows, num_sms);
-    int device = 0, major = 0;
-    cudaError_t err = cudaGetDevice(&device);
-    if (err == cudaSuccess) err = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device);
-    if (err != cudaSuccess) return err;
-    if (major < 9) cluster = 1;  // no clusters before sm_90
+    const int cluster = pdl_supported() ? argmax_blocks_per_row(args.num_rows, num_sms) : 1;  // clusters: sm_90+
     const unsigned grid = static_cast<unsigned>(std::min(args.num_rows, kMaxBlocks / cluster) * cluster);
-    cudaLaunchAttribute attrs[2];
-    attrs[0].id = cudaLaunchAttributeClusterDimension;
-    attrs[0].val.clusterDim.x = static_cast<unsigned>(cluster);
-    attrs[0].val.clusterDim.y = 1;
-    attrs[0].val.clusterDim.z = 1;
-    attrs[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attrs[1].val.programmaticStreamSerializationAllowed = 1;
-    cudaLaunchConfig_t config = {};
-    config.gridDim = dim3(grid);
-    config.blockDim = dim3(kThreads);
-    config.stream = stream;
-    config.attrs = attrs;
-    config.numAttrs = major >= 9 ? 2 : 0;  // PDL as launch_pdl (pdl.cuh)
-    return cudaLaunchKernelEx(&config, argmax_kernel, args);
+    return launch_pdl_cluster(argmax_kernel, dim3(grid), dim3(kThreads), static_cast<unsigned>(cluster), 0, stream,
+                              args);
 }
 
 }  // namespace epinfer::cuda

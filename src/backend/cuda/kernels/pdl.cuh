@@ -34,22 +34,35 @@ __device__ __forceinline__ void prefetch_l2(const void* src, uint32_t bytes) {
 // True when the current device runs PDL (compute capability 9.0 or later); cached per host thread.
 bool pdl_supported();
 
-// kernel<<<grid, block, smem, stream>>>(args...), with programmatic stream serialization where supported.
-// @pre kernel calls pdl_begin() before it touches memory that an earlier kernel may write.
+// As launch_pdl, and with thread-block clusters of cluster_x blocks along x when cluster_x ≥ 1 (grid.x a
+// multiple of it; cluster_x 0: no cluster attribute). Clusters need sm_90, as PDL does: where PDL is not
+// supported this is a plain launch, so a caller that needs clusters passes 1 there.
 template <typename... KernelArgs, typename... Args>
-cudaError_t launch_pdl(void (*kernel)(KernelArgs...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
-                       Args&&... args) {
-    cudaLaunchAttribute attr;
-    attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attr.val.programmaticStreamSerializationAllowed = 1;
+cudaError_t launch_pdl_cluster(void (*kernel)(KernelArgs...), dim3 grid, dim3 block, unsigned cluster_x, size_t smem,
+                               cudaStream_t stream, Args&&... args) {
+    cudaLaunchAttribute attrs[2];
+    attrs[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attrs[0].val.programmaticStreamSerializationAllowed = 1;
+    attrs[1].id = cudaLaunchAttributeClusterDimension;
+    attrs[1].val.clusterDim.x = cluster_x;
+    attrs[1].val.clusterDim.y = 1;
+    attrs[1].val.clusterDim.z = 1;
     cudaLaunchConfig_t config = {};
     config.gridDim = grid;
     config.blockDim = block;
     config.dynamicSmemBytes = smem;
     config.stream = stream;
-    config.attrs = &attr;
-    config.numAttrs = pdl_supported() ? 1 : 0;
+    config.attrs = attrs;
+    config.numAttrs = !pdl_supported() ? 0 : (cluster_x > 0 ? 2 : 1);
     return cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...);
+}
+
+// kernel<<<grid, block, smem, stream>>>(args...), with programmatic stream serialization where supported.
+// @pre kernel calls pdl_begin() before it touches memory that an earlier kernel may write.
+template <typename... KernelArgs, typename... Args>
+cudaError_t launch_pdl(void (*kernel)(KernelArgs...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
+                       Args&&... args) {
+    return launch_pdl_cluster(kernel, grid, block, 0, smem, stream, std::forward<Args>(args)...);
 }
 
 }  // namespace epinfer::cuda
