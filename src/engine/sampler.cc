@@ -33,12 +33,7 @@ Status sampling_params_check(const SamplingParams& p) {
 }
 
 int32_t argmax_token(std::span<const float> logits) {
-    int32_t best = -1;
-    for (size_t i = 0; i < logits.size(); ++i) {
-        if (std::isnan(logits[i])) continue;
-        if (best < 0 || logits[i] > logits[static_cast<size_t>(best)]) best = static_cast<int32_t>(i);
-    }
-    return best < 0 ? 0 : best;
+    return cpu_argmax_row(logits);
 }
 
 namespace {
@@ -73,22 +68,8 @@ float Sampler::inv_temperature() const {
 
 int32_t Sampler::sample(std::span<const float> logits) {
     if (params_.temperature == 0.0) return argmax_token(logits);
-    if (draws_on_device(params_)) {  // the device's Gumbel-max draw, by the op's CPU reference
-        const float inv_t = inv_temperature();
-        const uint64_t key = next_noise_key();
-        int32_t id = 0, non_finite = 0;
-        ArgmaxArgs draw;
-        draw.logits = logits.data();
-        draw.out_ids = &id;
-        draw.out_non_finite = &non_finite;
-        draw.num_rows = 1;
-        draw.vocab_size = static_cast<int64_t>(logits.size());
-        draw.row_stride = draw.vocab_size;
-        draw.inv_temperature = &inv_t;
-        draw.noise_keys = &key;
-        cpu_argmax(draw);
-        return id;
-    }
+    // The device's Gumbel-max draw, by the op's CPU reference.
+    if (draws_on_device(params_)) return cpu_argmax_row(logits, inv_temperature(), next_noise_key());
     const size_t V = logits.size();
     const auto key = [&](size_t i) { return std::isnan(logits[i]) ? -INFINITY : logits[i]; };
     size_t best = 0;  // the largest logit, ties by lower id
