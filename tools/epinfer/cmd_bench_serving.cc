@@ -128,12 +128,10 @@ Result<BenchServingValues> parse_values(const BenchServingFlags& f) {
     v.seed = static_cast<uint64_t>(seed);
     EPI_ASSIGN_OR_RETURN(v.vocab_size, parse_int(f.vocab_size, "--vocab-size", 0, INT32_MAX));
     EPI_ASSIGN_OR_RETURN(v.warmup, parse_int(f.warmup, "--warmup", 0, 1024));
-    double timeout = 0.0;
-    const char* end = f.timeout_s.data() + f.timeout_s.size();
-    const auto [ptr, ec] = std::from_chars(f.timeout_s.data(), end, timeout);
-    if (f.timeout_s.empty() || ec != std::errc() || ptr != end || !std::isfinite(timeout) || timeout <= 0.0)
+    const Result<double> timeout = parse_double(f.timeout_s, "--timeout-s");
+    if (!timeout.is_ok() || *timeout <= 0.0)
         return invalid_argument(fmt::format("--timeout-s '{}': must be a number > 0", f.timeout_s));
-    v.timeout_s = timeout;
+    v.timeout_s = *timeout;
     EPI_ASSIGN_OR_RETURN(v.temperature, parse_double(f.temperature, "--temperature"));
     if (v.temperature < 0.0)
         return invalid_argument(fmt::format("--temperature {}: must be ≥ 0", f.temperature));
