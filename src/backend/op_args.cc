@@ -295,8 +295,8 @@ Status argmax_check(const ArgmaxArgs& a) {
                            std::to_string(INT32_MAX));
     }
     EPI_RETURN_IF_ERROR(check_stride(op, "row_stride", a.row_stride, a.vocab_size));
-    if ((a.inv_temperature == nullptr) != (a.noise_keys == nullptr))
-        return bad(op, "inv_temperature and noise_keys must be given together");
+    if (a.draws != nullptr && a.floor == nullptr && a.num_rows > 0)
+        return bad(op, "draws need the floor workspace ([num_rows] fp32)");
     if (a.num_rows == 0) return Status::ok();
     EPI_RETURN_IF_ERROR(check_not_null(op, "logits", a.logits));
     EPI_RETURN_IF_ERROR(check_not_null(op, "out_ids", a.out_ids));

@@ -208,12 +208,23 @@ struct QkNormRopeKvStoreParts {
 };
 QkNormRopeKvStoreParts qk_norm_rope_kv_store_parts(const QkNormRopeKvStoreArgs& args);
 
+// How one row's token is chosen (ArgmaxArgs::draws; the engine's Sampler fills it from a request's
+// SamplingParams). Greedy when inv_temperature is 0 (the other fields unused). Otherwise a draw from
+// softmax(logits · inv_temperature) restricted to the logits ≥ the row's floor (sampling_floor below:
+// top_k, then top_p), by the Gumbel-max trick (backend/gumbel_noise.h).
+struct TokenDraw {
+    uint64_t noise_key = 0;        // the draw's key (sampling_noise_key)
+    float inv_temperature = 0.0f;  // 1 / T ≥ 0; 0 = greedy
+    float top_p = 1.0f;            // (0, 1]; 1 = no nucleus filter
+    int32_t top_k = 0;             // ≥ 0; 0 or ≥ V = no top-k filter
+};
+
 // Token choice on the device. Greedy row: out_ids[r] = the index of the largest of logits[r, :], ties to the
 // lower index, NaN never winning unless the whole row is NaN (then 0) — the host sampler's argmax_token
-// (engine/sampler.h). Sampled row (inv_temperature[r] > 0): the same over the scores
-// gumbel_score(logits[r, i], inv_temperature[r], noise_keys[r], i) (backend/gumbel_noise.h: a draw from
-// softmax(logits / T) by the Gumbel-max trick). out_non_finite[r] = 1 when row r holds a NaN or ±inf, else 0
-// (the engine refuses such rows).
+// (engine/sampler.h). Drawn row (draws[r].inv_temperature > 0): the same over the scores
+// gumbel_score(logits[r, i], inv_temperature, noise_key, i) of the logits ≥ floor[r], the row's
+// sampling_floor (written by the op into the floor workspace first). out_non_finite[r] = 1 when row r holds
+// a NaN or ±inf, else 0 (the engine refuses such rows).
 struct ArgmaxArgs {
     const float* logits = nullptr;    // [R, V] fp32, device, rows row_stride elements apart
     int32_t* out_ids = nullptr;       // [R] int32, device
@@ -221,10 +232,9 @@ struct ArgmaxArgs {
     int64_t num_rows = 0;             // R (0 allowed)
     int64_t vocab_size = 0;           // V ≥ 1
     int64_t row_stride = 0;           // ≥ V
-    const float* inv_temperature = nullptr;  // [R] fp32, device: 1 / T, 0 = greedy; nullptr: every row greedy
-    const uint64_t* noise_keys = nullptr;  // [R] uint64, device: each sampled row's key; with inv_temperature
+    const TokenDraw* draws = nullptr;  // [R] device, or nullptr: every row greedy
+    float* floor = nullptr;            // [R] fp32, device workspace; required with draws
 };
-
 // out[i] = silu(gate[i]) · up[i], silu(x) = x / (1 + exp(−x)) (SwiGLU).
 struct SiluMulArgs {
     const float* gate = nullptr;  // [n] fp32, device

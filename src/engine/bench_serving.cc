@@ -158,6 +158,7 @@ std::string bench_json(const BenchRunInfo& info, std::span<const BenchLevelStats
                           {"seed", info.seed},
                           {"temperature", info.temperature},
                           {"top_p", info.top_p},
+                          {"top_k", info.top_k},
                           {"results", nlohmann::json::array()}};
     if (!info.kv_cache_dtype.empty()) {
         doc["kv_cache_dtype"] = info.kv_cache_dtype;

@@ -89,12 +89,14 @@ struct BenchRunInfo {
     uint64_t seed = 0;
     double temperature = 0.0;  // of every request; 0 = greedy
     double top_p = 1.0;
+    int64_t top_k = 0;
 };
 
-// {"bench": "serving", <the run info (temperature and top_p included); kv_cache_dtype and kv_cache_tokens
-// when kv_cache_dtype is set, url when set>, "results": [{concurrency, num_requests, completed, failed,
-// duration_s, input_tokens, output_tokens, request_per_s, output_tok_per_s, total_tok_per_s,
-// ttft_{mean,p50,p99}_ms, tpot_{mean,p50,p99}_ms}, ...]} as text (NaN → null), 2-space indented.
+// {"bench": "serving", <the run info (temperature, top_p and top_k included); kv_cache_dtype and
+// kv_cache_tokens when kv_cache_dtype is set, url when set>, "results": [{concurrency, num_requests,
+// completed, failed, duration_s, input_tokens, output_tokens, request_per_s, output_tok_per_s,
+// total_tok_per_s, ttft_{mean,p50,p99}_ms, tpot_{mean,p50,p99}_ms}, ...]} as text (NaN → null), 2-space
+// indented.
 std::string bench_json(const BenchRunInfo& info, std::span<const BenchLevelStats> levels);
 
 // Current UTC time in ISO 8601 ("2026-11-29T11:05:44Z").

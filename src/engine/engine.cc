@@ -3,16 +3,13 @@
 #include <algorithm>
 #include <bit>
 #include <chrono>
-#include <cmath>
 #include <limits>
 #include <mutex>
 #include <optional>
 #include <string>
-#include <thread>
 #include <unordered_map>
 #include <utility>
 
-#include "backend/cpu/thread_pool.h"
 #include "engine/kv_block_pool.h"
 #include "engine/scheduler.h"
 
@@ -27,8 +24,6 @@ using Clock = std::chrono::steady_clock;
 constexpr double kHeartbeatSeconds = 0.1;
 // The token a rank reports for a sequence whose logits are not finite (the all-reduce takes the max).
 constexpr int32_t kNonFiniteToken = std::numeric_limits<int32_t>::max();
-// Threads drawing the host-sampled rows of a step (at most the machine's cores).
-constexpr unsigned kMaxSamplingThreads = 16;
 
 // One sequence's part of a step, as every rank of the layout sees it.
 struct PlanChunk {
@@ -167,7 +162,6 @@ struct Engine::Impl {
     KvBlockPool pool;  // storage only: block ids come from the driver's scheduler (one allocator per group)
     Scheduler scheduler;                              // driver
     std::unordered_map<RequestId, Sampler> samplers;  // every rank: the sequences it samples
-    std::unique_ptr<ThreadPool> sampling_threads;     // made at the first step that samples on the host
     Status failure;                                   // the first failed step: the engine is unusable
 
     // Driver, stepping thread.
@@ -346,98 +340,40 @@ Status Engine::Impl::execute(const StepPlan& plan, std::vector<int32_t>* sampled
         kv[k] = pool.views(c.block_table, c.num_cached);
         inputs[k] = {c.tokens, kv[k]};
     }
-    // Greedy and temperature-only rows: the device chooses the token (argmax, or Gumbel-max for a draw) and
-    // only ids come back; a step with any top-k or top-p row samples every row on the host from its logits.
-    const bool on_device = std::all_of(mine.begin(), mine.end(), [&](size_t i) {
-        return !plan.chunks[i].sample || draws_on_device(plan.chunks[i].sampling);
-    });
-    std::vector<float> logits;                           // [mine, V] unless on_device
-    std::vector<int32_t> greedy_ids, greedy_non_finite;  // [mine] when on_device
-    // Temperature-only rows draw on the device too (Gumbel-max): their 1 / T and noise keys, 0 for greedy.
-    std::vector<float> inv_temperature;  // [mine] when some row of an on_device step draws
-    std::vector<uint64_t> noise_keys;    // [mine]
-    if (on_device) {
-        for (size_t k = 0; k < mine.size(); ++k) {
-            const PlanChunk& c = plan.chunks[mine[k]];
-            if (!c.sample || c.sampling.temperature == 0.0) continue;
-            inv_temperature.resize(mine.size(), 0.0f);
-            noise_keys.resize(mine.size(), 0);
-            Sampler& sampler = samplers.try_emplace(c.id, c.sampling).first->second;
-            inv_temperature[k] = sampler.inv_temperature();
-            noise_keys[k] = sampler.next_noise_key();
-        }
+    // The device chooses every row's token (Backend::argmax: the argmax, or the row's draw) and only ids
+    // come back; drawn rows send their TokenDraw (Sampler::next_draw, once per produced token).
+    std::vector<TokenDraw> draws;  // [mine] when some row draws
+    for (size_t k = 0; k < mine.size(); ++k) {
+        const PlanChunk& c = plan.chunks[mine[k]];
+        if (!c.sample || c.sampling.temperature == 0.0) continue;
+        draws.resize(mine.size());
+        draws[k] = samplers.try_emplace(c.id, c.sampling).first->second.next_draw();
     }
+    std::vector<int32_t> ids(mine.size()), non_finite_rows(mine.size());  // [mine]
     if (!mine.empty() || (par != nullptr && par->dp_attention())) {
         ForwardArgs args;
         args.sequences = inputs;
         args.logits_mode = LogitsMode::kLastRowPerSequence;
-        if (on_device) {
-            greedy_ids.resize(mine.size());
-            greedy_non_finite.resize(mine.size());
-            args.greedy_ids = greedy_ids.data();
-            args.greedy_non_finite = greedy_non_finite.data();
-            if (!inv_temperature.empty()) {
-                args.sample_inv_temperature = inv_temperature.data();
-                args.sample_noise_keys = noise_keys.data();
-            }
-        } else {
-            logits.resize(mine.size() * static_cast<size_t>(V));
-            args.logits = logits.data();
-        }
+        args.greedy_ids = ids.data();
+        args.greedy_non_finite = non_finite_rows.data();
+        if (!draws.empty()) args.sample_draws = draws.data();
         EPI_RETURN_IF_ERROR(model.forward(args));
-    }
-
-    // Host sampling (not on_device): each row's non-finite check and draw, rows spread over threads
-    // (each request has its own Sampler; a 152k-logit draw takes ~1 ms).
-    std::vector<int64_t> bad_logit(mine.size(), -1);  // [mine] the first non-finite logit of the row, or −1
-    std::vector<int32_t> drawn(mine.size(), -1);      // [mine] the row's sampled token
-    if (!on_device) {
-        std::vector<Sampler*> row_sampler(mine.size(), nullptr);
-        for (size_t k = 0; k < mine.size(); ++k) {
-            const PlanChunk& c = plan.chunks[mine[k]];
-            if (c.sample) row_sampler[k] = &samplers.try_emplace(c.id, c.sampling).first->second;
-        }
-        if (sampling_threads == nullptr) {
-            const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
-            sampling_threads =
-                std::make_unique<ThreadPool>(static_cast<int>(std::min(cores, kMaxSamplingThreads)));
-        }
-        sampling_threads->parallel_for(static_cast<int64_t>(mine.size()), 1, [&](int64_t begin, int64_t end) {
-            for (int64_t k = begin; k < end; ++k) {
-                if (row_sampler[static_cast<size_t>(k)] == nullptr) continue;
-                const std::span<const float> row(
-                    logits.data() + static_cast<size_t>(k) * static_cast<size_t>(V), static_cast<size_t>(V));
-                const auto bad =
-                    std::find_if(row.begin(), row.end(), [](float x) { return !std::isfinite(x); });
-                if (bad != row.end())
-                    bad_logit[static_cast<size_t>(k)] = bad - row.begin();
-                else
-                    drawn[static_cast<size_t>(k)] = row_sampler[static_cast<size_t>(k)]->sample(row);
-            }
-        });
     }
     Status non_finite;
     for (size_t k = 0; k < mine.size(); ++k) {
         const PlanChunk& c = plan.chunks[mine[k]];
         if (!c.sample) continue;
-        std::string detail;  // why the row is refused, empty when it is fine
-        if (on_device && greedy_non_finite[k] != 0) {
-            detail = "its logits hold a NaN or inf (non-finite";
-        } else if (!on_device && bad_logit[k] >= 0) {
-            detail = "logit of token " + std::to_string(bad_logit[k]) + " is " +
-                     std::to_string(logits[k * static_cast<size_t>(V) + static_cast<size_t>(bad_logit[k])]) +
-                     " (non-finite";
-        }
-        if (!detail.empty()) {
+        if (non_finite_rows[k] != 0) {
             (*sampled)[mine[k]] = kNonFiniteToken;
             if (non_finite.is_ok()) {
-                non_finite = data_loss("request id " + std::to_string(c.id) + ", new token " +
-                                       std::to_string(c.produced) + ": " + detail +
-                                       ": do the checkpoint's weights hold NaN or inf?)");
+                non_finite = data_loss(
+                    "request id " + std::to_string(c.id) + ", new token " + std::to_string(c.produced) +
+                    ": its logits hold a NaN or inf (non-finite: do the checkpoint's weights "
+                    "hold NaN or inf?)");
             }
             continue;
         }
-        (*sampled)[mine[k]] = on_device ? greedy_ids[k] : drawn[k];
+        (*sampled)[mine[k]] = ids[k];
     }
     if (multi_rank) {
         EPI_RETURN_IF_ERROR_CTX(

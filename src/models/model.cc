@@ -207,10 +207,8 @@ Status Model::check_inputs(const ForwardArgs& args) const {
         return invalid_argument(
             "forward: greedy output needs greedy_ids and greedy_non_finite, no logits, and kLastRowPerSequence");
     }
-    if ((args.sample_inv_temperature == nullptr) != (args.sample_noise_keys == nullptr) ||
-        (args.sample_inv_temperature != nullptr && !greedy))
-        return invalid_argument(
-            "forward: sample_inv_temperature and sample_noise_keys go together, with greedy_ids");
+    if (args.sample_draws != nullptr && !greedy)
+        return invalid_argument("forward: sample_draws need greedy_ids");
     if (!greedy && args.logits == nullptr && !args.sequences.empty())
         return invalid_argument("forward: logits is null");
     for (size_t s = 0; s < args.sequences.size(); ++s) {
@@ -254,10 +252,7 @@ Status Model::forward(const ForwardArgs& args) {
         if (greedy) {
             out.greedy_ids = args.greedy_ids + mb.begin;
             out.greedy_non_finite = args.greedy_non_finite + mb.begin;
-            if (args.sample_inv_temperature != nullptr) {
-                out.inv_temperature = args.sample_inv_temperature + mb.begin;
-                out.noise_keys = args.sample_noise_keys + mb.begin;
-            }
+            if (args.sample_draws != nullptr) out.draws = args.sample_draws + mb.begin;
         } else {
             out.logits = args.logits + logits_row_begin[static_cast<size_t>(mb.begin)] * V;
         }
@@ -339,15 +334,14 @@ Status Model::forward_micro_batch(const ForwardArgs& args, size_t seq_begin, siz
     const size_t out_bytes = static_cast<size_t>(num_out) * sizeof(int32_t);
     EPI_ASSIGN_OR_RETURN(DeviceBuffer greedy, DeviceBuffer::alloc(backend, 2 * out_bytes));  // [2, rows]
     StageOutput stage_out{nullptr, static_cast<int32_t*>(greedy.data())};
-    DeviceBuffer inv_t_dev, keys_dev;  // [rows] fp32, [rows] uint64
-    if (out.inv_temperature != nullptr) {
+    DeviceBuffer draws_dev, floor_dev;  // [rows] TokenDraw, [rows] fp32
+    if (out.draws != nullptr) {
         const size_t n = static_cast<size_t>(num_out);
-        EPI_ASSIGN_OR_RETURN(inv_t_dev, DeviceBuffer::alloc(backend, n * sizeof(float)));
-        EPI_ASSIGN_OR_RETURN(keys_dev, DeviceBuffer::alloc(backend, n * sizeof(uint64_t)));
-        EPI_RETURN_IF_ERROR(backend.copy_to_device(inv_t_dev.data(), out.inv_temperature, n * sizeof(float)));
-        EPI_RETURN_IF_ERROR(backend.copy_to_device(keys_dev.data(), out.noise_keys, n * sizeof(uint64_t)));
-        stage_out.inv_temperature = static_cast<const float*>(inv_t_dev.data());
-        stage_out.noise_keys = static_cast<const uint64_t*>(keys_dev.data());
+        EPI_ASSIGN_OR_RETURN(draws_dev, DeviceBuffer::alloc(backend, n * sizeof(TokenDraw)));
+        EPI_ASSIGN_OR_RETURN(floor_dev, DeviceBuffer::alloc(backend, n * sizeof(float)));
+        EPI_RETURN_IF_ERROR(backend.copy_to_device(draws_dev.data(), out.draws, n * sizeof(TokenDraw)));
+        stage_out.draws = static_cast<const TokenDraw*>(draws_dev.data());
+        stage_out.floor = static_cast<float*>(floor_dev.data());
     }
     EPI_RETURN_IF_ERROR(run_stage(args, in, stage_out));
     EPI_RETURN_IF_ERROR(backend.copy_to_host(out.greedy_ids, greedy.data(), out_bytes));
@@ -499,8 +493,8 @@ Status Model::run_stage(const ForwardArgs& args, const StageInputs& in, const St
     argmax.num_rows = num_out;
     argmax.vocab_size = V;
     argmax.row_stride = V;
-    argmax.inv_temperature = out.inv_temperature;
-    argmax.noise_keys = out.noise_keys;
+    argmax.draws = out.draws;
+    argmax.floor = out.floor;
     return backend.argmax(argmax);
 }
 

@@ -15,6 +15,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <tuple>
 
 #include "backend/backend.h"
 #include "checkpoint/model_config.h"
@@ -55,11 +56,10 @@ struct ForwardArgs {
     // NaN or ±inf. Only ids cross to the host, not [num_sequences, V] logits.
     int32_t* greedy_ids = nullptr;
     int32_t* greedy_non_finite = nullptr;
-    // Optional, with greedy_ids: sequences drawn from softmax(logits / T) instead (the Gumbel-max trick,
-    // backend/gumbel_noise.h): sample_inv_temperature [num_sequences] fp32 host, 1 / T or 0 for greedy;
-    // sample_noise_keys [num_sequences] uint64 host, each drawn sequence's key (Sampler::next_noise_key).
-    const float* sample_inv_temperature = nullptr;
-    const uint64_t* sample_noise_keys = nullptr;
+    // Optional, with greedy_ids: sample_draws [num_sequences] host, each sequence's draw (op_args.h
+    // TokenDraw, Sampler::next_draw: greedy, or a draw from its softmax with top-k / top-p by the Gumbel-max
+    // trick); greedy_ids then receives the drawn ids.
+    const TokenDraw* sample_draws = nullptr;
 };
 
 // The model sizes validate_layout checks a layout against (parallel/layout.h).
@@ -158,8 +158,7 @@ private:
         float* logits = nullptr;
         int32_t* greedy_ids = nullptr;
         int32_t* greedy_non_finite = nullptr;
-        const float* inv_temperature = nullptr;  // the micro-batch's rows of ForwardArgs::sample_*, or null
-        const uint64_t* noise_keys = nullptr;
+        const TokenDraw* draws = nullptr;  // the micro-batch's rows of ForwardArgs::sample_draws, or null
     };
     // The stage's part of forward for sequences [seq_begin, seq_end) of args: uploads the rows and the
     // paged-attention metadata (or hands a decode step to forward_decode_graph), runs run_stage, and
@@ -181,8 +180,8 @@ private:
     struct StageOutput {
         float* logits = nullptr;
         int32_t* greedy = nullptr;
-        const float* inv_temperature = nullptr;  // [num_out] fp32, device, or null: ArgmaxArgs
-        const uint64_t* noise_keys = nullptr;    // [num_out] uint64, device
+        const TokenDraw* draws = nullptr;  // [num_out] device, or null: ArgmaxArgs
+        float* floor = nullptr;            // [num_out] fp32, device workspace, with draws
     };
     // This rank's stage on device inputs: embedding or pipeline recv, the stage's layers, then pipeline
     // send or final norm + LM head (+ argmax). Only ops and collectives: no host copies unless an observer
@@ -205,7 +204,8 @@ private:
     const ParallelContext* parallel_ = nullptr;
     bool decode_graphs_enabled_ = true;
     Status decode_graphs_status_;
-    std::map<std::pair<int64_t, int64_t>, std::unique_ptr<DecodeGraph>> decode_graphs_;  // by (rows, width)
+    // By (rows, width, drawn): steps with a drawn row have graphs of their own, with the sampling floors.
+    std::map<std::tuple<int64_t, int64_t, bool>, std::unique_ptr<DecodeGraph>> decode_graphs_;
 };
 
 }  // namespace epinfer

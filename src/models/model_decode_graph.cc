@@ -64,8 +64,10 @@ Status Model::forward_decode_graph(std::span<const SequenceInput> seqs, const st
     host.slot_mapping.resize(static_cast<size_t>(rows), host.slot_mapping.back());
     host.token_sequence.resize(static_cast<size_t>(rows), host.token_sequence.back());
 
-    if (decode_graphs_.size() >= kMaxGraphs && decode_graphs_.count({rows, width}) == 0) decode_graphs_.clear();
-    std::unique_ptr<DecodeGraph>& slot = decode_graphs_[{rows, width}];
+    const bool drawn = out.draws != nullptr;
+    const auto bucket = std::make_tuple(rows, width, drawn);
+    if (decode_graphs_.size() >= kMaxGraphs && decode_graphs_.count(bucket) == 0) decode_graphs_.clear();
+    std::unique_ptr<DecodeGraph>& slot = decode_graphs_[bucket];
     if (slot == nullptr) {
         auto g = std::make_unique<DecodeGraph>();
         const size_t r = static_cast<size_t>(rows);
@@ -76,13 +78,10 @@ Status Model::forward_decode_graph(std::span<const SequenceInput> seqs, const st
         EPI_ASSIGN_OR_RETURN(g->kv.block_tables,
                              DeviceBuffer::alloc(backend, r * static_cast<size_t>(width) * sizeof(int32_t)));
         EPI_ASSIGN_OR_RETURN(g->greedy, DeviceBuffer::alloc(backend, 2 * r * sizeof(int32_t)));
-        EPI_ASSIGN_OR_RETURN(g->inv_temperature, DeviceBuffer::alloc(backend, r * sizeof(float)));
-        EPI_ASSIGN_OR_RETURN(g->noise_keys, DeviceBuffer::alloc(backend, r * sizeof(uint64_t)));
-        const std::vector<uint64_t> zeros(r,
-                                          0);  // every row greedy until a step draws (0.0f is all-zero bits)
-        EPI_RETURN_IF_ERROR(
-            backend.copy_to_device(g->inv_temperature.data(), zeros.data(), r * sizeof(float)));
-        EPI_RETURN_IF_ERROR(backend.copy_to_device(g->noise_keys.data(), zeros.data(), r * sizeof(uint64_t)));
+        if (drawn) {
+            EPI_ASSIGN_OR_RETURN(g->draws, DeviceBuffer::alloc(backend, r * sizeof(TokenDraw)));
+            EPI_ASSIGN_OR_RETURN(g->floor, DeviceBuffer::alloc(backend, r * sizeof(float)));
+        }
         g->kv.num_rows = rows;
         g->kv.num_sequences = rows;  // rows past n are never named by token_sequence
         g->kv.block_table_stride = width;
@@ -96,19 +95,10 @@ Status Model::forward_decode_graph(std::span<const SequenceInput> seqs, const st
     EPI_RETURN_IF_ERROR(backend.copy_to_device(g.kv.token_sequence.data(), host.token_sequence.data(), r * 4));
     EPI_RETURN_IF_ERROR(
         backend.copy_to_device(g.kv.block_tables.data(), host.block_tables.data(), host.block_tables.size() * 4));
-    // Drawn rows: their 1 / T and keys (padding rows greedy); a greedy step rewrites zeros only after a
-    // drawing one.
-    if (out.inv_temperature != nullptr || g.sampled) {
-        std::vector<float> inv_t(r, 0.0f);
-        std::vector<uint64_t> keys(r, 0);
-        if (out.inv_temperature != nullptr) {
-            std::copy(out.inv_temperature, out.inv_temperature + n, inv_t.begin());
-            std::copy(out.noise_keys, out.noise_keys + n, keys.begin());
-        }
-        EPI_RETURN_IF_ERROR(
-            backend.copy_to_device(g.inv_temperature.data(), inv_t.data(), r * sizeof(float)));
-        EPI_RETURN_IF_ERROR(backend.copy_to_device(g.noise_keys.data(), keys.data(), r * sizeof(uint64_t)));
-        g.sampled = out.inv_temperature != nullptr;
+    if (drawn) {
+        std::vector<TokenDraw> draws(r);  // padding rows greedy
+        std::copy(out.draws, out.draws + n, draws.begin());
+        EPI_RETURN_IF_ERROR(backend.copy_to_device(g.draws.data(), draws.data(), r * sizeof(TokenDraw)));
     }
 
     std::vector<int64_t> row_begin(seqs.size());
@@ -117,8 +107,8 @@ Status Model::forward_decode_graph(std::span<const SequenceInput> seqs, const st
     const StageInputs in{seqs, row_begin, static_cast<const int32_t*>(g.ids.data()),
                          static_cast<const int32_t*>(g.positions.data()), &g.kv, rows};
     const StageOutput stage_out{nullptr, static_cast<int32_t*>(g.greedy.data()),
-                                static_cast<const float*>(g.inv_temperature.data()),
-                                static_cast<const uint64_t*>(g.noise_keys.data())};
+                                drawn ? static_cast<const TokenDraw*>(g.draws.data()) : nullptr,
+                                drawn ? static_cast<float*>(g.floor.data()) : nullptr};
     if (g.graph != nullptr) {
         EPI_RETURN_IF_ERROR(g.graph->replay());
     } else {

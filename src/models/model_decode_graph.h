@@ -14,9 +14,8 @@ struct Model::DecodeGraph {
     DeviceBuffer positions;  // [rows] int32
     KvBatchMetadata kv;      // slot_mapping [rows], token_sequence [rows], block_tables [rows, width]
     DeviceBuffer greedy;     // [2, rows] int32: argmax ids, then non-finite flags
-    DeviceBuffer inv_temperature;    // [rows] fp32: 1 / T of each drawn row, 0 greedy (ArgmaxArgs)
-    DeviceBuffer noise_keys;         // [rows] uint64
-    bool sampled = false;            // inv_temperature holds a non-zero entry (else all zeros)
+    DeviceBuffer draws;      // [rows] TokenDraw (padding rows greedy), drawn buckets only (ArgmaxArgs)
+    DeviceBuffer floor;      // [rows] fp32 workspace, drawn buckets only
     std::unique_ptr<OpGraph> graph;  // null until captured
 };
 

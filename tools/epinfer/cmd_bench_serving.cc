@@ -68,6 +68,7 @@ struct BenchServingFlags {
     std::string warmup = "1";
     std::string temperature = "0";  // greedy by default, as the serving benchmarks of vLLM and SGLang
     std::string top_p = "1";
+    std::string top_k = "0";
 };
 
 struct BenchServingValues {
@@ -77,6 +78,7 @@ struct BenchServingValues {
     uint64_t seed = 0;
     double timeout_s = 0.0;
     double temperature = 0.0, top_p = 1.0;
+    int64_t top_k = 0;
 };
 
 Result<int64_t> parse_int(const std::string& text, const char* flag, int64_t lo, int64_t hi) {
@@ -141,6 +143,10 @@ Result<BenchServingValues> parse_values(const BenchServingFlags& f) {
     if (v.top_p < 1.0 && v.temperature == 0.0)
         return invalid_argument(
             fmt::format("--top-p {} applies to sampled requests: give --temperature > 0", f.top_p));
+    EPI_ASSIGN_OR_RETURN(v.top_k, parse_int(f.top_k, "--top-k", 0, INT32_MAX));
+    if (v.top_k > 0 && v.temperature == 0.0)
+        return invalid_argument(
+            fmt::format("--top-k {} applies to sampled requests: give --temperature > 0", f.top_k));
     v.temperature += 0.0;  // -0 → +0
     if (!f.url.empty()) {
         std::vector<std::string> given;  // the model and engine flags given: the server has its own
@@ -194,8 +200,9 @@ void print_preamble(const BenchRunInfo& info, const BenchServingValues& v) {
         info.mode == "client" ? "client of " + info.url
                               : fmt::format("{} on {}, kv_cache_dtype {}, kv_cache_tokens {}", info.layout,
                                             info.device, info.kv_cache_dtype, info.kv_cache_tokens);
-    const std::string sampling =
-        v.temperature == 0.0 ? "greedy" : fmt::format("temperature {:g}, top_p {:g}", v.temperature, v.top_p);
+    const std::string sampling = v.temperature == 0.0 ? "greedy"
+                                                      : fmt::format("temperature {:g}, top_p {:g}, top_k {}",
+                                                                    v.temperature, v.top_p, v.top_k);
     std::printf("# epinfer bench: %s%s, %s, input_len %lld, output_len %lld, seed %llu, %s\n",
                 info.model.c_str(), weights.c_str(), where.c_str(), static_cast<long long>(v.input_len),
                 static_cast<long long>(v.output_len), static_cast<unsigned long long>(v.seed),
@@ -279,6 +286,7 @@ Status run_offline(const BenchServingFlags& flags, BenchServingValues v) {
     info.seed = v.seed;
     info.temperature = v.temperature;
     info.top_p = v.top_p;
+    info.top_k = v.top_k;
     print_preamble(info, v);
 
     EngineLoop loop(*engine);
@@ -383,11 +391,12 @@ Result<ServedModel> get_served_model(const std::string& url, double timeout_s) {
     return s;
 }
 
-// The sampling of a level's requests: the flags' temperature and top_p; request i gets seed + i.
+// The sampling of a level's requests: the flags' temperature, top_p and top_k; request i gets seed + i.
 SamplingParams level_sampling(const BenchServingValues& v, uint64_t seed) {
     SamplingParams s;
     s.temperature = v.temperature;
     s.top_p = v.top_p;
+    s.top_k = v.top_k;
     s.seed = seed;
     return s;
 }
@@ -399,10 +408,10 @@ BenchRequestTiming run_http_request(httplib::Client& client, const std::string& 
     const auto now_s = [start] { return std::chrono::duration<double>(Clock::now() - start).count(); };
     BenchRequestTiming t;
     t.prompt_tokens = static_cast<int64_t>(prompt.size());
-    const json body = {{"model", model},           {"prompt", prompt},
-                       {"max_tokens", output_len}, {"stream", true},
-                       {"ignore_eos", true},       {"temperature", sampling.temperature},
-                       {"top_p", sampling.top_p},  {"seed", sampling.seed}};
+    const json body = {
+        {"model", model},          {"prompt", prompt},        {"max_tokens", output_len},
+        {"stream", true},          {"ignore_eos", true},      {"temperature", sampling.temperature},
+        {"top_p", sampling.top_p}, {"top_k", sampling.top_k}, {"seed", sampling.seed}};
     int status = -1;
     std::string buffer, error_body, finish_reason;
     bool done = false, malformed = false;
@@ -551,6 +560,7 @@ Status run_client(const BenchServingFlags& flags, BenchServingValues v) {
     info.seed = v.seed;
     info.temperature = v.temperature;
     info.top_p = v.top_p;
+    info.top_k = v.top_k;
     print_preamble(info, v);
     if (v.warmup > 0) {
         const auto prompts =
@@ -599,6 +609,7 @@ void add_bench_serving(CLI::App& bench) {
                      "Sampling temperature of every request; 0 = greedy (default 0, as vLLM's and SGLang's "
                      "serving benchmarks)");
     bench.add_option("--top-p", flags->top_p, "Nucleus of every sampled request, in (0, 1] (default 1)");
+    bench.add_option("--top-k", flags->top_k, "Top-k of every sampled request; 0 = no top-k (default 0)");
     bench.add_option("--json", flags->json_path, "Also write the results to this JSON file");
     bench.add_option("--url", flags->url,
                      "Drive a running `epinfer serve` at http://HOST:PORT instead (no model flags)");

@@ -19,6 +19,7 @@
 #include "backend/cuda/kernels/matmul_small_t.cuh"
 #include "backend/cuda/kernels/moe_router.cuh"
 #include "backend/cuda/kernels/qk_norm_rope_kv_store.cuh"
+#include "backend/cuda/kernels/sampling_floor.cuh"
 
 namespace epinfer {
 
@@ -269,6 +270,7 @@ public:
     Status argmax(const ArgmaxArgs& args) override {
         use_device();
         EPI_RETURN_IF_ERROR(argmax_check(args));
+        if (args.draws != nullptr) EPI_CUDA_CHECK(cuda::launch_sampling_floor(args, stream_));
         EPI_CUDA_CHECK(cuda::launch_argmax(args, attention_device_.num_sms, stream_));
         return Status::ok();
     }

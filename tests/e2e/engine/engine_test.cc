@@ -240,14 +240,15 @@ TEST_P(EngineTest, SeededSamplingSurvivesPreemption) {
     EXPECT_GT(stats.preemptions, 0);
 }
 
-// Temperature-only requests draw on the device's path (the token-choice op) when their step allows it, and
-// on the host (the Sampler) in steps shared with top-p requests: the same noise and one draw counter, so
-// each request's tokens are those it gets alone (there: every step on the op), also across preemption.
-TEST_P(EngineTest, TemperatureOnlyDrawsAgreeOnTheOpAndTheHostPath) {
+// Greedy, temperature-only, top-k and top-p requests share steps: each row of the token-choice op carries
+// its own draw (TokenDraw), so each request's tokens are those it gets alone, also across preemption.
+TEST_P(EngineTest, MixedDrawsInOneStepEachGetTheirTokensAlone) {
     std::vector<RequestParams> requests = eight_requests(golden_);
     for (size_t i = 0; i < requests.size(); ++i) {
+        if (i % 4 == 0) continue;  // greedy
         requests[i].sampling.temperature = 0.9;
-        requests[i].sampling.top_p = i % 2 == 0 ? 1.0 : 0.9;
+        if (i % 4 == 2) requests[i].sampling.top_k = 5;
+        if (i % 4 == 3) requests[i].sampling.top_p = 0.8;
         requests[i].sampling.seed = 2000 + i;
     }
     const EngineStats stats = expect_same_as_alone(engine_options(10), requests);

@@ -171,10 +171,10 @@ TEST_F(ArgmaxTest, BadArgumentsAreRejectedWithTheField) {
     a = good;
     a.row_stride = 3;
     expect_rejected(*backend_, a, "row_stride 3 is below 4");
-    const float inv_t[2] = {1.0f, 0.0f};
+    const TokenDraw draws[2] = {};
     a = good;
-    a.inv_temperature = inv_t;  // without noise_keys
-    expect_rejected(*backend_, a, "inv_temperature and noise_keys must be given together");
+    a.draws = draws;  // without the floor workspace
+    expect_rejected(*backend_, a, "draws need the floor workspace");
     a = good;
     a.logits = nullptr;
     expect_rejected(*backend_, a, "logits is null");

@@ -2,11 +2,14 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <climits>
 #include <cmath>
+#include <functional>
 #include <set>
 #include <vector>
 
 #include "backend/cpu/cpu_argmax.h"
+#include "backend/gumbel_noise.h"
 #include "engine/sampler.h"
 
 namespace epinfer {
@@ -94,7 +97,6 @@ TEST(Sampler, TemperatureOnlyDrawsFollowTheSoftmax) {
     SamplingParams p;
     p.temperature = 1.0;
     p.seed = 9;
-    ASSERT_TRUE(draws_on_device(p));
     const int n = 40000;  // standard error of a frequency ≤ 0.0025
     std::vector<double> f = frequencies(p, logits, n);
     EXPECT_NEAR(f[0], 1.0 / 7, 0.01);
@@ -108,53 +110,97 @@ TEST(Sampler, TemperatureOnlyDrawsFollowTheSoftmax) {
     EXPECT_NEAR(f[2], 2.0 / z, 0.01);
 }
 
-TEST(Sampler, TemperatureOnlyDrawIsTheDevicesDraw) {
-    // What the engine hands the device for such a request (1 / T and the next key) gives, through the op's
-    // CPU reference, the token the sampler draws itself; the two share one draw counter.
+TEST(Sampler, TopKAndTopPDrawsFollowTheRenormalisedSoftmax) {
+    // Probabilities 0.4, 0.25, 0.15, 0.1, 0.06, 0.04 (logits their logs). top_k 4 keeps the first four
+    // (renormalised over 0.9); top_p 0.7 the first three (0.65 < 0.7 ≤ 0.8); top_k 2 then top_p 0.5 keeps
+    // only the first (0.4 / 0.65 ≥ 0.5: the nucleus is taken within the top-k, transformers' order).
+    const std::vector<double> probs = {0.4, 0.25, 0.15, 0.1, 0.06, 0.04};
+    std::vector<float> logits;
+    for (const double q : probs) logits.push_back(static_cast<float>(std::log(q)));
+    const int n = 40000;  // standard error of a frequency ≤ 0.0025
+    const auto expect_renormalised = [&](const SamplingParams& p, size_t kept, const char* what) {
+        const std::vector<double> f = frequencies(p, logits, n);
+        double mass = 0.0;
+        for (size_t i = 0; i < kept; ++i) mass += probs[i];
+        for (size_t i = 0; i < probs.size(); ++i)
+            EXPECT_NEAR(f[i], i < kept ? probs[i] / mass : 0.0, 0.01) << what << ", token " << i;
+    };
     SamplingParams p;
-    p.temperature = 0.8;
-    p.seed = 1234;
-    Sampler host(p), device(p);
-    std::vector<float> logits = kLogits;
-    for (int step = 0; step < 50; ++step) {
-        logits[static_cast<size_t>(step) % logits.size()] += 0.05f;
-        const float inv_t = device.inv_temperature();
-        const uint64_t key = device.next_noise_key();
-        int32_t id = -1, non_finite = -1;
-        ArgmaxArgs op;
-        op.logits = logits.data();
-        op.out_ids = &id;
-        op.out_non_finite = &non_finite;
-        op.num_rows = 1;
-        op.vocab_size = static_cast<int64_t>(logits.size());
-        op.row_stride = op.vocab_size;
-        op.inv_temperature = &inv_t;
-        op.noise_keys = &key;
-        cpu_argmax(op);
-        EXPECT_EQ(host.sample(logits), id) << "step " << step;
-        EXPECT_EQ(non_finite, 0);
-    }
-    EXPECT_FLOAT_EQ(device.inv_temperature(), 1.25f);
+    p.temperature = 1.0;
+    p.seed = 21;
+    p.top_k = 4;
+    expect_renormalised(p, 4, "top_k 4");
+    p.top_k = 0;
+    p.top_p = 0.7;
+    expect_renormalised(p, 3, "top_p 0.7");
+    p.top_k = 2;
+    p.top_p = 0.5;
+    expect_renormalised(p, 1, "top_k 2, top_p 0.5");
 }
 
-TEST(Sampler, WhichDrawsTheDeviceMakes) {
+TEST(Sampler, ItsDrawIsTheOpsDraw) {
+    // What the engine hands the device for a request (next_draw) gives, through the op's CPU reference, the
+    // token the sampler draws itself; the two share one draw counter. Temperature only, top-k, top-p, both.
+    std::vector<SamplingParams> cases(4);
+    for (SamplingParams& p : cases) {
+        p.temperature = 0.8;
+        p.seed = 1234;
+    }
+    cases[1].top_k = 3;
+    cases[2].top_p = 0.6;
+    cases[3].top_k = 5;
+    cases[3].top_p = 0.9;
+    for (const SamplingParams& p : cases) {
+        Sampler host(p), device(p);
+        std::vector<float> logits = kLogits;
+        std::set<int32_t> seen;
+        for (int step = 0; step < 50; ++step) {
+            logits[static_cast<size_t>(step) % logits.size()] += 0.05f;
+            const TokenDraw draw = device.next_draw();
+            int32_t id = -1, non_finite = -1;
+            float floor = 0.0f;
+            ArgmaxArgs op;
+            op.logits = logits.data();
+            op.out_ids = &id;
+            op.out_non_finite = &non_finite;
+            op.num_rows = 1;
+            op.vocab_size = static_cast<int64_t>(logits.size());
+            op.row_stride = op.vocab_size;
+            op.draws = &draw;
+            op.floor = &floor;
+            cpu_argmax(op);
+            EXPECT_EQ(host.sample(logits), id)
+                << "top_k " << p.top_k << ", top_p " << p.top_p << ", step " << step;
+            EXPECT_EQ(non_finite, 0);
+            EXPECT_EQ(floor, cpu_sampling_floor(logits, draw));
+            seen.insert(id);
+        }
+        EXPECT_GT(seen.size(), 1u) << "top_k " << p.top_k << ", top_p " << p.top_p;  // it really draws
+    }
+}
+
+TEST(Sampler, NextDrawCarriesTheParameters) {
     SamplingParams p;
-    EXPECT_TRUE(draws_on_device(p));  // greedy
-    p.temperature = 0.7;
-    EXPECT_TRUE(draws_on_device(p));
-    p.top_p = 0.9;
-    EXPECT_FALSE(draws_on_device(p));
-    p.top_p = 1.0;
+    p.seed = 99;
+    EXPECT_EQ(Sampler(p).next_draw().inv_temperature, 0.0f);  // greedy
+    p.temperature = 0.8;
     p.top_k = 40;
-    EXPECT_FALSE(draws_on_device(p));
-    // Outside fp32's safe range 1 / T overflows (or vanishes) on the device: the host draws in double.
-    p.top_k = 0;
+    p.top_p = 0.95;
+    Sampler s(p);
+    const TokenDraw first = s.next_draw(), second = s.next_draw();
+    EXPECT_FLOAT_EQ(first.inv_temperature, 1.25f);
+    EXPECT_EQ(first.top_k, 40);
+    EXPECT_EQ(first.top_p, 0.95f);
+    EXPECT_EQ(first.noise_key, sampling_noise_key(99, 0));
+    EXPECT_EQ(second.noise_key, sampling_noise_key(99, 1));
+    // A top_k beyond int32 is no filter, as one ≥ V; temperatures below kMinDrawTemperature are greedy, those
+    // above kMaxDrawTemperature draw as at it.
+    p.top_k = int64_t{1} << 40;
+    EXPECT_EQ(Sampler(p).next_draw().top_k, INT32_MAX);
     p.temperature = 1e-39;
-    EXPECT_FALSE(draws_on_device(p));
+    EXPECT_EQ(Sampler(p).next_draw().inv_temperature, 0.0f);
     p.temperature = 1e46;
-    EXPECT_FALSE(draws_on_device(p));
-    p.temperature = kDeviceDrawMinTemperature;
-    EXPECT_TRUE(draws_on_device(p));
+    EXPECT_FLOAT_EQ(Sampler(p).next_draw().inv_temperature, static_cast<float>(1.0 / kMaxDrawTemperature));
 }
 
 TEST(Sampler, ATinyTemperatureIsGreedy) {
@@ -166,27 +212,31 @@ TEST(Sampler, ATinyTemperatureIsGreedy) {
 }
 
 TEST(Sampler, TopPOverManyFlatLogitsKeepsExactlyTheNucleus) {
-    // 3000 logits in a narrow band (a flat distribution: the nucleus holds ~half of them, past the ranking
-    // by selection's small-range sort): every draw lies in the nucleus a full sort gives.
+    // 3000 logits in a narrow band, each value three times (a flat distribution: the nucleus holds ~half of
+    // them): every draw lies in the nucleus a full sort gives, extended to the ties of its last logit.
     std::vector<float> logits(3000);
     for (size_t i = 0; i < logits.size(); ++i) logits[i] = 0.001f * static_cast<float>((i * 7919) % 1000);
     SamplingParams p;
     p.temperature = 1.0;
     p.top_p = 0.5;
     p.seed = 77;
-    std::vector<int32_t> order(logits.size());
-    for (size_t i = 0; i < order.size(); ++i) order[i] = static_cast<int32_t>(i);
-    std::stable_sort(order.begin(), order.end(), [&](int32_t a, int32_t b) { return logits[a] > logits[b]; });
+    std::vector<float> ranked = logits;
+    std::sort(ranked.begin(), ranked.end(), std::greater<>());
+    const float max_logit = ranked[0];
     double sum = 0.0;
-    for (float l : logits) sum += std::exp(static_cast<double>(l));
-    std::set<int32_t> nucleus;
+    for (float l : logits) sum += std::exp(static_cast<double>(l) - max_logit);
     double mass = 0.0;
-    for (size_t i = 0; i < order.size() && (i == 0 || mass < 0.5 * sum); ++i) {
-        mass += std::exp(static_cast<double>(logits[order[i]]));
-        nucleus.insert(order[i]);
+    float last = ranked[0];
+    for (size_t i = 0; i < ranked.size() && mass < 0.5 * sum; ++i) {
+        mass += std::exp(static_cast<double>(ranked[i]) - max_logit);
+        last = ranked[i];
     }
+    std::set<int32_t> nucleus;
+    for (size_t i = 0; i < logits.size(); ++i)
+        if (logits[i] >= last) nucleus.insert(static_cast<int32_t>(i));
     ASSERT_GT(nucleus.size(), 1000u);
     ASSERT_LT(nucleus.size(), 2000u);
+    ASSERT_EQ(nucleus.size() % 3, 0u);  // whole groups of ties
     std::set<int32_t> seen;
     for (int32_t t : draw(p, logits, 3000)) {
         EXPECT_EQ(nucleus.count(t), 1u) << "token " << t << " is outside the nucleus";
@@ -195,19 +245,17 @@ TEST(Sampler, TopPOverManyFlatLogitsKeepsExactlyTheNucleus) {
     EXPECT_GT(seen.size(), 500u);  // it draws across the nucleus
 }
 
-TEST(Sampler, TopPOverEqualLogitsIsTheLowestIds) {
-    // 1024 equal logits rank by id; top_p 513/1024 keeps exactly ids 0 … 512 (masses are exact in double),
-    // one past the selection's first halving point, and 20000 draws reach every one of them (each ~39 times).
+TEST(Sampler, TopPKeepsEveryTieAtTheNucleusEnd) {
+    // 1024 equal logits: any top_p reaches its mass inside the one group of ties, and the whole group is
+    // kept (as FlashInfer's threshold, where transformers would keep the lowest ids): 20000 draws reach
+    // every one of them (each ~20 times).
     const std::vector<float> logits(1024, 0.25f);
     SamplingParams p;
     p.temperature = 1.0;
     p.top_p = 513.0 / 1024.0;
     p.seed = 5;
     const std::vector<int32_t> tokens = draw(p, logits, 20000);
-    const std::set<int32_t> seen(tokens.begin(), tokens.end());
-    ASSERT_EQ(seen.size(), 513u);
-    EXPECT_EQ(*seen.begin(), 0);
-    EXPECT_EQ(*seen.rbegin(), 512);
+    EXPECT_EQ(std::set<int32_t>(tokens.begin(), tokens.end()).size(), 1024u);
 }
 
 TEST(Sampler, ParameterChecksNameTheField) {

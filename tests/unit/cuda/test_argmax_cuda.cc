@@ -1,11 +1,13 @@
 // The CUDA argmax op (backend/cuda/kernels/argmax.cuh) against the CPU reference backend on fresh random
 // rows: odd vocabularies (1, 7, 1000, 151936), packed rows (so most rows start off a 16-byte boundary),
 // padded strides, a misaligned base pointer, planted ties at the maximum, NaN, ±inf, all-NaN and all-equal
-// rows, few rows split over clusters of blocks, and more rows than the grid's blocks. Ids and non-finite
-// flags must be exactly equal.
+// rows, few rows split over clusters of blocks, more rows than the grid's blocks, and drawn rows with
+// top-k / top-p floors. Ids, floors and non-finite flags must be exactly equal.
 #include <gtest/gtest.h>
 
 #if EPINFER_WITH_CUDA
+#include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstdint>
 #include <limits>
@@ -186,25 +188,43 @@ TEST_F(ArgmaxCudaTest, FewRowsSplitOverAClusterOfBlocks) {
     }
 }
 
-TEST_F(ArgmaxCudaTest, SampledRowsMatchTheCpuReference) {
-    // Rows drawn by the Gumbel-max trick (every other row greedy) on one block per row, on clusters, and with
-    // planted NaN / ±inf: the same ids and flags as the CPU reference (the noise is computed in double on
-    // both sides, so only a score tie within fp32 rounding could differ; a mismatch prints both scores).
+// Row r's draw: greedy, temperature only, top-k, top-p, or both, at a few temperatures; top_k from 1 to
+// past V, top_p from tiny (one token) to nearly 1. Every 6th row greedy.
+TokenDraw planted_draw(int64_t r, int64_t V) {
+    TokenDraw d;
+    if (r % 6 == 5) return d;
+    d.noise_key = sampling_noise_key(1000 + static_cast<uint64_t>(r), 7);
+    d.inv_temperature = r % 3 == 0 ? 1.0f : (r % 3 == 1 ? 0.5f : 3.3f);
+    const int64_t ks[] = {0, 1, 2, 40, V - 1, V, V + 5};
+    const float ps[] = {1.0f, 1e-6f, 0.3f, 0.9f, 0.95f, 0.9999f};
+    if (r % 4 != 0) d.top_k = static_cast<int32_t>(std::max<int64_t>(0, ks[(r / 4) % 7]));
+    if (r % 4 != 1) d.top_p = ps[(r / 3) % 6];
+    return d;
+}
+
+TEST_F(ArgmaxCudaTest, DrawnRowsMatchTheCpuReference) {
+    // Drawn rows (temperature, top-k, top-p; planted_draw) on one block per row, on clusters, and with
+    // planted ties, NaN and ±inf: the floors (sampling_floor.cuh against cpu_sampling_floor) bit for bit,
+    // and the same ids and flags as the CPU reference (the noise is computed in double on both sides, so
+    // only a score tie within fp32 rounding could differ; a mismatch prints both scores).
     struct Shape {
         int64_t vocab_size, num_rows;
     };
-    int64_t compared = 0;
-    for (const Shape sh :
-         {Shape{7, 300}, Shape{1000, 90}, Shape{151936, 1}, Shape{151936, 12}, Shape{151936, 40}}) {
+    int64_t compared = 0, filtered = 0;
+    for (const Shape sh : {Shape{7, 300}, Shape{1000, 90}, Shape{4099, 40}, Shape{151936, 1},
+                           Shape{151936, 12}, Shape{151936, 40}}) {
         const int64_t V = sh.vocab_size, R = sh.num_rows;
-        const std::vector<float> logits = planted_rows(R, V, V, static_cast<uint32_t>(V + 17 * R));
-        std::vector<float> inv_t(static_cast<size_t>(R), 0.0f);
-        std::vector<uint64_t> keys(static_cast<size_t>(R), 0);
-        for (int64_t r = 0; r < R; ++r) {
-            if (r % 2 == 0) inv_t[static_cast<size_t>(r)] = r % 3 == 0 ? 1.0f : (r % 3 == 1 ? 0.5f : 3.3f);
-            keys[static_cast<size_t>(r)] = sampling_noise_key(1000 + static_cast<uint64_t>(r), 7);
+        std::vector<float> logits = planted_rows(R, V, V, static_cast<uint32_t>(V + 17 * R));
+        // Rows 10k: a peaked row (one logit far above, as a trained model's), ties right at a likely floor.
+        for (int64_t r = 0; r < R; r += 10) {
+            float* row = logits.data() + r * V;
+            row[(r * 31) % V] = 20.0f;
+            for (int64_t i = 0; i < V; i += 97) row[i] = 7.0f;
         }
+        std::vector<TokenDraw> draws(static_cast<size_t>(R));
+        for (int64_t r = 0; r < R; ++r) draws[static_cast<size_t>(r)] = planted_draw(r, V);
         std::vector<int32_t> want_ids(R, -1), want_flags(R, -1);
+        std::vector<float> want_floor(R, 0.0f);
         ArgmaxArgs args;
         args.logits = logits.data();
         args.out_ids = want_ids.data();
@@ -212,36 +232,43 @@ TEST_F(ArgmaxCudaTest, SampledRowsMatchTheCpuReference) {
         args.num_rows = R;
         args.vocab_size = V;
         args.row_stride = V;
-        args.inv_temperature = inv_t.data();
-        args.noise_keys = keys.data();
+        args.draws = draws.data();
+        args.floor = want_floor.data();
         ASSERT_TRUE(cpu_->argmax(args).is_ok());
 
-        cuda::CudaBuffer d_logits = upload(logits), d_inv_t = upload(inv_t), d_keys = upload(keys);
+        cuda::CudaBuffer d_logits = upload(logits), d_draws = upload(draws);
         cuda::CudaBuffer d_ids = poisoned<int32_t>(R), d_flags = poisoned<int32_t>(R);
+        cuda::CudaBuffer d_floor = poisoned<float>(R);
         args.logits = static_cast<const float*>(d_logits.data());
         args.out_ids = static_cast<int32_t*>(d_ids.data());
         args.out_non_finite = static_cast<int32_t*>(d_flags.data());
-        args.inv_temperature = static_cast<const float*>(d_inv_t.data());
-        args.noise_keys = static_cast<const uint64_t*>(d_keys.data());
+        args.draws = static_cast<const TokenDraw*>(d_draws.data());
+        args.floor = static_cast<float*>(d_floor.data());
         ASSERT_TRUE(gpu_->argmax(args).is_ok());
         ASSERT_TRUE(gpu_->synchronize().is_ok());
         const std::vector<int32_t> got_ids = download<int32_t>(d_ids.data(), R);
         const std::vector<int32_t> got_flags = download<int32_t>(d_flags.data(), R);
+        const std::vector<float> got_floor = download<float>(d_floor.data(), R);
         for (int64_t r = 0; r < R; ++r) {
+            const TokenDraw& d = draws[static_cast<size_t>(r)];
             EXPECT_EQ(got_flags[r], want_flags[r]) << "V " << V << " row " << r;
+            EXPECT_EQ(std::bit_cast<uint32_t>(got_floor[r]), std::bit_cast<uint32_t>(want_floor[r]))
+                << "V " << V << " row " << r << " (top_k " << d.top_k << ", top_p " << d.top_p << ", 1/T "
+                << d.inv_temperature << "): floor " << got_floor[r] << ", cpu " << want_floor[r];
+            filtered += std::isfinite(want_floor[r]) ? 1 : 0;
             ++compared;
             if (got_ids[r] == want_ids[r]) continue;
-            const float t = inv_t[static_cast<size_t>(r)];
             const auto score = [&](int32_t i) {
                 const float l = logits[static_cast<size_t>(r * V + i)];
-                return t > 0.0f ? gumbel_score(l, t, keys[static_cast<size_t>(r)], i) : l;
+                return d.inv_temperature > 0.0f ? gumbel_score(l, d.inv_temperature, d.noise_key, i) : l;
             };
-            ADD_FAILURE() << "V " << V << " row " << r << " (1/T " << t << "): id " << got_ids[r]
-                          << " (score " << score(got_ids[r]) << "), cpu " << want_ids[r] << " (score "
-                          << score(want_ids[r]) << ")";
+            ADD_FAILURE() << "V " << V << " row " << r << " (1/T " << d.inv_temperature << "): id "
+                          << got_ids[r] << " (score " << score(got_ids[r]) << "), cpu " << want_ids[r]
+                          << " (score " << score(want_ids[r]) << ")";
         }
     }
-    EXPECT_GT(compared, 400);
+    EXPECT_GT(compared, 480);
+    EXPECT_GT(filtered, 180);  // 201 rows have a finite floor: the filters were exercised
 }
 
 TEST_F(ArgmaxCudaTest, TiesAcrossWarpsGoToTheLowerIndex) {

@@ -1,9 +1,10 @@
 // Decode graphs (Model::set_decode_graphs) on the GPU. Twin batches (the same prompts in different KV
 // blocks) step together: the first step of a (rows, width) bucket runs its ops directly and records them,
 // the twin's step replays the recording with its own tokens, positions and block tables. Replay must give
-// the twin exactly the same greedy tokens and the same K/V bits in every layer, with a full bucket and a
-// padded one (3 sequences in the bucket of 4), across a block-table width bucket change. A full bucket also
-// gives exactly the tokens of the direct path (the same kernels on the same rows).
+// the twin exactly the same tokens (greedy, and drawn with top-k / top-p) and the same K/V bits in every
+// layer, with a full bucket and a padded one (3 sequences in the bucket of 4), across a block-table width
+// bucket change. A full bucket also gives exactly the tokens of the direct path (the same kernels on the
+// same rows).
 #include <gtest/gtest.h>
 
 #if EPINFER_WITH_CUDA
@@ -12,6 +13,7 @@
 #include <vector>
 
 #include "backend/cuda/cuda_backend.h"
+#include "backend/gumbel_noise.h"
 #include "cuda_test_util.h"
 #include "engine/kv_block_pool.h"
 #include "models/model.h"
@@ -53,16 +55,29 @@ Result<Batch> prefill(Model& model, KvBlockPool& pool, int64_t num_seqs, int64_t
     return b;
 }
 
-// One greedy decode step of the first `num_seqs` sequences; appends the new tokens.
-Status step(Model& model, Batch& b, int64_t num_seqs) {
+// Decode step i of the first `num_seqs` sequences; appends the new tokens. Without `draw` every step is
+// greedy; with it every third step is, and the others draw (sequence s: temperature 1, top-k 5 for even s,
+// top-p 0.9 for odd s, a key of (s, i)), so greedy and drawn buckets both record and replay.
+Status step(Model& model, Batch& b, int64_t num_seqs, int64_t i, bool draw = true) {
     std::vector<SequenceInput> inputs;
     for (int64_t s = 0; s < num_seqs; ++s)
         inputs.push_back({std::span<const int32_t>(&b.tokens[s].back(), 1), b.kv[s]});
     std::vector<int32_t> ids(static_cast<size_t>(num_seqs)), non_finite(static_cast<size_t>(num_seqs));
+    std::vector<TokenDraw> draws(static_cast<size_t>(num_seqs));
+    for (int64_t s = 0; s < num_seqs; ++s) {
+        TokenDraw& d = draws[static_cast<size_t>(s)];
+        d.noise_key = sampling_noise_key(100 + static_cast<uint64_t>(s), static_cast<uint64_t>(i));
+        d.inv_temperature = 1.0f;
+        if (s % 2 == 0)
+            d.top_k = 5;
+        else
+            d.top_p = 0.9f;
+    }
     ForwardArgs args;
     args.sequences = inputs;
     args.greedy_ids = ids.data();
     args.greedy_non_finite = non_finite.data();
+    if (draw && i % 3 != 0) args.sample_draws = draws.data();
     EPI_RETURN_IF_ERROR(model.forward(args));
     for (int64_t s = 0; s < num_seqs; ++s) {
         if (non_finite[s] != 0) return data_loss("non-finite logits");
@@ -97,11 +112,11 @@ TEST_F(DecodeGraphCudaTest, ReplayMatchesTheDirectRunBitForBit) {
         // Tables of 6 blocks (width bucket 8), grown to 12 (bucket 16) after 60 steps, as the scheduler
         // grows them.
         const int64_t blocks_each = 6, block_size = 16;
-        auto pool = KvBlockPool::create(m, 3 * 4 * 2 * blocks_each, block_size);
+        auto pool = KvBlockPool::create(m, 4 * 4 * 2 * blocks_each, block_size);
         ASSERT_TRUE(pool.is_ok()) << pool.status().message();
         Result<Batch> a = prefill(m, *pool, 4, blocks_each), b = prefill(m, *pool, 4, blocks_each);
-        Result<Batch> direct = prefill(m, *pool, 4, blocks_each);
-        ASSERT_TRUE(a.is_ok() && b.is_ok() && direct.is_ok());
+        Result<Batch> direct = prefill(m, *pool, 4, blocks_each), greedy = prefill(m, *pool, 4, blocks_each);
+        ASSERT_TRUE(a.is_ok() && b.is_ok() && direct.is_ok() && greedy.is_ok());
         // 4 sequences (bucket 4, no padding), then 3 sequences (bucket 4 with one padded row).
         const auto grow = [&](Batch& batch) {
             for (size_t s = 0; s < batch.tables.size(); ++s) {
@@ -113,23 +128,28 @@ TEST_F(DecodeGraphCudaTest, ReplayMatchesTheDirectRunBitForBit) {
             if (i == 60) {
                 grow(*a);
                 grow(*b);
+                grow(*greedy);
             }
             const int64_t n = i < 115 ? 4 : 3;
-            ASSERT_TRUE(step(m, *a, n).is_ok()) << "step " << i;
-            ASSERT_TRUE(step(m, *b, n).is_ok()) << "step " << i;
+            ASSERT_TRUE(step(m, *a, n, i).is_ok()) << "step " << i;
+            ASSERT_TRUE(step(m, *b, n, i).is_ok()) << "step " << i;
+            if (i < 115) {
+                ASSERT_TRUE(step(m, *greedy, n, i, false).is_ok()) << "greedy step " << i;
+            }
         }
         EXPECT_TRUE(m.decode_graphs_status().is_ok()) << m.decode_graphs_status().message();
-        EXPECT_GE(m.num_decode_graphs(), 2);  // (4, 8) and (4, 16)
+        EXPECT_GE(m.num_decode_graphs(), 4);  // (4, 8) and (4, 16), greedy and drawn
         m.set_decode_graphs(false);
         for (int64_t i = 0; i < 115; ++i) {
             if (i == 60) grow(*direct);
-            ASSERT_TRUE(step(m, *direct, 4).is_ok()) << "direct step " << i;
+            ASSERT_TRUE(step(m, *direct, 4, i).is_ok()) << "direct step " << i;
         }
         for (size_t s = 0; s < 4; ++s) {
             EXPECT_EQ(b->tokens[s], a->tokens[s]) << "sequence " << s;
             EXPECT_EQ(cached_rows(m, *pool, *b, s), cached_rows(m, *pool, *a, s)) << "sequence " << s;
             const std::vector<int32_t> full(a->tokens[s].begin(), a->tokens[s].begin() + direct->tokens[s].size());
             EXPECT_EQ(direct->tokens[s], full) << "sequence " << s;
+            EXPECT_NE(direct->tokens[s], greedy->tokens[s]) << "sequence " << s << ": the draws drew nothing";
         }
     }
 }

@@ -33,11 +33,12 @@ __device__ __forceinline__ Best better(Best a, Best b) {
     return a;
 }
 
-// A sampled row scores each logit with its Gumbel noise (backend/gumbel_noise.h); a greedy row
-// (inv_temperature 0) scores the logit itself.
+// A drawn row scores each logit ≥ its floor with its Gumbel noise (backend/gumbel_noise.h) and skips the
+// rest; a greedy row (inv_temperature 0) scores every logit itself.
 struct RowDraw {
     float inv_temperature = 0.0f;
     uint64_t key = 0;
+    float floor = -INFINITY;
 };
 
 // Folds logit v at index i (its score) into a thread's candidate and its non-finite flag. A thread folds its
@@ -45,6 +46,7 @@ struct RowDraw {
 // for NaN) suffices, plus the first non-NaN score when the candidate is still absent (a row of −inf).
 __device__ __forceinline__ void fold(Best& best, bool& non_finite, float v, int32_t i, const RowDraw& draw) {
     non_finite |= !(fabsf(v) < INFINITY);  // NaN or ±inf
+    if (draw.inv_temperature > 0.0f && !(v >= draw.floor)) return;
     const float score = draw.inv_temperature > 0.0f ? gumbel_score(v, draw.inv_temperature, draw.key, i) : v;
     if (score > best.val || (best.idx < 0 && score == score)) best = Best{score, i};
 }
@@ -134,7 +136,10 @@ __global__ void __launch_bounds__(kThreads, 2) argmax_kernel(ArgmaxArgs a) {
         Best best{-INFINITY, -1};
         bool non_finite = false;
         RowDraw draw;
-        if (a.inv_temperature != nullptr) draw = RowDraw{a.inv_temperature[r], a.noise_keys[r]};
+        if (a.draws != nullptr) {
+            const TokenDraw d = a.draws[r];
+            if (d.inv_temperature > 0.0f) draw = RowDraw{d.inv_temperature, d.noise_key, a.floor[r]};
+        }
         fold_range(a.logits + r * a.row_stride, begin, end, draw, best, non_finite);
         const bool any_non_finite = __syncthreads_or(non_finite) != 0;
         best = block_best(best);

@@ -1,5 +1,6 @@
-// Token choice on the GPU (op_args.h ArgmaxArgs: the argmax of each row's logits, or of a sampled row's
-// Gumbel-max scores, backend/gumbel_noise.h): one block per row of logits — or, where few rows leave
+// Token choice on the GPU (op_args.h ArgmaxArgs: the argmax of each row's logits, or of a drawn row's
+// Gumbel-max scores over the logits ≥ its floor, backend/gumbel_noise.h; the floors come from
+// sampling_floor.cuh, launched before it): one block per row of logits — or, where few rows leave
 // SMs idle, a cluster of 8 or 2 blocks per row on sm_90+, reduced through distributed shared memory — float4
 // reads where the row is 16-byte aligned, a block reduction of (value, index) pairs. The result is exact and
 // independent of the reduction order: the largest non-NaN value, ties to the lower index (+0 and −0 tie), an
@@ -21,7 +22,7 @@ namespace epinfer::cuda {
 int argmax_blocks_per_row(int64_t num_rows, int num_sms);
 
 // Writes out_ids[r] and out_non_finite[r] (1 when row r holds NaN or ±inf, else 0) for every row; R = 0
-// launches nothing. No workspace.
+// launches nothing. Drawn rows read floor[r] (launch_sampling_floor writes it).
 // @pre argmax_check(args) is OK (device pointers); num_sms: the current device's SM count.
 cudaError_t launch_argmax(const ArgmaxArgs& args, int num_sms, cudaStream_t stream);
 
