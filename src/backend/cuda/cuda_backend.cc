@@ -270,7 +270,8 @@ public:
     Status argmax(const ArgmaxArgs& args) override {
         use_device();
         EPI_RETURN_IF_ERROR(argmax_check(args));
-        if (args.draws != nullptr) EPI_CUDA_CHECK(cuda::launch_sampling_floor(args, stream_));
+        if (args.draws != nullptr)
+            EPI_CUDA_CHECK(cuda::launch_sampling_floor(args, attention_device_.num_sms, stream_));
         EPI_CUDA_CHECK(cuda::launch_argmax(args, attention_device_.num_sms, stream_));
         return Status::ok();
     }
