@@ -210,7 +210,7 @@ QkNormRopeKvStoreParts qk_norm_rope_kv_store_parts(const QkNormRopeKvStoreArgs& 
 
 // How one row's token is chosen (ArgmaxArgs::draws; the engine's Sampler fills it from a request's
 // SamplingParams). Greedy when inv_temperature is 0 (the other fields unused). Otherwise a draw from
-// softmax(logits · inv_temperature) restricted to the logits ≥ the row's floor (sampling_floor below:
+// softmax(logits · inv_temperature) restricted to the logits ≥ the row's floor (backend/sampling_floor.h:
 // top_k, then top_p), by the Gumbel-max trick (backend/gumbel_noise.h).
 struct TokenDraw {
     uint64_t noise_key = 0;        // the draw's key (sampling_noise_key)
@@ -223,8 +223,9 @@ struct TokenDraw {
 // lower index, NaN never winning unless the whole row is NaN (then 0) — the host sampler's argmax_token
 // (engine/sampler.h). Drawn row (draws[r].inv_temperature > 0): the same over the scores
 // gumbel_score(logits[r, i], inv_temperature, noise_key, i) of the logits ≥ floor[r], the row's
-// sampling_floor (written by the op into the floor workspace first). out_non_finite[r] = 1 when row r holds
-// a NaN or ±inf, else 0 (the engine refuses such rows).
+// floor (backend/sampling_floor.h; the op writes it into the floor workspace first: −inf for greedy and
+// unfiltered rows). out_non_finite[r] = 1 when row r holds a NaN or ±inf, else 0 (the engine refuses such
+// rows).
 struct ArgmaxArgs {
     const float* logits = nullptr;    // [R, V] fp32, device, rows row_stride elements apart
     int32_t* out_ids = nullptr;       // [R] int32, device
@@ -235,6 +236,7 @@ struct ArgmaxArgs {
     const TokenDraw* draws = nullptr;  // [R] device, or nullptr: every row greedy
     float* floor = nullptr;            // [R] fp32, device workspace; required with draws
 };
+
 // out[i] = silu(gate[i]) · up[i], silu(x) = x / (1 + exp(−x)) (SwiGLU).
 struct SiluMulArgs {
     const float* gate = nullptr;  // [n] fp32, device

@@ -328,7 +328,6 @@ Status Engine::Impl::execute(const StepPlan& plan, std::vector<int32_t>* sampled
     for (const RequestId id : plan.released) samplers.erase(id);
     sampled->assign(plan.chunks.size(), -1);
     if (plan.chunks.empty()) return Status::ok();
-    const int64_t V = model.config().vocab_size;
 
     std::vector<size_t> mine;  // chunks of this rank's group, in plan order
     for (size_t i = 0; i < plan.chunks.size(); ++i)

@@ -112,11 +112,14 @@ Status check_unsupported(const json& body) {
         if (v != 0) return invalid_argument("'logprobs' is not supported");
     }
     if (field(body, "suffix") != nullptr) return invalid_argument("'suffix' is not supported");
-    // Sampling penalties change the tokens: refused unless at their neutral values (0, or 1 for the
-    // multiplicative repetition_penalty), so a client does not get unpenalized tokens silently.
+    // Sampling penalties and filters this server does not apply change the tokens: refused unless at
+    // their neutral values (0, or 1 for the multiplicative repetition_penalty and for typical_p), so a
+    // client does not get unpenalized or unfiltered tokens silently (vLLM's extra fields min_p, typical_p).
     for (const auto& [key, neutral] : {std::pair<const char*, double>{"presence_penalty", 0.0},
                                        {"frequency_penalty", 0.0},
-                                       {"repetition_penalty", 1.0}}) {
+                                       {"repetition_penalty", 1.0},
+                                       {"min_p", 0.0},
+                                       {"typical_p", 1.0}}) {
         if (const json* p = field(body, key)) {
             EPI_ASSIGN_OR_RETURN(const double v, as_double(*p, key));
             if (v != neutral)

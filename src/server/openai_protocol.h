@@ -13,7 +13,9 @@
 //   ignore_eos      bool (default false)
 //   stream          bool (default false): server-sent events, one chunk per engine step
 // Rejected with 400 because this server has no tokenizer or does not implement them: a string prompt,
-// several prompts, "stop" strings, n ≠ 1, best_of ≠ 1, echo, logprobs, suffix.
+// several prompts, "stop" strings, n ≠ 1, best_of ≠ 1, echo, logprobs, suffix, and penalties or filters
+// away from their neutral values (presence_penalty, frequency_penalty, min_p 0; repetition_penalty,
+// typical_p 1; logit_bias empty).
 #pragma once
 
 #include <cstdint>

@@ -143,7 +143,7 @@ Result<BenchServingValues> parse_values(const BenchServingFlags& f) {
     if (v.top_p < 1.0 && v.temperature == 0.0)
         return invalid_argument(
             fmt::format("--top-p {} applies to sampled requests: give --temperature > 0", f.top_p));
-    EPI_ASSIGN_OR_RETURN(v.top_k, parse_int(f.top_k, "--top-k", 0, INT32_MAX));
+    EPI_ASSIGN_OR_RETURN(v.top_k, parse_int(f.top_k, "--top-k", 0, INT64_MAX));  // ≥ V: no filter
     if (v.top_k > 0 && v.temperature == 0.0)
         return invalid_argument(
             fmt::format("--top-k {} applies to sampled requests: give --temperature > 0", f.top_k));

@@ -124,6 +124,12 @@ Status check_request_flags(const ModelConfig& config, const GenerateRequest& r) 
         return invalid_argument(fmt::format("--top-k {} is below 0 (0 keeps every token)", r.sampling.top_k));
     if (!(r.sampling.top_p > 0.0 && r.sampling.top_p <= 1.0))
         return invalid_argument(fmt::format("--top-p {} is outside (0, 1]", r.sampling.top_p));
+    if (r.sampling.temperature == 0.0 && r.sampling.top_k > 0)
+        return invalid_argument(
+            fmt::format("--top-k {} applies to sampled tokens: give --temperature > 0", r.sampling.top_k));
+    if (r.sampling.temperature == 0.0 && r.sampling.top_p < 1.0)
+        return invalid_argument(
+            fmt::format("--top-p {} applies to sampled tokens: give --temperature > 0", r.sampling.top_p));
     return Status::ok();
 }
 

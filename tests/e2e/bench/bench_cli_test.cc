@@ -195,7 +195,7 @@ TEST(BenchCli, BadFlagsAreOneErrorLine) {
     expect_one_line_error(run_epinfer("bench" + model + " --top-k 20"),
                           "--top-k 20 applies to sampled requests: give --temperature > 0");
     expect_one_line_error(run_epinfer("bench" + model + " --temperature 1 --top-k -3"),
-                          "--top-k -3: must be in [0, 2147483647]");
+                          "--top-k -3: must be in [0, 9223372036854775807]");
     expect_one_line_error(run_epinfer("bench" + model + " --vocab-size 10"),
                           "--vocab-size is used only with --url");
     expect_one_line_error(run_epinfer("bench" + model + " --input-len 4000 --output-len 200 --threads 2"),

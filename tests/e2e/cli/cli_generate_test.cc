@@ -129,6 +129,8 @@ TEST(CliGenerate, RequestErrorsNameTheFlags) {
         {"--prompt-ids 1 --top-k -1", "--top-k -1 is below 0"},
         {"--prompt-ids 1 --top-p 1.5", "--top-p 1.5 is outside (0, 1]"},
         {"--prompt-ids 1 --top-p 0", "--top-p 0 is outside (0, 1]"},
+        {"--prompt-ids 1 --top-k 5", "--top-k 5 applies to sampled tokens: give --temperature > 0"},
+        {"--prompt-ids 1 --top-p 0.5", "--top-p 0.5 applies to sampled tokens: give --temperature > 0"},
     };
     for (const auto& [args, message] : cases) {
         SCOPED_TRACE(args);

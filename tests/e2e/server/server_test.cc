@@ -232,6 +232,8 @@ TEST_F(TinyServer, BadRequestsGetStatusAndJsonError) {
         {R"({"prompt": [1], "presence_penalty": 1.5})", 400, "'presence_penalty' is not supported"},
         {R"({"prompt": [1], "frequency_penalty": -0.5})", 400, "'frequency_penalty' is not supported"},
         {R"({"prompt": [1], "repetition_penalty": 1.1})", 400, "'repetition_penalty' is not supported"},
+        {R"({"prompt": [1], "min_p": 0.1})", 400, "'min_p' is not supported"},
+        {R"({"prompt": [1], "typical_p": 0.9})", 400, "'typical_p' is not supported"},
         {R"({"prompt": [1], "logit_bias": {"5": 100}})", 400, "'logit_bias' is not supported"},
         {R"({"prompt": [1], "model": 3})", 400, "'model' must be a string"},
         {R"({"prompt": [1], "model": "other"})", 404, "'other' does not exist"},
@@ -259,7 +261,7 @@ TEST_F(TinyServer, BadRequestsGetStatusAndJsonError) {
                                    R"({"model": "tiny", "prompt": [[5, 6]], "max_tokens": 2, "temperature": 0,
                                        "top_k": -1, "stop": [], "n": 1, "logprobs": null, "user": "x",
                                        "presence_penalty": 0, "frequency_penalty": 0.0, "repetition_penalty": 1,
-                                       "logit_bias": {}})");
+                                       "min_p": 0, "typical_p": 1, "logit_bias": {}})");
     ASSERT_EQ(ok.status, 200) << ok.body;
     EXPECT_EQ(json::parse(ok.body).at("usage").at("prompt_tokens"), 2);
     const HttpReply models = http_get(port(), "/v1/models");

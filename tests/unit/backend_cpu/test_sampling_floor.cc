@@ -103,7 +103,9 @@ TEST(SamplingFloor, OrderMapIsMonotoneAndInvertible) {
                                      1e-40f, 1.0f,     2.5f,  3.0e38f, kInf};
     for (size_t i = 0; i < keys.size(); ++i) {
         EXPECT_EQ(sampling_order_key(sampling_order(keys[i])), keys[i]);
-        if (i > 0) EXPECT_LT(sampling_order(keys[i - 1]), sampling_order(keys[i])) << keys[i];
+        if (i > 0) {
+            EXPECT_LT(sampling_order(keys[i - 1]), sampling_order(keys[i])) << keys[i];
+        }
     }
     EXPECT_EQ(sampling_order(sampling_key(-0.0f)), sampling_order(0.0f));
 }
