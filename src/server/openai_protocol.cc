@@ -146,8 +146,17 @@ Status check_unsupported(const json& body) {
 
 Result<CompletionRequest> parse_completion_request(std::string_view body_text, const CompletionLimits& limits,
                                                    uint64_t default_seed) {
-    const json body = json::parse(body_text, nullptr, /*allow_exceptions=*/false);
-    if (body.is_discarded()) return invalid_argument("the request body is not valid JSON");
+    json body;
+    try {
+        body = json::parse(body_text);
+    } catch (const json::exception&
+                 e) {  // e.g. "[json.exception.out_of_range.406] number overflow parsing '1e400'"
+        const std::string_view what = e.what();
+        const size_t tag_end = what.find("] ");
+        return invalid_argument(
+            "the request body is not valid JSON: " +
+            std::string(tag_end == std::string_view::npos ? what : what.substr(tag_end + 2)));
+    }
     if (!body.is_object()) return invalid_argument("the request body must be a JSON object, got " + type_name(body));
 
     if (const json* model = field(body, "model")) {

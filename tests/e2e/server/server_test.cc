@@ -196,6 +196,7 @@ TEST_F(TinyServer, BadRequestsGetStatusAndJsonError) {
     const std::vector<Case> cases = {
         {"{not json", 400, "not valid JSON"},
         {"", 400, "not valid JSON"},
+        {R"({"prompt": [1], "temperature": 1e400})", 400, "not valid JSON: number overflow parsing '1e400'"},
         {"[1, 2]", 400, "JSON object"},
         {R"({"max_tokens": 4})", 400, "'prompt' is required"},
         {R"({"prompt": null})", 400, "'prompt' is required"},
