@@ -1,6 +1,6 @@
 // The CPU reference of the argmax op (backend op_args.h ArgmaxArgs): hand cases for ties, NaN, ±inf, ±0,
-// strided rows and R = 0; argument errors naming the field; and agreement with the host sampler's
-// argmax_token (engine/sampler.h) on seeded random rows with planted ties and non-finite values.
+// strided rows and R = 0; argument errors naming the field; and agreement with the definition and the host
+// sampler's argmax_token (engine/sampler.h) on seeded random rows with planted ties and non-finite values.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -186,8 +186,21 @@ TEST_F(ArgmaxTest, BadArgumentsAreRejectedWithTheField) {
     expect_rejected(*backend_, a, "out_non_finite is null");
 }
 
-// Seeded random rows with planted ties at the maximum, NaN, and ±inf, against argmax_token row by row.
-TEST_F(ArgmaxTest, MatchesSamplerArgmaxTokenOnRandomRows) {
+// The definition read literally, apart from the op's code: the first index whose value no other non-NaN
+// value exceeds (0 for an all-NaN row). O(V²).
+int32_t brute_force_argmax(std::span<const float> row) {
+    for (size_t i = 0; i < row.size(); ++i) {
+        if (std::isnan(row[i])) continue;
+        bool beaten = false;
+        for (const float v : row) beaten |= v > row[i];
+        if (!beaten) return static_cast<int32_t>(i);
+    }
+    return 0;
+}
+
+// Seeded random rows with planted ties at the maximum, NaN, and ±inf, against the definition and the host
+// sampler's argmax_token row by row.
+TEST_F(ArgmaxTest, MatchesTheDefinitionOnRandomRows) {
     std::mt19937 rng(20240611);
     for (const int64_t V : {1, 2, 7, 33, 1000}) {
         const int64_t stride = V + 3, rows = 64;
@@ -223,6 +236,7 @@ TEST_F(ArgmaxTest, MatchesSamplerArgmaxTokenOnRandomRows) {
             bool non_finite = false;
             for (const float v : row) non_finite |= !std::isfinite(v);
             num_flagged += non_finite;
+            EXPECT_EQ(got.ids[r], brute_force_argmax(row)) << "V " << V << " row " << r;
             EXPECT_EQ(got.ids[r], argmax_token(row)) << "V " << V << " row " << r;
             EXPECT_EQ(got.non_finite[r], non_finite ? 1 : 0) << "V " << V << " row " << r;
         }
