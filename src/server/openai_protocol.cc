@@ -206,11 +206,15 @@ Result<CompletionRequest> parse_completion_request(std::string_view body_text, c
         if (s.top_k == -1) s.top_k = 0;
     }
     if (const json* t = field(body, "seed")) {
-        EPI_ASSIGN_OR_RETURN(const int64_t seed, as_int64(*t, "seed"));
-        if (seed < 0)  // not a fixed seed 2^64 - 1 for -1, which other servers read as "random"
-            return invalid_argument("'seed' must be ≥ 0 (omit it for a fresh seed), got " +
-                                    std::to_string(seed));
-        s.seed = static_cast<uint64_t>(seed);
+        if (t->is_number_unsigned()) {
+            s.seed = t->get<uint64_t>();  // up to 2^64 − 1, as generate's --seed
+        } else {
+            EPI_ASSIGN_OR_RETURN(const int64_t seed, as_int64(*t, "seed"));
+            if (seed < 0)  // not a fixed seed 2^64 - 1 for -1, which other servers read as "random"
+                return invalid_argument("'seed' must be ≥ 0 (omit it for a fresh seed), got " +
+                                        std::to_string(seed));
+            s.seed = static_cast<uint64_t>(seed);
+        }
     }
     EPI_RETURN_IF_ERROR(sampling_params_check(s));
 

@@ -8,7 +8,7 @@
 //   temperature     number ≥ 0 (default 1, as OpenAI; 0 = greedy)
 //   top_p           number in (0, 1] (default 1)
 //   top_k           integer ≥ −1 (default 0; 0 and −1 = no top-k filter)
-//   seed            integer ≥ 0 (default: a fresh seed per request)
+//   seed            integer in [0, 2^64 − 1] (default: a fresh seed per request)
 //   stop_token_ids  [token ids] (default []): stop after producing one of them (it is returned)
 //   ignore_eos      bool (default false)
 //   stream          bool (default false): server-sent events, one chunk per engine step

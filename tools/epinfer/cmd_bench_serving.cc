@@ -38,6 +38,7 @@
 #include "engine/bench_serving.h"
 #include "engine/engine.h"
 #include "engine/engine_loop.h"
+#include "flag_values.h"
 #include "model_setup.h"
 #include "mpi_launch.h"
 
@@ -81,31 +82,11 @@ struct BenchServingValues {
     int64_t top_k = 0;
 };
 
-Result<int64_t> parse_int(const std::string& text, const char* flag, int64_t lo, int64_t hi) {
-    int64_t value = 0;
-    const char* end = text.data() + text.size();
-    const auto [ptr, ec] = std::from_chars(text.data(), end, value);
-    if (text.empty() || ec != std::errc() || ptr != end)
-        return invalid_argument(fmt::format("{} '{}' is not an integer", flag, text));
-    if (value < lo || value > hi)
-        return invalid_argument(fmt::format("{} {}: must be in [{}, {}]", flag, text, lo, hi));
-    return value;
-}
-
-Result<double> parse_double(const std::string& text, const char* flag) {
-    double value = 0.0;
-    const char* end = text.data() + text.size();
-    const auto [ptr, ec] = std::from_chars(text.data(), end, value);
-    if (text.empty() || ec != std::errc() || ptr != end || !std::isfinite(value))
-        return invalid_argument(fmt::format("{} '{}' is not a finite number", flag, text));
-    return value;
-}
-
 Result<BenchServingValues> parse_values(const BenchServingFlags& f) {
     BenchServingValues v;
     EPI_ASSIGN_OR_RETURN(v.levels, parse_concurrency_list(f.concurrency, "--concurrency", kMaxConcurrency));
-    EPI_ASSIGN_OR_RETURN(v.input_len, parse_int(f.input_len, "--input-len", 1, kMaxLen));
-    EPI_ASSIGN_OR_RETURN(v.output_len, parse_int(f.output_len, "--output-len", 1, kMaxLen));
+    EPI_ASSIGN_OR_RETURN(v.input_len, parse_flag_int(f.input_len, "--input-len", 1, kMaxLen));
+    EPI_ASSIGN_OR_RETURN(v.output_len, parse_flag_int(f.output_len, "--output-len", 1, kMaxLen));
     {  // one value for every level, or one per level
         std::vector<std::string> items(1);
         for (const char ch : f.num_prompts) {
@@ -116,7 +97,7 @@ Result<BenchServingValues> parse_values(const BenchServingFlags& f) {
             }
         }
         for (const std::string& item : items) {
-            EPI_ASSIGN_OR_RETURN(const int64_t n, parse_int(item, "--num-prompts", 0, kMaxPrompts));
+            EPI_ASSIGN_OR_RETURN(const int64_t n, parse_flag_int(item, "--num-prompts", 0, kMaxPrompts));
             v.num_prompts.push_back(n);
         }
         if (v.num_prompts.size() == 1) v.num_prompts.assign(v.levels.size(), v.num_prompts.front());
@@ -126,24 +107,23 @@ Result<BenchServingValues> parse_values(const BenchServingFlags& f) {
                                                 f.num_prompts, items.size(), v.levels.size()));
         }
     }
-    EPI_ASSIGN_OR_RETURN(const int64_t seed, parse_int(f.seed, "--seed", 0, INT64_MAX));
-    v.seed = static_cast<uint64_t>(seed);
-    EPI_ASSIGN_OR_RETURN(v.vocab_size, parse_int(f.vocab_size, "--vocab-size", 0, INT32_MAX));
-    EPI_ASSIGN_OR_RETURN(v.warmup, parse_int(f.warmup, "--warmup", 0, 1024));
-    const Result<double> timeout = parse_double(f.timeout_s, "--timeout-s");
+    EPI_ASSIGN_OR_RETURN(v.seed, parse_flag_uint64(f.seed, "--seed"));
+    EPI_ASSIGN_OR_RETURN(v.vocab_size, parse_flag_int(f.vocab_size, "--vocab-size", 0, INT32_MAX));
+    EPI_ASSIGN_OR_RETURN(v.warmup, parse_flag_int(f.warmup, "--warmup", 0, 1024));
+    const Result<double> timeout = parse_flag_double(f.timeout_s, "--timeout-s");
     if (!timeout.is_ok() || *timeout <= 0.0)
         return invalid_argument(fmt::format("--timeout-s '{}': must be a number > 0", f.timeout_s));
     v.timeout_s = *timeout;
-    EPI_ASSIGN_OR_RETURN(v.temperature, parse_double(f.temperature, "--temperature"));
+    EPI_ASSIGN_OR_RETURN(v.temperature, parse_flag_double(f.temperature, "--temperature"));
     if (v.temperature < 0.0)
         return invalid_argument(fmt::format("--temperature {}: must be ≥ 0", f.temperature));
-    EPI_ASSIGN_OR_RETURN(v.top_p, parse_double(f.top_p, "--top-p"));
+    EPI_ASSIGN_OR_RETURN(v.top_p, parse_flag_double(f.top_p, "--top-p"));
     if (!(v.top_p > 0.0 && v.top_p <= 1.0))
         return invalid_argument(fmt::format("--top-p {}: must be in (0, 1]", f.top_p));
     if (v.top_p < 1.0 && v.temperature == 0.0)
         return invalid_argument(
             fmt::format("--top-p {} applies to sampled requests: give --temperature > 0", f.top_p));
-    EPI_ASSIGN_OR_RETURN(v.top_k, parse_int(f.top_k, "--top-k", 0, INT64_MAX));  // ≥ V: no filter
+    EPI_ASSIGN_OR_RETURN(v.top_k, parse_flag_int(f.top_k, "--top-k", 0, INT64_MAX));  // ≥ V: no filter
     if (v.top_k > 0 && v.temperature == 0.0)
         return invalid_argument(
             fmt::format("--top-k {} applies to sampled requests: give --temperature > 0", f.top_k));

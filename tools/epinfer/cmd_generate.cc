@@ -16,8 +16,8 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <charconv>
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <limits>
 #include <memory>
@@ -29,6 +29,7 @@
 #include "comma_list.h"
 #include "commands.h"
 #include "engine/generate.h"
+#include "flag_values.h"
 #include "model_setup.h"
 
 namespace epinfer::cli {
@@ -46,29 +47,6 @@ struct GenerateOptions {
     bool ignore_eos = false;
     bool json = false;
 };
-
-// Whole-string integer parse; errors name the option and the text.
-template <typename Int>
-Result<Int> parse_int(const std::string& text, const std::string& what) {
-    Int value{};
-    const char* end = text.data() + text.size();
-    const auto [ptr, ec] = std::from_chars(text.data(), end, value);
-    if (text.empty() || ec != std::errc() || ptr != end) {
-        return invalid_argument(what + " '" + text + "' is not " +
-                                (ec == std::errc::result_out_of_range ? "in range" : "an integer"));
-    }
-    return value;
-}
-
-Result<double> parse_double(const std::string& text, const std::string& what) {
-    double value = 0.0;
-    const char* end = text.data() + text.size();
-    const auto [ptr, ec] = std::from_chars(text.data(), end, value);
-    if (text.empty() || ec != std::errc() || ptr != end || !std::isfinite(value)) {
-        return invalid_argument(what + " '" + text + "' is not a finite number");
-    }
-    return value;
-}
 
 // "12,7,99" → {12, 7, 99}; ids outside int32 are reported here, ids outside the vocabulary by
 // check_request_flags. An empty value or item is one line naming --prompt-ids.
@@ -88,11 +66,12 @@ Result<std::vector<int32_t>> parse_prompt_ids(const std::string& text) {
 Result<GenerateRequest> build_request(const GenerateOptions& o) {
     GenerateRequest r;
     EPI_ASSIGN_OR_RETURN(r.prompt_ids, parse_prompt_ids(o.prompt_ids));
-    EPI_ASSIGN_OR_RETURN(r.max_new_tokens, parse_int<int64_t>(o.max_new_tokens, "--max-new-tokens"));
-    EPI_ASSIGN_OR_RETURN(r.sampling.temperature, parse_double(o.temperature, "--temperature"));
-    EPI_ASSIGN_OR_RETURN(r.sampling.top_p, parse_double(o.top_p, "--top-p"));
-    EPI_ASSIGN_OR_RETURN(r.sampling.top_k, parse_int<int64_t>(o.top_k, "--top-k"));
-    EPI_ASSIGN_OR_RETURN(r.sampling.seed, parse_int<uint64_t>(o.seed, "--seed"));
+    EPI_ASSIGN_OR_RETURN(r.max_new_tokens,
+                         parse_flag_int(o.max_new_tokens, "--max-new-tokens", 1, INT64_MAX));
+    EPI_ASSIGN_OR_RETURN(r.sampling.temperature, parse_flag_double(o.temperature, "--temperature"));
+    EPI_ASSIGN_OR_RETURN(r.sampling.top_p, parse_flag_double(o.top_p, "--top-p"));
+    EPI_ASSIGN_OR_RETURN(r.sampling.top_k, parse_flag_int(o.top_k, "--top-k", 0, INT64_MAX));
+    EPI_ASSIGN_OR_RETURN(r.sampling.seed, parse_flag_uint64(o.seed, "--seed"));
     r.ignore_eos = o.ignore_eos;
     return r;
 }
@@ -107,8 +86,6 @@ Status check_request_flags(const ModelConfig& config, const GenerateRequest& r) 
                             config.vocab_size));
         }
     }
-    if (r.max_new_tokens < 1)
-        return invalid_argument(fmt::format("--max-new-tokens {} is below 1", r.max_new_tokens));
     const auto prompt_len = static_cast<int64_t>(r.prompt_ids.size());
     if (r.max_new_tokens > config.max_position_embeddings - prompt_len) {
         return invalid_argument(
@@ -120,8 +97,6 @@ Status check_request_flags(const ModelConfig& config, const GenerateRequest& r) 
     if (!(r.sampling.temperature >= 0.0))
         return invalid_argument(
             fmt::format("--temperature {} is below 0 (0 = greedy)", r.sampling.temperature));
-    if (r.sampling.top_k < 0)
-        return invalid_argument(fmt::format("--top-k {} is below 0 (0 keeps every token)", r.sampling.top_k));
     if (!(r.sampling.top_p > 0.0 && r.sampling.top_p <= 1.0))
         return invalid_argument(fmt::format("--top-p {} is outside (0, 1]", r.sampling.top_p));
     if (r.sampling.temperature == 0.0 && r.sampling.top_k > 0)

@@ -30,7 +30,6 @@
 
 #include <atomic>
 #include <cerrno>
-#include <charconv>
 #include <chrono>
 #include <cmath>
 #include <csignal>
@@ -45,6 +44,7 @@
 #include "comm/communicator.h"
 #include "commands.h"
 #include "engine/engine.h"
+#include "flag_values.h"
 #include "model_setup.h"
 #include "server/http_server.h"
 
@@ -92,24 +92,8 @@ struct ServeFlags {
     std::string health_stall_s = "60";
 };
 
-Result<int64_t> parse_int_flag(const std::string& text, const char* flag, int64_t lo, int64_t hi) {
-    int64_t value = 0;
-    const char* end = text.data() + text.size();
-    const auto [ptr, ec] = std::from_chars(text.data(), end, value);
-    if (text.empty() || ec != std::errc() || ptr != end)
-        return invalid_argument(std::string(flag) + " '" + text + "' is not an integer");
-    if (value < lo || value > hi)
-        return invalid_argument(std::string(flag) + " must be in [" + std::to_string(lo) + ", " +
-                                std::to_string(hi) + "], got " + text);
-    return value;
-}
-
 Result<double> parse_seconds_flag(const std::string& text, const char* flag, double lo) {
-    double value = 0.0;
-    const char* end = text.data() + text.size();
-    const auto [ptr, ec] = std::from_chars(text.data(), end, value);
-    if (text.empty() || ec != std::errc() || ptr != end || !std::isfinite(value))
-        return invalid_argument(std::string(flag) + " '" + text + "' is not a finite number");
+    EPI_ASSIGN_OR_RETURN(const double value, parse_flag_double(text, flag));
     if (value < lo) return invalid_argument(fmt::format("{} must be ≥ {}, got {}", flag, lo, text));
     return value;
 }
@@ -171,16 +155,16 @@ Result<ServeValues> parse_serve_values(const ServeFlags& f) {
     if (f.host.empty()) return invalid_argument("--host is empty");
     EPI_RETURN_IF_ERROR(check_listen_host(f.host));
     o.host = f.host;
-    EPI_ASSIGN_OR_RETURN(const int64_t port, parse_int_flag(f.port, "--port", 0, 65535));
+    EPI_ASSIGN_OR_RETURN(const int64_t port, parse_flag_int(f.port, "--port", 0, 65535));
     o.port = static_cast<int>(port);
     // A rank under a launcher leaves it to the server (only rank 0 listens, maybe on another node).
     if (o.port != 0 && !launched_by_mpi()) EPI_RETURN_IF_ERROR(check_listen_port(o.host, o.port));
     EPI_ASSIGN_OR_RETURN(o.max_body_bytes,
-                         parse_int_flag(f.max_body_bytes, "--max-body-bytes", 1, int64_t{1} << 32));
+                         parse_flag_int(f.max_body_bytes, "--max-body-bytes", 1, int64_t{1} << 32));
     EPI_ASSIGN_OR_RETURN(o.request_timeout_s,
                          parse_seconds_flag(f.request_timeout_s, "--request-timeout-s", 0.001));
     EPI_ASSIGN_OR_RETURN(v.drain_timeout_s, parse_seconds_flag(f.drain_timeout_s, "--drain-timeout-s", 0.0));
-    EPI_ASSIGN_OR_RETURN(const int64_t threads, parse_int_flag(f.http_threads, "--http-threads", 1, 4096));
+    EPI_ASSIGN_OR_RETURN(const int64_t threads, parse_flag_int(f.http_threads, "--http-threads", 1, 4096));
     o.num_http_threads = static_cast<int>(threads);
     EPI_ASSIGN_OR_RETURN(o.health_stall_s, parse_seconds_flag(f.health_stall_s, "--health-stall-s", 0.001));
     if (f.served_model_name.has_value() && f.served_model_name->empty())

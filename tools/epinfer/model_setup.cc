@@ -4,9 +4,9 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <charconv>
 #include <chrono>
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <fstream>
 #include <functional>
@@ -16,6 +16,7 @@
 #include "checkpoint/hf_config.h"
 #include "checkpoint/safetensors.h"
 #include "checkpoint/weight_names.h"
+#include "flag_values.h"
 #include "models/model_registry.h"
 #include "planner/engine_facts.h"
 #include "planner/fit_check.h"
@@ -35,25 +36,10 @@ constexpr int64_t kMaxLayoutSize = int64_t{1} << 20;  // bound of --tp --ep --dp
 
 using Clock = std::chrono::steady_clock;
 
-// Whole-string integer in [lo, hi]; errors name the flag and the text.
-Result<int64_t> parse_flag_int(const std::string& text, const char* flag, int64_t lo, int64_t hi) {
-    int64_t value = 0;
-    const char* end = text.data() + text.size();
-    const auto [ptr, ec] = std::from_chars(text.data(), end, value);
-    if (text.empty() || ec != std::errc() || ptr != end)
-        return invalid_argument(fmt::format("{} '{}' is not an integer", flag, text));
-    if (value < lo || value > hi) return invalid_argument(fmt::format("{} must be in [{}, {}], got {}", flag, lo, hi, value));
-    return value;
-}
-
 // A layout flag: not given → 0 (LayoutFlags' "not given"); given → an integer in [1, kMaxLayoutSize].
 Result<int> parse_layout_flag(const std::optional<std::string>& text, const char* flag) {
     if (!text.has_value()) return 0;
-    int64_t value = 0;
-    const char* end = text->data() + text->size();
-    const auto [ptr, ec] = std::from_chars(text->data(), end, value);
-    if (text->empty() || ec != std::errc() || ptr != end)
-        return invalid_argument(fmt::format("{} '{}' is not an integer", flag, *text));
+    EPI_ASSIGN_OR_RETURN(const int64_t value, parse_flag_int(*text, flag, INT64_MIN, INT64_MAX));
     if (value < 1) return invalid_argument(fmt::format("{} must be ≥ 1, got {}", flag, value));
     if (value > kMaxLayoutSize)
         return invalid_argument(fmt::format("{} must be ≤ {}, got {}", flag, kMaxLayoutSize, value));
@@ -90,12 +76,7 @@ Result<SetupValues> parse_values(const ModelSetupFlags& f) {
     EPI_ASSIGN_OR_RETURN(v.layout.dp, parse_layout_flag(f.dp, "--dp"));
     EPI_ASSIGN_OR_RETURN(v.layout.pp, parse_layout_flag(f.pp, "--pp"));
     v.layout_given = f.tp.has_value() || f.ep.has_value() || f.dp.has_value() || f.pp.has_value();
-    {
-        const char* end = f.seed.data() + f.seed.size();
-        const auto [ptr, ec] = std::from_chars(f.seed.data(), end, v.seed);
-        if (f.seed.empty() || ec != std::errc() || ptr != end)
-            return invalid_argument(fmt::format("--weights-seed '{}' is not an unsigned integer", f.seed));
-    }
+    EPI_ASSIGN_OR_RETURN(v.seed, parse_flag_uint64(f.seed, "--weights-seed"));
     if (f.random_dtype == "bf16") {
         v.random_dtype = DType::kBF16;
     } else if (f.random_dtype == "f16") {
@@ -137,11 +118,7 @@ Result<int64_t> parse_kv_cache_tokens(const std::string& text) {
 }
 
 Result<double> parse_memory_fraction(const std::string& text) {
-    double fraction = 0.0;
-    const char* end = text.data() + text.size();
-    const auto [ptr, ec] = std::from_chars(text.data(), end, fraction);
-    if (text.empty() || ec != std::errc() || ptr != end || !std::isfinite(fraction))
-        return invalid_argument(fmt::format("--memory-fraction '{}' is not a number", text));
+    EPI_ASSIGN_OR_RETURN(const double fraction, parse_flag_double(text, "--memory-fraction"));
     if (!(fraction > 0.0 && fraction <= 1.0))
         return invalid_argument(fmt::format("--memory-fraction must be in (0, 1], got {}", text));
     return fraction;

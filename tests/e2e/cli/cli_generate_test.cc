@@ -120,16 +120,22 @@ TEST(CliGenerate, RequestErrorsNameTheFlags) {
         {"--prompt-ids 1,,2", "generate: --prompt-ids '1,,2' has an empty item"},
         {"--prompt-ids 12,320", "--prompt-ids: token id 320 is outside [0, vocab_size 320) of config.json"},
         {"--prompt-ids 99999999999", "--prompt-ids: token id 99999999999 is outside the int32 range"},
-        {"--prompt-ids 1,2 --max-new-tokens 0", "--max-new-tokens 0 is below 1"},
-        {"--prompt-ids 1,2 --max-new-tokens -3", "--max-new-tokens -3 is below 1"},
+        {"--prompt-ids 1,2 --max-new-tokens 0",
+         "--max-new-tokens must be in [1, 9223372036854775807], got 0"},
+        {"--prompt-ids 1,2 --max-new-tokens -3",
+         "--max-new-tokens must be in [1, 9223372036854775807], got -3"},
         {"--prompt-ids 1,2,3 --max-new-tokens 600",
          "--max-new-tokens 600 after a prompt of 3 tokens (--prompt-ids) exceeds max_position_embeddings 512 "
          "of config.json (at most 509 new tokens)"},
         {"--prompt-ids 1 --temperature -1", "--temperature -1 is below 0"},
-        {"--prompt-ids 1 --top-k -1", "--top-k -1 is below 0"},
+        {"--prompt-ids 1 --top-k -1", "--top-k must be in [0, 9223372036854775807], got -1"},
         {"--prompt-ids 1 --top-p 1.5", "--top-p 1.5 is outside (0, 1]"},
         {"--prompt-ids 1 --top-p 0", "--top-p 0 is outside (0, 1]"},
         {"--prompt-ids 1 --top-k 5", "--top-k 5 applies to sampled tokens: give --temperature > 0"},
+        {"--prompt-ids 1 --seed 18446744073709551616",
+         "--seed '18446744073709551616' is not an integer in [0, "
+         "18446744073709551615]"},
+        {"--prompt-ids 1 --temperature 1e400", "--temperature '1e400' is not a finite number"},
         {"--prompt-ids 1 --top-p 0.5", "--top-p 0.5 applies to sampled tokens: give --temperature > 0"},
     };
     for (const auto& [args, message] : cases) {

@@ -223,6 +223,7 @@ TEST_F(TinyServer, BadRequestsGetStatusAndJsonError) {
         {R"({"prompt": [1], "top_k": -2})", 400, "'top_k'"},
         {R"({"prompt": [1], "seed": "x"})", 400, "'seed' must be an integer"},
         {R"({"prompt": [1], "seed": -1})", 400, "'seed' must be ≥ 0 (omit it for a fresh seed), got -1"},
+        {R"({"prompt": [1], "seed": 18446744073709551616})", 400, "'seed' must be an integer"},
         {R"({"prompt": [1], "stream": "yes"})", 400, "'stream' must be a boolean"},
         {R"({"prompt": [1], "ignore_eos": 1})", 400, "'ignore_eos' must be a boolean"},
         {R"({"prompt": [1], "stop_token_ids": 3})", 400, "'stop_token_ids' must be an array"},
@@ -262,7 +263,8 @@ TEST_F(TinyServer, BadRequestsGetStatusAndJsonError) {
                                    R"({"model": "tiny", "prompt": [[5, 6]], "max_tokens": 2, "temperature": 0,
                                        "top_k": -1, "stop": [], "n": 1, "logprobs": null, "user": "x",
                                        "presence_penalty": 0, "frequency_penalty": 0.0, "repetition_penalty": 1,
-                                       "min_p": 0, "typical_p": 1, "logit_bias": {}})");
+                                       "min_p": 0, "typical_p": 1, "logit_bias": {},
+                                       "seed": 18446744073709551615})");
     ASSERT_EQ(ok.status, 200) << ok.body;
     EXPECT_EQ(json::parse(ok.body).at("usage").at("prompt_tokens"), 2);
     const HttpReply models = http_get(port(), "/v1/models");

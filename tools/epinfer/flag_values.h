@@ -1,0 +1,25 @@
+// Whole-string parses of a flag's text, one per kind of value, so that every command reads a flag the same
+// way and fails with the same one-line message naming the flag and the text.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include "core/status.h"
+
+namespace epinfer::cli {
+
+// A decimal integer in [lo, hi]. Errors (kInvalidArgument): "<flag> '<text>' is not an integer", "<flag> must
+// be in [<lo>, <hi>], got <text>" (also for integers beyond int64).
+Result<int64_t> parse_flag_int(const std::string& text, std::string_view flag, int64_t lo, int64_t hi);
+
+// A decimal integer in [0, 2^64 − 1] (seeds). Error: "<flag> '<text>' is not an integer in [0,
+// 18446744073709551615]".
+Result<uint64_t> parse_flag_uint64(const std::string& text, std::string_view flag);
+
+// A finite decimal number; one below double's smallest magnitude reads as 0 (as strtod and JSON parsers read
+// it). Error: "<flag> '<text>' is not a finite number".
+Result<double> parse_flag_double(const std::string& text, std::string_view flag);
+
+}  // namespace epinfer::cli
