@@ -68,17 +68,19 @@ int32_t cpu_argmax_row(std::span<const float> logits, const TokenDraw& draw, flo
     return best < 0 ? 0 : static_cast<int32_t>(best);
 }
 
-void cpu_argmax(const ArgmaxArgs& args) {
-    for (int64_t r = 0; r < args.num_rows; ++r) {
-        const std::span<const float> row(args.logits + r * args.row_stride,
-                                         static_cast<size_t>(args.vocab_size));
-        const TokenDraw draw = args.draws != nullptr ? args.draws[r] : TokenDraw{};
-        const float floor = cpu_sampling_floor(row, draw);
-        if (args.draws != nullptr) args.floor[r] = floor;
-        bool non_finite = false;
-        args.out_ids[r] = cpu_argmax_row(row, draw, floor, &non_finite);
-        args.out_non_finite[r] = non_finite ? 1 : 0;
-    }
+void cpu_argmax(const ArgmaxArgs& args, ThreadPool& pool) {
+    pool.parallel_for(args.num_rows, 1, [&](int64_t begin, int64_t end) {
+        for (int64_t r = begin; r < end; ++r) {
+            const std::span<const float> row(args.logits + r * args.row_stride,
+                                             static_cast<size_t>(args.vocab_size));
+            const TokenDraw draw = args.draws != nullptr ? args.draws[r] : TokenDraw{};
+            const float floor = cpu_sampling_floor(row, draw);
+            if (args.draws != nullptr) args.floor[r] = floor;
+            bool non_finite = false;
+            args.out_ids[r] = cpu_argmax_row(row, draw, floor, &non_finite);
+            args.out_non_finite[r] = non_finite ? 1 : 0;
+        }
+    });
 }
 
 }  // namespace epinfer

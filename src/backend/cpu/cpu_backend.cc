@@ -120,7 +120,7 @@ public:
     }
     Status argmax(const ArgmaxArgs& args) override {
         EPI_RETURN_IF_ERROR(argmax_check(args));
-        cpu_argmax(args);
+        cpu_argmax(args, pool_);
         return Status::ok();
     }
     Status kv_cache_store(const KvCacheStoreArgs& args) override {

@@ -5,10 +5,12 @@
 #include <climits>
 #include <cmath>
 #include <functional>
+#include <memory>
 #include <set>
 #include <vector>
 
 #include "backend/cpu/cpu_argmax.h"
+#include "backend/cpu/cpu_backend.h"
 #include "backend/gumbel_noise.h"
 #include "engine/sampler.h"
 
@@ -150,6 +152,7 @@ TEST(Sampler, ItsDrawIsTheOpsDraw) {
     cases[2].top_p = 0.6;
     cases[3].top_k = 5;
     cases[3].top_p = 0.9;
+    const std::unique_ptr<Backend> cpu = make_cpu_backend(2);
     for (const SamplingParams& p : cases) {
         Sampler host(p), device(p);
         std::vector<float> logits = kLogits;
@@ -168,7 +171,7 @@ TEST(Sampler, ItsDrawIsTheOpsDraw) {
             op.row_stride = op.vocab_size;
             op.draws = &draw;
             op.floor = &floor;
-            cpu_argmax(op);
+            ASSERT_TRUE(cpu->argmax(op).is_ok());
             EXPECT_EQ(host.sample(logits), id)
                 << "top_k " << p.top_k << ", top_p " << p.top_p << ", step " << step;
             EXPECT_EQ(non_finite, 0);
