@@ -31,8 +31,9 @@ Status sampling_params_check(const SamplingParams& params);
 int32_t argmax_token(std::span<const float> logits);
 
 // Temperatures are drawn with 1 / T in fp32: below kMinDrawTemperature a request is greedy (logit / T
-// would overflow fp32 before the noise mattered); above kMaxDrawTemperature it draws as at it (the logits'
-// share of each score is then below fp32's resolution of the noise: uniform over the kept tokens).
+// would overflow fp32 before the noise mattered); above kMaxDrawTemperature it draws as at it (a logit then
+// moves its score by 1e-6 per unit against Gumbel noise of spread ~1: as near uniform over the kept tokens
+// as any larger temperature).
 inline constexpr double kMinDrawTemperature = 1e-6;
 inline constexpr double kMaxDrawTemperature = 1e6;
 
