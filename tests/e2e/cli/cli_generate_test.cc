@@ -79,6 +79,17 @@ TEST(CliGenerate, TextOutputListsNewIds) {
     EXPECT_NE(r.err.find("tokens/s"), std::string::npos) << r.err;
 }
 
+TEST(CliGenerate, AnUnderflowingTemperatureReadsAsZeroThatIsGreedy) {
+    // 1e-400 is below double's smallest magnitude: read as 0 (as the server's JSON parser reads it), not
+    // refused.
+    std::vector<int64_t> prompt, want;
+    golden_prompt(0, prompt, want);
+    const CliResult r = run_cli("generate --model " + kModel + " --prompt-ids " + join(prompt) +
+                                " --max-new-tokens 6 --ignore-eos --temperature 1e-400 --seed 3");
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    EXPECT_EQ(r.out, join(want) + "\n");
+}
+
 TEST(CliGenerate, SamplingIsDeterministicForASeed) {
     const std::string args =
         "generate --model " + kModel +
