@@ -53,3 +53,10 @@ endif()
 target_include_directories(epinfer_comm PRIVATE ${EPINFER_NCCL_INCLUDE_DIR})
 target_compile_definitions(epinfer_comm PRIVATE EPINFER_WITH_NCCL=1)
 target_link_libraries(epinfer_comm PRIVATE CUDA::cudart_static ${CMAKE_DL_LIBS})
+
+# bench/kernel_trace.cc: a CUPTI kernel timeline of any CUDA process (CUDA_INJECTION64_PATH), for benchmarks.
+if(TARGET CUDA::cupti)
+  add_library(epinfer_kernel_trace SHARED ${PROJECT_SOURCE_DIR}/bench/kernel_trace.cc)
+  target_link_libraries(epinfer_kernel_trace PRIVATE CUDA::cupti)
+  epinfer_set_warnings(epinfer_kernel_trace)
+endif()
