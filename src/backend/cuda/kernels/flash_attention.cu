@@ -87,8 +87,7 @@ __global__ void __launch_bounds__(kThreads, blocks_per_sm<kDecode>())
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     const int g = lane / 4, q4 = lane % 4;
 
-    load_query_tokens(a, t0, num_tok, tok_pos, tok_seq, error_flag);
-    __syncthreads();
+    load_query_tokens(a, t0, num_tok, tok_pos, tok_seq, error_flag);  // read after the barrier below
 
     // This thread's two rows (g and g + 8 of the warp's 16): token index in the tile and query head.
     int row_tok[2], row_head[2];
@@ -120,6 +119,7 @@ __global__ void __launch_bounds__(kThreads, blocks_per_sm<kDecode>())
         qf[kk][2] = pack_bf16(v[0][1][0], v[0][1][1]);
         qf[kk][3] = pack_bf16(v[1][1][0], v[1][1][1]);
     }
+    __syncthreads();  // tok_pos, tok_seq (after the q loads, so both reads are in flight together)
 
     float o[D / 8][4];
 #pragma unroll
@@ -241,22 +241,38 @@ __global__ void __launch_bounds__(kThreads, blocks_per_sm<kDecode>())
     constexpr int kOutRows = kDecode ? kRows : kWarps * kRows;
     constexpr int kMerge = kDecode ? kWarps : 1;
     const int out_rows = kDecode ? heads : kOutRows;  // decode: the group's rows only
+    // Per output row, once (not per element: that was a third of a batch-1 decode block's time): the merged
+    // max and sum, and each merged warp's weight exp2(m_w − m_all), 0 for a warp that saw no key.
+    __shared__ float f_s[kMerge][kOutRows], m_all_s[kOutRows], l_all_s[kOutRows];
+    if (threadIdx.x < out_rows) {
+        const int r = threadIdx.x;
+        const int w0 = kDecode ? 0 : r / kRows, rl = kDecode ? r : r % kRows;
+        float m_all = -INFINITY;
+        for (int w = w0; w < w0 + kMerge; ++w)
+            if (l_s[w * kRows + rl] > 0.0f) m_all = fmaxf(m_all, m_s[w * kRows + rl]);
+        float l_all = 0.0f;
+        for (int j = 0; j < kMerge; ++j) {
+            const float lw = l_s[(w0 + j) * kRows + rl];
+            const float f = lw == 0.0f ? 0.0f : exp2f(m_s[(w0 + j) * kRows + rl] - m_all);
+            l_all += lw * f;
+            f_s[j][r] = f;
+        }
+        m_all_s[r] = m_all;
+        l_all_s[r] = l_all;
+    }
+    __syncthreads();
     for (int i = threadIdx.x; i < out_rows * D; i += kThreads) {
         const int r = i / D, d = i % D;
         const int tq = kDecode ? 0 : r / lay.heads_per_chunk, gh = kDecode ? r : r % lay.heads_per_chunk;
         if (tq >= num_tok || gh >= heads) continue;
         const int w0 = kDecode ? 0 : r / kRows, rl = kDecode ? r : r % kRows;
-        float m_all = -INFINITY;
-        for (int w = w0; w < w0 + kMerge; ++w)
-            if (l_s[w * kRows + rl] > 0.0f) m_all = fmaxf(m_all, m_s[w * kRows + rl]);
-        float l_all = 0.0f, sum = 0.0f;
-        for (int w = w0; w < w0 + kMerge; ++w) {
-            const float lw = l_s[w * kRows + rl];
-            if (lw == 0.0f) continue;
-            const float f = exp2f(m_s[w * kRows + rl] - m_all);
-            l_all += lw * f;
-            sum += o_s[(w * kRows + rl) * kLd + d] * f;
+        float sum = 0.0f;
+#pragma unroll
+        for (int j = 0; j < kMerge; ++j) {
+            if (l_s[(w0 + j) * kRows + rl] == 0.0f) continue;
+            sum += o_s[((w0 + j) * kRows + rl) * kLd + d] * f_s[j][r];
         }
+        const float m_all = m_all_s[r], l_all = l_all_s[r];
         const int64_t t = t0 + tq, h = h0 + gh;
         if (split.num_splits == 1) {
             a.out[t * a.out_token_stride + h * a.out_head_stride + d] = l_all > 0.0f ? sum / l_all : 0.0f;
