@@ -115,18 +115,9 @@ Result<BenchServingValues> parse_values(const BenchServingFlags& f) {
         return invalid_argument(fmt::format("--timeout-s '{}': must be a number > 0", f.timeout_s));
     v.timeout_s = *timeout;
     EPI_ASSIGN_OR_RETURN(v.temperature, parse_flag_double(f.temperature, "--temperature"));
-    if (v.temperature < 0.0)
-        return invalid_argument(fmt::format("--temperature {}: must be ≥ 0", f.temperature));
     EPI_ASSIGN_OR_RETURN(v.top_p, parse_flag_double(f.top_p, "--top-p"));
-    if (!(v.top_p > 0.0 && v.top_p <= 1.0))
-        return invalid_argument(fmt::format("--top-p {}: must be in (0, 1]", f.top_p));
-    if (v.top_p < 1.0 && v.temperature == 0.0)
-        return invalid_argument(
-            fmt::format("--top-p {} applies to sampled requests: give --temperature > 0", f.top_p));
     EPI_ASSIGN_OR_RETURN(v.top_k, parse_flag_int(f.top_k, "--top-k", 0, INT64_MAX));  // ≥ V: no filter
-    if (v.top_k > 0 && v.temperature == 0.0)
-        return invalid_argument(
-            fmt::format("--top-k {} applies to sampled requests: give --temperature > 0", f.top_k));
+    EPI_RETURN_IF_ERROR(check_sampling_flags(v.temperature, v.top_p, v.top_k));
     v.temperature += 0.0;  // -0 → +0
     if (!f.url.empty()) {
         std::vector<std::string> given;  // the model and engine flags given: the server has its own

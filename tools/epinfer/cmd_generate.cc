@@ -94,18 +94,7 @@ Status check_request_flags(const ModelConfig& config, const GenerateRequest& r) 
                         r.max_new_tokens, prompt_len, config.max_position_embeddings,
                         std::max<int64_t>(0, config.max_position_embeddings - prompt_len)));
     }
-    if (!(r.sampling.temperature >= 0.0))
-        return invalid_argument(
-            fmt::format("--temperature {} is below 0 (0 = greedy)", r.sampling.temperature));
-    if (!(r.sampling.top_p > 0.0 && r.sampling.top_p <= 1.0))
-        return invalid_argument(fmt::format("--top-p {} is outside (0, 1]", r.sampling.top_p));
-    if (r.sampling.temperature == 0.0 && r.sampling.top_k > 0)
-        return invalid_argument(
-            fmt::format("--top-k {} applies to sampled tokens: give --temperature > 0", r.sampling.top_k));
-    if (r.sampling.temperature == 0.0 && r.sampling.top_p < 1.0)
-        return invalid_argument(
-            fmt::format("--top-p {} applies to sampled tokens: give --temperature > 0", r.sampling.top_p));
-    return Status::ok();
+    return check_sampling_flags(r.sampling.temperature, r.sampling.top_p, r.sampling.top_k);
 }
 
 std::string join_ids(const std::vector<int32_t>& ids) {

@@ -46,4 +46,18 @@ Result<double> parse_flag_double(const std::string& text, std::string_view flag)
     return value;
 }
 
+Status check_sampling_flags(double temperature, double top_p, int64_t top_k) {
+    if (!(temperature >= 0.0))
+        return invalid_argument(fmt::format("--temperature must be ≥ 0 (0: greedy), got {}", temperature));
+    if (!(top_p > 0.0 && top_p <= 1.0))
+        return invalid_argument(fmt::format("--top-p must be in (0, 1], got {}", top_p));
+    if (temperature == 0.0 && top_k > 0)
+        return invalid_argument(
+            fmt::format("--top-k {} applies to sampled tokens: give --temperature > 0", top_k));
+    if (temperature == 0.0 && top_p < 1.0)
+        return invalid_argument(
+            fmt::format("--top-p {} applies to sampled tokens: give --temperature > 0", top_p));
+    return Status::ok();
+}
+
 }  // namespace epinfer::cli

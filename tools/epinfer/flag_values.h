@@ -22,4 +22,10 @@ Result<uint64_t> parse_flag_uint64(const std::string& text, std::string_view fla
 // it). Error: "<flag> '<text>' is not a finite number".
 Result<double> parse_flag_double(const std::string& text, std::string_view flag);
 
+// The sampling flags of generate and bench, together (the server checks its requests' fields as OpenAI
+// names them). Errors (kInvalidArgument): "--temperature must be ≥ 0 (0: greedy), got <t>", "--top-p must be
+// in (0, 1], got <p>", "--top-k <k> applies to sampled tokens: give --temperature > 0" (likewise --top-p
+// below 1), top_k 0 and top_p 1 being no filter.
+Status check_sampling_flags(double temperature, double top_p, int64_t top_k);
+
 }  // namespace epinfer::cli

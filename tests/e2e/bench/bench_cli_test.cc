@@ -185,15 +185,15 @@ TEST(BenchCli, BadFlagsAreOneErrorLine) {
     expect_one_line_error(run_epinfer("bench" + model + " --timeout-s 0"),
                           "--timeout-s '0': must be a number > 0");
     expect_one_line_error(run_epinfer("bench" + model + " --temperature -1"),
-                          "--temperature -1: must be ≥ 0");
+                          "--temperature must be ≥ 0 (0: greedy), got -1");
     expect_one_line_error(run_epinfer("bench" + model + " --temperature nan"),
                           "--temperature 'nan' is not a finite number");
     expect_one_line_error(run_epinfer("bench" + model + " --temperature 1 --top-p 0"),
-                          "--top-p 0: must be in (0, 1]");
+                          "--top-p must be in (0, 1], got 0");
     expect_one_line_error(run_epinfer("bench" + model + " --top-p 0.9"),
-                          "--top-p 0.9 applies to sampled requests: give --temperature > 0");
+                          "--top-p 0.9 applies to sampled tokens: give --temperature > 0");
     expect_one_line_error(run_epinfer("bench" + model + " --top-k 20"),
-                          "--top-k 20 applies to sampled requests: give --temperature > 0");
+                          "--top-k 20 applies to sampled tokens: give --temperature > 0");
     expect_one_line_error(run_epinfer("bench" + model + " --temperature 1 --top-k -3"),
                           "--top-k must be in [0, 9223372036854775807], got -3");
     expect_one_line_error(run_epinfer("bench" + model + " --vocab-size 10"),

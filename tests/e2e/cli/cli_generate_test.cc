@@ -138,10 +138,10 @@ TEST(CliGenerate, RequestErrorsNameTheFlags) {
         {"--prompt-ids 1,2,3 --max-new-tokens 600",
          "--max-new-tokens 600 after a prompt of 3 tokens (--prompt-ids) exceeds max_position_embeddings 512 "
          "of config.json (at most 509 new tokens)"},
-        {"--prompt-ids 1 --temperature -1", "--temperature -1 is below 0"},
+        {"--prompt-ids 1 --temperature -1", "--temperature must be ≥ 0 (0: greedy), got -1"},
         {"--prompt-ids 1 --top-k -1", "--top-k must be in [0, 9223372036854775807], got -1"},
-        {"--prompt-ids 1 --top-p 1.5", "--top-p 1.5 is outside (0, 1]"},
-        {"--prompt-ids 1 --top-p 0", "--top-p 0 is outside (0, 1]"},
+        {"--prompt-ids 1 --top-p 1.5", "--top-p must be in (0, 1], got 1.5"},
+        {"--prompt-ids 1 --top-p 0", "--top-p must be in (0, 1], got 0"},
         {"--prompt-ids 1 --top-k 5", "--top-k 5 applies to sampled tokens: give --temperature > 0"},
         {"--prompt-ids 1 --seed 18446744073709551616",
          "--seed '18446744073709551616' is not an integer in [0, "
