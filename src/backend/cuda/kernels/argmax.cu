@@ -6,6 +6,7 @@
 #include <cooperative_groups.h>
 
 #include "backend/cuda/kernels/pdl.cuh"
+#include "backend/cuda/kernels/row_walk.cuh"
 #include "backend/gumbel_noise.h"
 
 namespace epinfer::cuda {
@@ -51,14 +52,6 @@ __device__ __forceinline__ void fold(Best& best, bool& non_finite, float v, int3
     if (score > best.val || (best.idx < 0 && score == score)) best = Best{score, i};
 }
 
-// The four logits of v, at indices i … i + 3.
-__device__ __forceinline__ void fold4(Best& best, bool& non_finite, float4 v, int32_t i, const RowDraw& draw) {
-    fold(best, non_finite, v.x, i, draw);
-    fold(best, non_finite, v.y, i + 1, draw);
-    fold(best, non_finite, v.z, i + 2, draw);
-    fold(best, non_finite, v.w, i + 3, draw);
-}
-
 // @pre blockDim.x == kThreads. The block's best candidate, valid in every thread. Ends with a barrier, so
 // the shared scratch may be reused by the next call.
 __device__ Best block_best(Best best) {
@@ -84,34 +77,13 @@ __device__ Best block_best(Best best) {
 }
 
 // The best candidate of logits [begin, end) of `row` (element indices), folded into best/non_finite by the
-// block's threads: elements before the first 16-byte boundary of the row one by one, then float4 loads,
-// kUnroll in flight per thread before their folds (a row of 152k logits is ~75 loads per thread: one at a
-// time, each waited for, the batch-1 argmax took ~50 µs), then the tail: each thread in ascending index
-// order, as fold() needs. The threads' candidates then merge through better(), commutative and
-// associative, so the result does not depend on how the range is spread over threads or blocks.
+// block's threads, each in ascending index order (row_walk.cuh), as fold() needs. The threads' candidates then
+// merge through better(), commutative and associative, so the result does not depend on how the range is
+// spread over threads or blocks.
 __device__ __forceinline__ void fold_range(const float* __restrict__ row, int64_t begin, int64_t end, const RowDraw& draw,
                                            Best& best, bool& non_finite) {
-    const int64_t misalign = static_cast<int64_t>((reinterpret_cast<uintptr_t>(row) & 15u) / sizeof(float));
-    const int64_t first_vec = (4 - misalign) & 3;  // the row's first element on a 16-byte boundary
-    // Vectors of the range: float4 k covers elements first_vec + 4k … + 3.
-    const int64_t vec_begin = begin <= first_vec ? 0 : (begin - first_vec + 3) / 4;
-    const int64_t vec_end = end < first_vec ? 0 : (end - first_vec) / 4;
-    const int64_t head_end = min(end, first_vec + 4 * vec_begin);  // scalar elements before the vectors
-    const int64_t tail_begin = max(head_end, first_vec + 4 * max(vec_end, vec_begin));
-    for (int64_t i = begin + threadIdx.x; i < head_end; i += kThreads) fold(best, non_finite, __ldg(row + i), static_cast<int32_t>(i), draw);
-    const float4* __restrict__ body = reinterpret_cast<const float4*>(row + first_vec);
-    // Vector indices in int32: V ≤ INT32_MAX (argmax_check), so they stay below 2^29 + kUnroll · kThreads.
-    const int32_t vb = static_cast<int32_t>(vec_begin), ve = static_cast<int32_t>(vec_end);
-    int32_t j = vb + static_cast<int32_t>(threadIdx.x);
-    for (; j + (kUnroll - 1) * kThreads < ve; j += kUnroll * kThreads) {
-        float4 v[kUnroll];
-#pragma unroll
-        for (int u = 0; u < kUnroll; ++u) v[u] = __ldg(body + j + u * kThreads);
-#pragma unroll
-        for (int u = 0; u < kUnroll; ++u) fold4(best, non_finite, v[u], static_cast<int32_t>(first_vec) + 4 * (j + u * kThreads), draw);
-    }
-    for (; j < ve; j += kThreads) fold4(best, non_finite, __ldg(body + j), static_cast<int32_t>(first_vec) + 4 * j, draw);
-    for (int64_t i = tail_begin + threadIdx.x; i < end; i += kThreads) fold(best, non_finite, __ldg(row + i), static_cast<int32_t>(i), draw);
+    for_each_row_element<kThreads, kUnroll>(row, begin, end,
+                                            [&](float v, int32_t i) { fold(best, non_finite, v, i, draw); });
 }
 
 // One cluster of `cluster` blocks per row (grid-stride over rows when R exceeds the grid's clusters):

@@ -9,6 +9,7 @@
 
 #include "backend/cuda/kernels/argmax.cuh"
 #include "backend/cuda/kernels/pdl.cuh"
+#include "backend/cuda/kernels/row_walk.cuh"
 #include "backend/sampling_floor.h"
 
 namespace epinfer::cuda {
@@ -70,32 +71,10 @@ struct RowBlocks {
 #endif
 };
 
-// Calls f(key) for every logit of row [V] (sampling_key applied), each thread on its share in no fixed
-// order: float4 loads from the row's first 16-byte boundary, kUnroll of them in flight per thread (one
-// scalar load at a time, each waited for, left a row's pass at ~110 µs), scalar head and tail.
+// Calls f(key) for every logit of row [V] (sampling_key applied), each thread on its share (row_walk.cuh).
 template <typename F>
 __device__ __forceinline__ void for_each_key(const float* __restrict__ row, int64_t V, F&& f) {
-    const int64_t misalign = static_cast<int64_t>((reinterpret_cast<uintptr_t>(row) & 15u) / sizeof(float));
-    const int64_t head = min(V, (4 - misalign) & 3);
-    for (int64_t i = threadIdx.x; i < head; i += kThreads) f(sampling_key(__ldg(row + i)));
-    const float4* __restrict__ body = reinterpret_cast<const float4*>(row + head);
-    const int64_t num_vecs = (V - head) / 4;
-    const auto f4 = [&f](float4 v) {
-        f(sampling_key(v.x));
-        f(sampling_key(v.y));
-        f(sampling_key(v.z));
-        f(sampling_key(v.w));
-    };
-    int64_t j = threadIdx.x;
-    for (; j + (kUnroll - 1) * kThreads < num_vecs; j += kUnroll * kThreads) {
-        float4 v[kUnroll];
-#pragma unroll
-        for (int u = 0; u < kUnroll; ++u) v[u] = __ldg(body + j + u * kThreads);
-#pragma unroll
-        for (int u = 0; u < kUnroll; ++u) f4(v[u]);
-    }
-    for (; j < num_vecs; j += kThreads) f4(__ldg(body + j));
-    for (int64_t i = head + 4 * num_vecs + threadIdx.x; i < V; i += kThreads) f(sampling_key(__ldg(row + i)));
+    for_each_row_element<kThreads, kUnroll>(row, 0, V, [&f](float v, int32_t) { f(sampling_key(v)); });
 }
 
 // What one selection weighs: counts (top-k) or the nucleus's fixed-point masses (top-p).
