@@ -1,5 +1,5 @@
-// Whole-string parses of a flag's text, one per kind of value, so that every command reads a flag the same
-// way and fails with the same one-line message naming the flag and the text.
+// Whole-string parses of a flag's text, one per kind of value, and the checks flags share, so that every
+// command reads a flag the same way and fails with the same one-line message naming the flag and the value.
 #pragma once
 
 #include <cstdint>

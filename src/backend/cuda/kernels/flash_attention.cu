@@ -241,6 +241,7 @@ __global__ void __launch_bounds__(kThreads, blocks_per_sm<kDecode>())
     constexpr int kOutRows = kDecode ? kRows : kWarps * kRows;
     constexpr int kMerge = kDecode ? kWarps : 1;
     const int out_rows = kDecode ? heads : kOutRows;  // decode: the group's rows only
+    static_assert(kOutRows <= kThreads, "a thread per output row computes its weights");
     // Per output row, once (not per element: that was a third of a batch-1 decode block's time): the merged
     // max and sum, and each merged warp's weight exp2(m_w − m_all), 0 for a warp that saw no key.
     __shared__ float f_s[kMerge][kOutRows], m_all_s[kOutRows], l_all_s[kOutRows];
