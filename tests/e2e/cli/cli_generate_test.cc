@@ -69,11 +69,17 @@ TEST(CliGenerate, JsonGreedyEqualsGoldenTokens) {
     }
 }
 
+// `generate` on golden prompt 0 for 6 new tokens (--ignore-eos) with `flags`; greedy_new: its golden tokens.
+CliResult generate_on_golden_prompt(const std::string& flags, std::vector<int64_t>& greedy_new) {
+    std::vector<int64_t> prompt;
+    golden_prompt(0, prompt, greedy_new);
+    return run_cli("generate --model " + kModel + " --prompt-ids " + join(prompt) +
+                   " --max-new-tokens 6 --ignore-eos" + flags);
+}
+
 TEST(CliGenerate, TextOutputListsNewIds) {
-    std::vector<int64_t> prompt, want;
-    golden_prompt(0, prompt, want);
-    const CliResult r = run_cli("generate --model " + kModel + " --prompt-ids " + join(prompt) +
-                                " --max-new-tokens 6 --ignore-eos");
+    std::vector<int64_t> want;
+    const CliResult r = generate_on_golden_prompt("", want);
     ASSERT_EQ(r.exit_code, 0) << r.err;
     EXPECT_EQ(r.out, join(want) + "\n");
     EXPECT_NE(r.err.find("tokens/s"), std::string::npos) << r.err;
@@ -82,10 +88,8 @@ TEST(CliGenerate, TextOutputListsNewIds) {
 TEST(CliGenerate, AnUnderflowingTemperatureReadsAsZeroThatIsGreedy) {
     // 1e-400 is below double's smallest magnitude: read as 0 (as the server's JSON parser reads it), not
     // refused.
-    std::vector<int64_t> prompt, want;
-    golden_prompt(0, prompt, want);
-    const CliResult r = run_cli("generate --model " + kModel + " --prompt-ids " + join(prompt) +
-                                " --max-new-tokens 6 --ignore-eos --temperature 1e-400 --seed 3");
+    std::vector<int64_t> want;
+    const CliResult r = generate_on_golden_prompt(" --temperature 1e-400 --seed 3", want);
     ASSERT_EQ(r.exit_code, 0) << r.err;
     EXPECT_EQ(r.out, join(want) + "\n");
 }
