@@ -7,6 +7,8 @@
 #include <cstdlib>
 #include <string_view>
 
+#include "core/timeout.h"
+
 namespace epinfer {
 namespace {
 
@@ -40,9 +42,11 @@ Result<double> env_comm_timeout_s() {
     std::string copy(text);
     char* end = nullptr;
     double value = std::strtod(copy.c_str(), &end);
-    if (end != copy.c_str() + copy.size() || !std::isfinite(value) || value <= 0.0) {
+    if (end != copy.c_str() + copy.size() || !std::isfinite(value) || value <= 0.0 ||
+        value > kMaxTimeoutSeconds) {
         return invalid_argument(
-            fmt::format("EPINFER_COMM_TIMEOUT_S='{}': expected a positive number of seconds", copy));
+            fmt::format("EPINFER_COMM_TIMEOUT_S='{}': expected a positive number of seconds up to {:g}", copy,
+                        kMaxTimeoutSeconds));
     }
     return value;
 }

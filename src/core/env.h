@@ -23,7 +23,7 @@ struct EnvVarInfo {
 std::span<const EnvVarInfo> env_vars();
 
 // EPINFER_COMM_TIMEOUT_S: the bound, in seconds, on every wait of a communicator (default 300).
-// Errors: kInvalidArgument when set to something that is not a positive finite number.
+// Errors: kInvalidArgument when set to something that is not a number of seconds in (0, kMaxTimeoutSeconds].
 Result<double> env_comm_timeout_s();
 
 // EPINFER_MPIRUN: the mpirun executable used to start ranks on this host ("" = search PATH).

@@ -14,6 +14,7 @@
 #include <set>
 
 #include "core/splitmix64.h"
+#include "core/timeout.h"
 
 namespace epinfer {
 
@@ -198,11 +199,12 @@ std::string bench_utc_now() {
 }
 
 Result<BenchLevelRun> run_bench_level(EngineLoop& loop, const BenchLevelArgs& args) {
-    if (args.concurrency < 1 || args.output_len < 1 || !(args.timeout_s > 0.0)) {
+    if (args.concurrency < 1 || args.output_len < 1 || !(args.timeout_s > 0.0) ||
+        !(args.timeout_s <= kMaxTimeoutSeconds)) {
         return invalid_argument(
             fmt::format("bench level: concurrency {}, output_len {}, timeout {} s: need ≥ 1, "
-                        "≥ 1, > 0",
-                        args.concurrency, args.output_len, args.timeout_s));
+                        "≥ 1, in (0, {:g}]",
+                        args.concurrency, args.output_len, args.timeout_s, kMaxTimeoutSeconds));
     }
     // Shared with the callbacks, which may run after this function returns (cancelled requests).
     struct Shared {

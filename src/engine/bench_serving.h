@@ -107,7 +107,7 @@ struct BenchLevelArgs {
     std::span<const std::vector<int32_t>> prompts;  // one request each, submitted in order
     int64_t output_len = 1;                         // max_tokens with ignore_eos, ≥ 1
     SamplingParams sampling;                        // seed: + the prompt's index per request
-    double timeout_s = 3600.0;                      // the whole level, > 0
+    double timeout_s = 3600.0;                      // the whole level, in (0, kMaxTimeoutSeconds]
 };
 
 struct BenchLevelRun {

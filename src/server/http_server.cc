@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "core/splitmix64.h"
+#include "core/timeout.h"
 #include "engine/engine_loop.h"
 #include "server/openai_protocol.h"
 #include "server/server_metrics.h"
@@ -525,15 +526,15 @@ Result<std::unique_ptr<HttpServer>> HttpServer::start(Engine& engine, const Serv
         return invalid_argument("--port must be in [0, 65535], got " + std::to_string(options.port));
     if (options.max_body_bytes < 1)
         return invalid_argument("--max-body-bytes must be ≥ 1, got " + std::to_string(options.max_body_bytes));
-    if (!(options.request_timeout_s > 0.0) || !std::isfinite(options.request_timeout_s))
-        return invalid_argument("--request-timeout-s must be a finite number > 0, got " +
-                                std::to_string(options.request_timeout_s));
+    if (!(options.request_timeout_s > 0.0) || !(options.request_timeout_s <= kMaxTimeoutSeconds))
+        return invalid_argument(fmt::format("--request-timeout-s must be in (0, {:g}] s, got {}",
+                                            kMaxTimeoutSeconds, options.request_timeout_s));
     if (options.num_http_threads < 1 || options.num_http_threads > kMaxHttpThreads)
         return invalid_argument("--http-threads must be in [1, " + std::to_string(kMaxHttpThreads) + "], got " +
                                 std::to_string(options.num_http_threads));
-    if (!(options.health_stall_s > 0.0) || !std::isfinite(options.health_stall_s))
-        return invalid_argument("--health-stall-s must be a finite number > 0, got " +
-                                std::to_string(options.health_stall_s));
+    if (!(options.health_stall_s > 0.0) || !(options.health_stall_s <= kMaxTimeoutSeconds))
+        return invalid_argument(fmt::format("--health-stall-s must be in (0, {:g}] s, got {}",
+                                            kMaxTimeoutSeconds, options.health_stall_s));
     if (options.model_name.empty()) return invalid_argument("the served model name is empty");
 
     std::unique_ptr<HttpServer> server(new HttpServer());

@@ -35,6 +35,7 @@
 
 #include "checkpoint/hf_config.h"
 #include "commands.h"
+#include "core/timeout.h"
 #include "engine/bench_serving.h"
 #include "engine/engine.h"
 #include "engine/engine_loop.h"
@@ -111,8 +112,10 @@ Result<BenchServingValues> parse_values(const BenchServingFlags& f) {
     EPI_ASSIGN_OR_RETURN(v.vocab_size, parse_flag_int(f.vocab_size, "--vocab-size", 0, INT32_MAX));
     EPI_ASSIGN_OR_RETURN(v.warmup, parse_flag_int(f.warmup, "--warmup", 0, 1024));
     const Result<double> timeout = parse_flag_double(f.timeout_s, "--timeout-s");
-    if (!timeout.is_ok() || *timeout <= 0.0)
-        return invalid_argument(fmt::format("--timeout-s '{}': must be a number > 0", f.timeout_s));
+    if (!timeout.is_ok() || *timeout <= 0.0 || *timeout > kMaxTimeoutSeconds) {
+        return invalid_argument(fmt::format("--timeout-s '{}': must be a number of seconds in (0, {:g}]",
+                                            f.timeout_s, kMaxTimeoutSeconds));
+    }
     v.timeout_s = *timeout;
     EPI_ASSIGN_OR_RETURN(v.temperature, parse_flag_double(f.temperature, "--temperature"));
     EPI_ASSIGN_OR_RETURN(v.top_p, parse_flag_double(f.top_p, "--top-p"));

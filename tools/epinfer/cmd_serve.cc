@@ -43,6 +43,7 @@
 
 #include "comm/communicator.h"
 #include "commands.h"
+#include "core/timeout.h"
 #include "engine/engine.h"
 #include "flag_values.h"
 #include "model_setup.h"
@@ -95,6 +96,8 @@ struct ServeFlags {
 Result<double> parse_seconds_flag(const std::string& text, const char* flag, double lo) {
     EPI_ASSIGN_OR_RETURN(const double value, parse_flag_double(text, flag));
     if (value < lo) return invalid_argument(fmt::format("{} must be ≥ {}, got {}", flag, lo, text));
+    if (value > kMaxTimeoutSeconds)
+        return invalid_argument(fmt::format("{} must be ≤ {:g} s, got {}", flag, kMaxTimeoutSeconds, text));
     return value;
 }
 

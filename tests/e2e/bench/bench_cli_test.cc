@@ -183,7 +183,11 @@ TEST(BenchCli, BadFlagsAreOneErrorLine) {
     expect_one_line_error(run_epinfer("bench" + model + " --output-len many"),
                           "--output-len 'many' is not an integer");
     expect_one_line_error(run_epinfer("bench" + model + " --timeout-s 0"),
-                          "--timeout-s '0': must be a number > 0");
+                          "--timeout-s '0': must be a number of seconds in (0, 1e+09]");
+    // Past the bound a deadline would overflow into the past (core/timeout.h): refused, not a timeout at
+    // once.
+    expect_one_line_error(run_epinfer("bench" + model + " --timeout-s 1e10"),
+                          "--timeout-s '1e10': must be a number of seconds in (0, 1e+09]");
     expect_one_line_error(run_epinfer("bench" + model + " --temperature -1"),
                           "--temperature must be ≥ 0 (0: greedy), got -1");
     expect_one_line_error(run_epinfer("bench" + model + " --temperature nan"),
