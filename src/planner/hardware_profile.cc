@@ -464,6 +464,13 @@ Result<HardwareProfile> resolve_hardware_profile(const std::string& name_or_file
     bool is_file = name_or_file.find('/') != std::string::npos ||
                    (name_or_file.size() > 5 && name_or_file.ends_with(".json"));
     if (is_file) return load_hardware_profile_file(name_or_file);
+    // A folder the user named must exist (falling back to the shipped profiles would hide the typo).
+    const std::string env_dir = env_profiles_dir();
+    std::error_code env_ec;
+    if (!env_dir.empty() && !fs::is_directory(env_dir, env_ec)) {
+        return not_found(fmt::format("EPINFER_PROFILES_DIR={}: not a folder (hardware profile '{}')", env_dir,
+                                     name_or_file));
+    }
     std::vector<std::string> dirs = profile_search_dirs(exe_path);
     for (const std::string& dir : dirs) {
         std::error_code ec;

@@ -170,7 +170,8 @@ std::vector<std::string> list_profile_names(const std::string& dir);
 // `name_or_file` is a path when it ends in ".json" or contains '/'; otherwise the name of a shipped
 // profile, looked up in the first existing folder of profile_search_dirs(exe_path).
 // Errors: kNotFound naming the profile and listing the shipped ones (or the folders searched when none
-// exists); otherwise as load_hardware_profile_file.
+// exists), or naming EPINFER_PROFILES_DIR when it is set to something that is not a folder; otherwise as
+// load_hardware_profile_file.
 Result<HardwareProfile> resolve_hardware_profile(const std::string& name_or_file,
                                                  const std::string& exe_path);
 

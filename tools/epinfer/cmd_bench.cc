@@ -39,6 +39,7 @@
 #include "comm/communicator.h"
 #include "commands.h"
 #include "core/env.h"
+#include "flag_values.h"
 #include "model_setup.h"
 #include "mpi_launch.h"
 #include "profile_out.h"
@@ -322,6 +323,7 @@ Status check_options(const BenchCommOptions& opts) {
         return invalid_argument(fmt::format("--iters {} / --warmup-iters {}: need iters ≥ 1 and warmup ≥ 0",
                                             opts.iters, opts.warmup_iters));
     }
+    if (!opts.json_path.empty()) return check_output_file("--json", opts.json_path);
     return Status::ok();
 }
 

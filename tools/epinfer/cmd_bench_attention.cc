@@ -36,6 +36,7 @@
 #include "comma_list.h"
 #include "commands.h"
 #include "engine/engine.h"
+#include "flag_values.h"
 #include "profile_out.h"
 #if EPINFER_WITH_CUDA
 #include "backend/cuda/attention_bench.h"
@@ -89,6 +90,7 @@ Result<BaseProfile> check_options(const BenchAttentionOptions& opts) {
             opts.device));
     }
     EPI_ASSIGN_OR_RETURN(const std::vector<std::string> names, parse_cases(opts.cases));
+    if (!opts.json_path.empty()) EPI_RETURN_IF_ERROR(check_output_file("--json", opts.json_path));
     if (opts.kv_dtype != "bf16" && opts.kv_dtype != "fp32") {
         return invalid_argument(
             fmt::format("bench attention: --kv-dtype '{}': expected bf16 or fp32", opts.kv_dtype));

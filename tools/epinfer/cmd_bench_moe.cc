@@ -13,22 +13,23 @@
 // without those rows gpu.memory_efficiency = stream GB/s / memory_bandwidth_gbps and one line says what was
 // not fitted and why (profile_out.h, docs/planner.md).
 // e.g. --model-config tests/data/configs/qwen3_30b_a3b.json --routing uniform --tokens 1,8,64,256,1024.
+#include <fmt/format.h>
+
+#include <CLI/CLI.hpp>
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
 #include <vector>
 
-#include <CLI/CLI.hpp>
-#include <fmt/format.h>
-#include <nlohmann/json.hpp>
-
 #include "checkpoint/hf_config.h"
 #include "comma_list.h"
 #include "commands.h"
+#include "flag_values.h"
 #include "planner/calibration.h"
 #include "planner/hardware_profile.h"
 #include "profile_out.h"
@@ -62,8 +63,9 @@ struct CheckedOptions {
     BaseProfile base;                   // of --profile-out
 };
 
-// The flags every build checks before any GPU work: routings, token counts, repeats, and the base profile
-// of --profile-out (read here). Errors: kInvalidArgument naming the flag; load_base_profile's.
+// The flags every build checks before any GPU work: routings, token counts, repeats, the --json file, and
+// the base profile of --profile-out (read here). Errors: kInvalidArgument naming the flag;
+// load_base_profile's.
 Result<CheckedOptions> check_options(const BenchMoeOptions& opts) {
     CheckedOptions c;
     EPI_ASSIGN_OR_RETURN(c.routings, split_comma_lists(opts.routings, "bench moe", "--routing",
@@ -76,6 +78,7 @@ Result<CheckedOptions> check_options(const BenchMoeOptions& opts) {
         if (t < 1) return invalid_argument(fmt::format("--tokens {}: must be at least 1", t));
     }
     if (opts.repeats < 1) return invalid_argument(fmt::format("--repeats {}: must be at least 1", opts.repeats));
+    if (!opts.json_path.empty()) EPI_RETURN_IF_ERROR(check_output_file("--json", opts.json_path));
     if (!opts.profile_out.empty()) {
         EPI_ASSIGN_OR_RETURN(c.base, load_base_profile(opts.profile_out, opts.base_profile));
     } else if (!opts.base_profile.empty()) {

@@ -142,6 +142,7 @@ Result<BenchServingValues> parse_values(const BenchServingFlags& f) {
                 "--random-weights needs --config FILE.json (or --model DIR for its config.json)");
         if (v.vocab_size != 0) return invalid_argument("--vocab-size is used only with --url");
     }
+    if (!f.json_path.empty()) EPI_RETURN_IF_ERROR(check_output_file("--json", f.json_path));
     return v;
 }
 
@@ -324,8 +325,12 @@ struct ServedModel {
     int64_t max_model_len = 0;
 };
 
-// cpp-httplib's error, in words a user can act on ("Connection" alone says little).
-std::string http_error_text(httplib::Error error) {
+// cpp-httplib's error, in words a user can act on ("Connection" alone says little). cpp-httplib reports a
+// read that timed out as a failed read, so one that took the whole read timeout (`read_timeout_s`, as
+// make_client sets it) is said to be that.
+std::string http_error_text(httplib::Error error, double elapsed_s, double read_timeout_s) {
+    if (error == httplib::Error::Read && elapsed_s >= std::ceil(read_timeout_s) - 0.05)
+        return fmt::format("no answer within {:g} s", std::ceil(read_timeout_s));
     switch (error) {
         case httplib::Error::Connection:
             return "cannot connect (nothing listens there, or the host is unreachable)";
@@ -341,11 +346,15 @@ std::string http_error_text(httplib::Error error) {
 }
 
 Result<ServedModel> get_served_model(const std::string& url, double timeout_s) {
-    auto client = make_client(url, std::min(timeout_s, 30.0));
+    const double read_timeout_s = std::min(timeout_s, 30.0);
+    auto client = make_client(url, read_timeout_s);
+    const Clock::time_point sent = Clock::now();
     const httplib::Result r = client->Get("/v1/models");
     if (!r) {
+        const double elapsed_s = std::chrono::duration<double>(Clock::now() - sent).count();
         return Status(StatusCode::kUnavailable,
-                      fmt::format("--url {}: GET /v1/models failed: {}", url, http_error_text(r.error())));
+                      fmt::format("--url {}: GET /v1/models failed: {}", url,
+                                  http_error_text(r.error(), elapsed_s, read_timeout_s)));
     }
     if (r->status != 200)
         return Status(StatusCode::kUnavailable,
@@ -375,10 +384,11 @@ SamplingParams level_sampling(const BenchServingValues& v, uint64_t seed) {
     return s;
 }
 
-// One streaming completion; times relative to `start`.
+// One streaming completion on `client` (made by make_client(·, read_timeout_s)); times relative to `start`.
 BenchRequestTiming run_http_request(httplib::Client& client, const std::string& model,
                                     const std::vector<int32_t>& prompt, int64_t output_len,
-                                    const SamplingParams& sampling, Clock::time_point start) {
+                                    const SamplingParams& sampling, Clock::time_point start,
+                                    double read_timeout_s) {
     const auto now_s = [start] { return std::chrono::duration<double>(Clock::now() - start).count(); };
     BenchRequestTiming t;
     t.prompt_tokens = static_cast<int64_t>(prompt.size());
@@ -395,11 +405,14 @@ BenchRequestTiming run_http_request(httplib::Client& client, const std::string& 
     req.path = "/v1/completions";
     req.body = body.dump();
     req.set_header("Content-Type", "application/json");
+    double last_read_s = 0.0;  // when the server last sent something (the read timeout runs from there)
     req.response_handler = [&](const httplib::Response& res) {
+        last_read_s = now_s();
         status = res.status;
         return true;
     };
     req.content_receiver = [&](const char* data, size_t n, uint64_t, uint64_t) {
+        last_read_s = now_s();
         if (status != 200) {
             error_body.append(data, std::min<size_t>(n, 4096));
             return true;
@@ -441,11 +454,13 @@ BenchRequestTiming run_http_request(httplib::Client& client, const std::string& 
         return true;
     };
     t.submit_s = now_s();
+    last_read_s = t.submit_s;
     const httplib::Result r = client.send(req);
     t.finish_s = now_s();
     t.output_tokens = usage_tokens >= 0 ? usage_tokens : tokens;
     if (!r) {
-        t.error = "HTTP request failed: " + http_error_text(r.error());
+        t.error =
+            "HTTP request failed: " + http_error_text(r.error(), t.finish_s - last_read_s, read_timeout_s);
     } else if (status != 200) {
         const json j = json::parse(error_body, nullptr, false);
         const std::string message = !j.is_discarded() && j.contains("error") && j["error"].is_object() &&
@@ -489,7 +504,8 @@ BenchLevelRun run_http_level(const std::string& url, const std::string& model, i
                 }
                 SamplingParams params = sampling;
                 params.seed = sampling.seed + i;
-                run.requests[i] = run_http_request(*client, model, prompts[i], output_len, params, start);
+                run.requests[i] =
+                    run_http_request(*client, model, prompts[i], output_len, params, start, timeout_s);
             }
         });
     }

@@ -184,8 +184,8 @@ void add_plan_command(CLI::App& app) {
     CLI::Option* context = cmd->add_option(
         "--context", args->context,
         "KV tokens each request holds and attends over, at most the model's "
-        "max_position_embeddings (default: --input-len + --output-len with --output-len, else "
-        "4096)");
+        "max_position_embeddings (default: --input-len + --output-len with --output-len, else the "
+        "larger of --input-len and 4096)");
     cmd->add_option("--input-len", args->input_len,
                     "prompt tokens for the prefill estimate and the closed loop")
         ->capture_default_str();

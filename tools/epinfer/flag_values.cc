@@ -1,11 +1,13 @@
 #include "flag_values.h"
 
+#include <fmt/format.h>
+#include <unistd.h>
+
 #include <charconv>
 #include <cmath>
 #include <cstdlib>
+#include <filesystem>
 #include <limits>
-
-#include <fmt/format.h>
 
 namespace epinfer::cli {
 
@@ -57,6 +59,21 @@ Status check_sampling_flags(double temperature, double top_p, int64_t top_k) {
     if (temperature == 0.0 && top_p < 1.0)
         return invalid_argument(
             fmt::format("--top-p {} applies to sampled tokens: give --temperature > 0", top_p));
+    return Status::ok();
+}
+
+Status check_output_file(std::string_view flag, const std::string& path) {
+    std::error_code ec;
+    const std::filesystem::path out(path);
+    const std::filesystem::path folder = out.has_parent_path() ? out.parent_path() : ".";
+    if (std::filesystem::is_directory(out, ec))
+        return invalid_argument(fmt::format("{} {}: is a folder, not a file", flag, path));
+    if (std::filesystem::exists(out, ec) && access(out.c_str(), W_OK) != 0)
+        return invalid_argument(fmt::format("{} {}: the file exists and is not writable", flag, path));
+    if (!std::filesystem::is_directory(folder, ec) || access(folder.c_str(), W_OK) != 0) {
+        return invalid_argument(fmt::format(
+            "{} {}: cannot write into the folder {} (missing or not writable)", flag, path, folder.string()));
+    }
     return Status::ok();
 }
 

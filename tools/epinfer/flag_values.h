@@ -28,4 +28,10 @@ Result<double> parse_flag_double(const std::string& text, std::string_view flag)
 // below 1), top_k 0 and top_p 1 being no filter.
 Status check_sampling_flags(double temperature, double top_p, int64_t top_k);
 
+// An output file of `flag` (--json, --profile-out) that is written after the run: refused before it when it
+// cannot be. Errors (kInvalidArgument): "<flag> <path>: is a folder, not a file", "<flag> <path>: the file
+// exists and is not writable", "<flag> <path>: cannot write into the folder <folder> (missing or not
+// writable)".
+Status check_output_file(std::string_view flag, const std::string& path);
+
 }  // namespace epinfer::cli

@@ -1,4 +1,5 @@
-// epinfer: the command-line tool. Usage: epinfer <generate|inspect|plan|bench|serve> --help
+// epinfer: the command-line tool. Usage: epinfer <generate|inspect|plan|bench|serve> --help, epinfer
+// --version
 #include <cstdio>
 #include <cstdlib>
 #include <string>
@@ -58,6 +59,7 @@ int report_usage_error(const CLI::App& app, const CLI::ParseError& error, int ar
 int main(int argc, char** argv) {
     CLI::App app{"epinfer: an inference runtime for Mixture-of-Experts models"};
     app.require_subcommand(1);
+    app.set_version_flag("--version", std::string("epinfer ") + EPINFER_VERSION);
     epinfer::cli::add_generate_command(app);
     epinfer::cli::add_inspect_command(app);
     epinfer::cli::add_plan_command(app);

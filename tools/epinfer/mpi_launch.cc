@@ -19,6 +19,7 @@
 #include <fstream>
 #include <iterator>
 #include <optional>
+#include <regex>
 #include <set>
 #include <sstream>
 #include <string_view>
@@ -99,7 +100,9 @@ const char* stop_signal_name(int signal_number) { return signal_number == SIGINT
 // the exit status. mpirun has no switch for these two only: -q (orte_execute_quiet, also passed to the
 // ranks) silences every Open MPI message, a rank killed by a signal and MPI's own errors in the ranks
 // included. So mpirun's stderr passes through this filter, which drops exactly those boxes, and an
-// "epinfer: error: " line that repeats one already passed on (every rank failing the same way).
+// "epinfer: error: " line that repeats one already passed on (every rank failing the same way). The box of a
+// rank killed by a signal ("mpirun noticed that process rank 1 with PID 0 on node h exited on signal 9
+// (Killed).") becomes the one error line the rank could not write.
 class MpirunStderrFilter {
 public:
     // Takes bytes read from mpirun's stderr; returns those to write now (whole lines, boxes once closed).
@@ -149,7 +152,16 @@ private:
         std::string text;
         for (const std::string& l : box_) text += l;
         box_.clear();
-        if (!closes || !is_exit_status_box(text)) out += text;
+        if (closes && is_exit_status_box(text)) return;
+        static const std::regex killed(
+            R"(mpirun noticed that process rank (\d+) with PID \d+ on node (\S+) exited on signal (\d+) \(([^)]*)\))");
+        std::smatch m;
+        if (closes && std::regex_search(text, m, killed)) {
+            out += fmt::format("epinfer: error: rank {} (on {}) was killed by signal {} ({})\n", m[1].str(),
+                               m[2].str(), m[3].str(), m[4].str());
+            return;
+        }
+        out += text;
     }
 
     std::string partial_;

@@ -10,6 +10,7 @@
 #include <sstream>
 #include <vector>
 
+#include "flag_values.h"
 #include "mpi_launch.h"
 #include "planner/hardware_profile.h"
 
@@ -36,22 +37,8 @@ Result<BaseProfile> load_base_profile(const std::string& profile_out, const std:
                         profile_out));
     }
     // The file is written after the measurements: refuse a path it cannot be written to before them.
+    EPI_RETURN_IF_ERROR(check_output_file("--profile-out", profile_out));
     std::error_code ec;
-    const std::filesystem::path out(profile_out);
-    const std::filesystem::path folder = out.has_parent_path() ? out.parent_path() : ".";
-    if (std::filesystem::is_directory(out, ec)) {
-        return invalid_argument(fmt::format("--profile-out {}: is a folder, not a file", profile_out));
-    }
-    if (std::filesystem::exists(out, ec) && access(out.c_str(), W_OK) != 0) {
-        return invalid_argument(
-            fmt::format("--profile-out {}: the file exists and is not writable", profile_out));
-    }
-    if (!std::filesystem::is_directory(folder, ec) || access(folder.c_str(), W_OK) != 0) {
-        return invalid_argument(
-            fmt::format("--profile-out {}: cannot write into the folder {} (missing or "
-                        "not writable)",
-                        profile_out, folder.string()));
-    }
     const std::filesystem::path exe = std::filesystem::read_symlink("/proc/self/exe", ec);
     EPI_ASSIGN_OR_RETURN(planner::HardwareProfile profile,
                          planner::resolve_hardware_profile(name_or_file, ec ? std::string() : exe.string()));

@@ -1,7 +1,11 @@
 // `epinfer bench` (the serving benchmark) as a user runs it (the built binary, EPINFER_CLI_PATH): offline on
 // the tiny fixture and on random weights of a real config, as a client of an in-process HTTP server, and
 // one-line errors for bad flags; `bench comm` still runs as a subcommand.
+#include <arpa/inet.h>
 #include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <filesystem>
@@ -226,6 +230,36 @@ TEST(BenchCli, BadFlagsAreOneErrorLine) {
         "bench: --url drives a running server: --ep, --kv-cache-dtype, --memory-fraction do not apply");
     expect_one_line_error(run_epinfer("bench --url http://127.0.0.1:9 --timeout-s 5"),
                           "GET /v1/models failed: cannot connect");
+    // A --json file that cannot be written is refused before the run (it was written after the whole run).
+    const CliResult missing = run_epinfer("bench" + model + " --json /nonexistent-dir/x.json");
+    expect_one_line_error(missing,
+                          "--json /nonexistent-dir/x.json: cannot write into the folder /nonexistent-dir");
+    EXPECT_EQ(missing.err.find("epinfer: ready"), std::string::npos) << "refused before the model loads";
+    expect_one_line_error(run_epinfer("bench" + model + " --json /tmp"),
+                          "--json /tmp: is a folder, not a file");
+    expect_one_line_error(run_epinfer("bench moe --json /tmp"), "--json /tmp: is a folder, not a file");
+    expect_one_line_error(run_epinfer("bench attention --json /nonexistent-dir/a.json"),
+                          "--json /nonexistent-dir/a.json: cannot write into the folder");
+    expect_one_line_error(run_epinfer("bench comm --ranks 1 --json /tmp"),
+                          "--json /tmp: is a folder, not a file");
+}
+
+// A server that takes the connection but never answers (a listening socket nothing accepts from): the
+// read times out, and the error says so (it said the server closed the connection).
+TEST(BenchCli, SilentServerIsNoAnswerWithinTheTimeout) {
+    const int fd = socket(AF_INET, SOCK_STREAM, 0);
+    ASSERT_GE(fd, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    ASSERT_EQ(bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+    ASSERT_EQ(listen(fd, 4), 0);
+    socklen_t len = sizeof(addr);
+    ASSERT_EQ(getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len), 0);
+    const std::string url = "http://127.0.0.1:" + std::to_string(ntohs(addr.sin_port));
+    expect_one_line_error(run_epinfer("bench --url " + url + " --timeout-s 1"),
+                          "--url " + url + ": GET /v1/models failed: no answer within 1 s");
+    close(fd);
 }
 
 TEST(BenchCli, BenchEpBadFlagsAreOneLineBeforeAnyRankStarts) {
@@ -342,7 +376,7 @@ TEST(BenchCli, BenchAttentionRefusals) {
     if (epinfer::cuda::cuda_require_device().is_ok()) GTEST_SKIP() << "a GPU is present: the benchmark would run";
     expect_one_line_error(run_epinfer("bench attention --repeats 1"), "bench attention: no CUDA GPU");
 #else
-    expect_one_line_error(run_epinfer("bench attention --repeats 1 --json /nonexistent/attn.json"),
+    expect_one_line_error(run_epinfer("bench attention --repeats 1"),
                           "bench attention: this epinfer was built without the CUDA backend");
 #endif
 }

@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <regex>
 #include <sstream>
 #include <string>
 #include <utility>
@@ -75,6 +76,12 @@ CliResult generate_on_golden_prompt(const std::string& flags, std::vector<int64_
     golden_prompt(0, prompt, greedy_new);
     return run_cli("generate --model " + kModel + " --prompt-ids " + join(prompt) +
                    " --max-new-tokens 6 --ignore-eos" + flags);
+}
+
+TEST(Cli, VersionPrintsTheProjectVersion) {
+    const CliResult r = run_cli("--version");
+    EXPECT_EQ(r.exit_code, 0) << r.err;
+    EXPECT_TRUE(std::regex_match(r.out, std::regex("epinfer [0-9]+\\.[0-9]+\\.[0-9]+\n"))) << r.out;
 }
 
 TEST(CliGenerate, TextOutputListsNewIds) {

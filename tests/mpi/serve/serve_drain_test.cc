@@ -3,7 +3,8 @@
 // running stream gets all its tokens, new requests get 503 (or no connection once the server closed), and
 // every rank and the supervisor exit 0; a second SIGTERM cuts the drain short (finish_reason "abort"). A
 // SIGTERM sent to a follower rank itself ends the run with a non-zero exit. A follower that is stopped
-// (SIGSTOP) while a request runs turns /health into 503 after --health-stall-s, and 200 once it goes on.
+// (SIGSTOP) while a request runs turns /health into 503 after --health-stall-s, and 200 once it goes on. A
+// follower killed by a signal is one error line.
 // Run by ctest as mpi_serve_drain_tp2 (label MPI; the test starts mpirun itself).
 #include <gtest/gtest.h>
 #include <signal.h>
@@ -281,6 +282,23 @@ TEST(ServeMpi, SecondSignalToAFollowerEndsTheRunAtOnce) {
     EXPECT_GT(serve.wait_exit(20.0), 0) << serve.err();  // not the 40 s
     EXPECT_NE(serve.err().find("epinfer: error: rank 1/2: SIGINT: ending the run\n"), std::string::npos)
         << serve.err();
+}
+
+// A rank killed by a signal cannot write its error line: the supervisor writes it in place of mpirun's boxed
+// report, and exits non-zero.
+TEST(ServeMpi, KilledFollowerIsOneErrorLine) {
+    ServeProcess serve({"serve", "--model", kTinyModel, "--tp", "2", "--port", "0", "--threads", "1"});
+    ASSERT_GT(serve.pid(), 0);
+    ASSERT_GT(serve.wait_for_port(240.0), 0) << serve.err();
+    const pid_t follower = rank_pid(serve.pid(), 1);
+    ASSERT_GT(follower, 0);
+    ASSERT_EQ(kill(follower, SIGKILL), 0);
+    EXPECT_GT(serve.wait_exit(60.0), 0) << serve.err();
+    const std::string err = serve.err();
+    EXPECT_NE(err.find("epinfer: error: rank 1 (on "), std::string::npos) << err;
+    EXPECT_NE(err.find(") was killed by signal 9 (Killed)\n"), std::string::npos) << err;
+    EXPECT_EQ(err.find("mpirun noticed"), std::string::npos) << err;
+    EXPECT_EQ(err.find("-----"), std::string::npos) << err;
 }
 
 }  // namespace

@@ -449,6 +449,12 @@ TEST(PlanCli, BadInputsFailInOneLine) {
         run_plan(kimi + "--hardware a100 --gpus 8"),
         "unknown hardware profile 'a100'; shipped profiles: b200, h100_sxm, h200_sxm, l40s, "
         "rtx_4090, rtx_pro_6000");
+    // EPINFER_PROFILES_DIR naming no folder is refused (it fell back to the shipped profiles in silence).
+    epinfer::testing::CliOptions missing_dir;
+    missing_dir.env = "EPINFER_PROFILES_DIR=/nonexistent-profiles";
+    expect_one_line_error(
+        epinfer::testing::run_epinfer("plan " + kimi + "--hardware h100_sxm --gpus 2", missing_dir),
+        "EPINFER_PROFILES_DIR=/nonexistent-profiles: not a folder (hardware profile 'h100_sxm')");
     expect_one_line_error(run_plan(kimi + "--hardware h200_sxm --gpus 0"), "--gpus 0: must be >= 1");
     expect_one_line_error(run_plan(kimi + "--hardware h200_sxm --gpus 8 --layout tp3"), "layout tp3: ");
     expect_one_line_error(run_plan(kimi + "--hardware h200_sxm --gpus 8 --layout zz8"), "layout 'zz8': ");
