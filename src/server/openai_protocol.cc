@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <limits>
 
 #include "engine/sampler.h"
@@ -170,8 +171,9 @@ Result<CompletionRequest> parse_completion_request(std::string_view body_text, c
     CompletionRequest r;
     RequestParams& p = r.params;
     EPI_ASSIGN_OR_RETURN(p.prompt_ids, parse_prompt(body, limits.vocab_size));
-    if (const json* m = field(body, "max_tokens")) {
-        EPI_ASSIGN_OR_RETURN(p.max_tokens, as_int64(*m, "max_tokens"));
+    const json* max_tokens = field(body, "max_tokens");
+    if (max_tokens != nullptr) {
+        EPI_ASSIGN_OR_RETURN(p.max_tokens, as_int64(*max_tokens, "max_tokens"));
         if (p.max_tokens < 1)
             return invalid_argument("'max_tokens' must be ≥ 1, got " + std::to_string(p.max_tokens));
     }
@@ -180,6 +182,9 @@ Result<CompletionRequest> parse_completion_request(std::string_view body_text, c
         return invalid_argument("the prompt has " + std::to_string(prompt_tokens) +
                                 " tokens; the model's context is " + std::to_string(limits.max_context_tokens) +
                                 " tokens, prompt and completion together");
+    // Omitted (or null): the default fitted to the room the prompt leaves (as vLLM); given: it must fit.
+    if (max_tokens == nullptr)
+        p.max_tokens = std::min(kDefaultMaxTokens, limits.max_context_tokens - prompt_tokens);
     if (p.max_tokens > limits.max_context_tokens - prompt_tokens)
         return invalid_argument("prompt (" + std::to_string(prompt_tokens) + " tokens) + max_tokens (" +
                                 std::to_string(p.max_tokens) + ") exceeds the model's context of " +

@@ -4,7 +4,8 @@
 // Request body (unknown fields are ignored):
 //   prompt          [P] token ids, or [[P] token ids] (one prompt); required, 1 ≤ P, each in [0, V)
 //   model           string; when given it must be the served model's name (else 404)
-//   max_tokens      integer ≥ 1 (default 16); P + max_tokens ≤ the model's context
+//   max_tokens      integer ≥ 1; P + max_tokens ≤ the model's context (else 400); omitted or null:
+//                   min(kDefaultMaxTokens = 16, the room left in the context), as vLLM
 //   temperature     number ≥ 0 (default 1, as OpenAI; 0 = greedy)
 //   top_p           number in (0, 1] (default 1)
 //   top_k           integer ≥ −1 (default 0; 0 and −1 = no top-k filter)
@@ -29,6 +30,9 @@
 
 namespace epinfer::server {
 
+// max_tokens when a request omits it, cut to the room its prompt leaves in the context.
+constexpr int64_t kDefaultMaxTokens = 16;
+
 // What the request is checked against.
 struct CompletionLimits {
     std::string model_name;              // the served model's name
@@ -43,9 +47,9 @@ struct CompletionRequest {
 
 // Parses and checks a request body. `default_seed` is used when the body has no seed.
 // Errors: kInvalidArgument (HTTP 400) naming the field: malformed JSON, a body that is not an object, a
-// field of the wrong type, a missing or empty prompt, a token id outside [0, V), max_tokens < 1, prompt +
-// max_tokens longer than the context, a bad sampling value, an unsupported field; kNotFound (HTTP 404)
-// when "model" names another model.
+// field of the wrong type, a missing or empty prompt, a token id outside [0, V), max_tokens < 1, a prompt
+// that leaves no room in the context, prompt + a given max_tokens longer than the context, a bad sampling
+// value, an unsupported field; kNotFound (HTTP 404) when "model" names another model.
 Result<CompletionRequest> parse_completion_request(std::string_view body, const CompletionLimits& limits,
                                                    uint64_t default_seed);
 

@@ -3,7 +3,7 @@
 // request gets its status and JSON error (405 with Allow for another method on a known path), a client
 // that goes away mid-stream frees its KV blocks, a full queue answers 503, draining finishes running
 // requests, a step that outlasts the health bound turns /health into 503, and a load loop leaves no block
-// behind.
+// behind; an omitted max_tokens fits the context.
 #include <arpa/inet.h>
 #include <gtest/gtest.h>
 #include <netinet/in.h>
@@ -451,6 +451,28 @@ TEST_F(TinyServer, ChunkedBodiesAreCappedAtMaxBodyBytes) {
     EXPECT_EQ(replies[0].rfind("HTTP/1.1 400 Bad Request\r\n", 0), 0u) << replies[0];
 }
 
+// An omitted max_tokens is 16 cut to the room the prompt leaves in the context (512 tokens here), as
+// vLLM's default; a given one that does not fit stays a 400 naming the context.
+TEST_F(TinyServer, OmittedMaxTokensFitsTheRoomLeftInTheContext) {
+    for (const auto& [prompt_tokens, want_tokens] :
+         {std::pair<size_t, int64_t>{509, 3}, {500, 12}, {496, 16}, {20, 16}}) {
+        SCOPED_TRACE(prompt_tokens);
+        const json body = {
+            {"prompt", std::vector<int32_t>(prompt_tokens, 5)}, {"temperature", 0}, {"ignore_eos", true}};
+        const HttpReply r = http_post(port(), "/v1/completions", body.dump());
+        ASSERT_EQ(r.status, 200) << r.body;
+        const json reply = json::parse(r.body);
+        EXPECT_EQ(reply.at("usage").at("completion_tokens"), want_tokens) << r.body;
+        EXPECT_EQ(reply.at("choices").at(0).at("finish_reason"), "length") << r.body;
+    }
+    json body = {{"prompt", std::vector<int32_t>(509, 5)}, {"max_tokens", nullptr}};
+    EXPECT_EQ(http_post(port(), "/v1/completions", body.dump()).status, 200);  // null: as omitted
+    body["max_tokens"] = 4;
+    expect_json_error(http_post(port(), "/v1/completions", body.dump()), 400,
+                      "prompt (509 tokens) + max_tokens (4) exceeds the model's context of 512 tokens");
+    expect_engine_idle(port());
+}
+
 // /metrics counts every response by status, routing 404s and 405s too. One keep-alive connection: its
 // requests are served in turn, so each response has been counted before the next request is read.
 TEST(ServerMetrics, EveryResponseIsCountedByStatus) {
@@ -750,6 +772,16 @@ TEST(OpenAiProtocol, ParsesDefaultsAndFields) {
     EXPECT_EQ(r->params.sampling.seed, 77u);
     EXPECT_FALSE(r->params.ignore_eos);
     EXPECT_FALSE(r->stream);
+    // An omitted max_tokens fits the room the prompt leaves (511 tokens: 1 left); a given one must fit.
+    const std::string near_full = json{{"prompt", std::vector<int32_t>(511, 1)}}.dump();
+    r = server::parse_completion_request(near_full, limits, 77);
+    ASSERT_TRUE(r.is_ok()) << r.status().to_string();
+    EXPECT_EQ(r->params.max_tokens, 1);
+    EXPECT_EQ(server::parse_completion_request(
+                  json{{"prompt", std::vector<int32_t>(511, 1)}, {"max_tokens", 2}}.dump(), limits, 77)
+                  .status()
+                  .message(),
+              "prompt (511 tokens) + max_tokens (2) exceeds the model's context of 512 tokens");
     r = server::parse_completion_request(
         R"({"prompt": [[3]], "max_tokens": 5, "temperature": 0.5, "top_p": 0.9, "top_k": 7, "seed": 9,
             "stop_token_ids": [4, 5], "ignore_eos": true, "stream": true, "model": "m"})",
