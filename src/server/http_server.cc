@@ -13,6 +13,7 @@
 #include <ctime>
 #include <exception>
 #include <mutex>
+#include <optional>
 #include <random>
 #include <thread>
 #include <vector>
@@ -134,6 +135,28 @@ void answer_no_such_route(const httplib::Request& req, httplib::Response& res,
     res.status = 404;
 }
 
+// The Content-Length a request declares: nullopt without one; saturated at UINT64_MAX past 2^64 − 1 (a
+// valid length, larger than any limit). Error (kInvalidArgument, naming the value): a value that is not a
+// decimal number (a sign, hex, empty), or several Content-Length headers that differ — the body's end is
+// then unknown (RFC 9110 §8.6, RFC 9112 §6.3).
+Result<std::optional<uint64_t>> declared_content_length(const httplib::Request& req) {
+    const size_t count = req.get_header_value_count("Content-Length");
+    if (count == 0) return std::optional<uint64_t>();
+    const std::string value = req.get_header_value("Content-Length");
+    for (size_t i = 1; i < count; ++i)
+        if (req.get_header_value("Content-Length", i) != value)
+            return invalid_argument("the Content-Length headers differ ('" + value + "', '" +
+                                    req.get_header_value("Content-Length", i) + "')");
+    if (value.empty() || value.find_first_not_of("0123456789") != std::string::npos)
+        return invalid_argument("the Content-Length '" + value + "' is not a decimal number of bytes");
+    uint64_t n = 0;
+    for (const char c : value) {
+        const auto digit = static_cast<uint64_t>(c - '0');
+        n = n > (UINT64_MAX - digit) / 10 ? UINT64_MAX : n * 10 + digit;
+    }
+    return std::optional<uint64_t>(n);
+}
+
 // Polls `done` every millisecond until it holds or `timeout` has passed.
 template <typename Done>
 void wait_for(std::chrono::steady_clock::duration timeout, Done done) {
@@ -144,10 +167,10 @@ void wait_for(std::chrono::steady_clock::duration timeout, Done done) {
 
 bool write_text(httplib::DataSink& sink, const std::string& text) { return sink.write(text.data(), text.size()); }
 
-// The request body through `reader`, at most max_bytes of it: the library refuses a Content-Length past
-// set_payload_max_length before reading, but reads a chunked body whole. kTooLarge: longer (reading stops
-// there; the caller answers 413); kUnreadable: cut off or malformed; kMultipart: a
-// multipart form (read and dropped). `body` holds the body only with kOk.
+// The request body through `reader`, at most max_bytes of it (a declared Content-Length past it was
+// refused before routing, check_content_length; a chunked body is cut here). kTooLarge: longer (reading
+// stops there; the caller answers 413); kUnreadable: cut off or malformed; kMultipart: a multipart form
+// (read and dropped). `body` holds the body only with kOk.
 enum class BodyRead { kOk, kTooLarge, kUnreadable, kMultipart };
 BodyRead read_capped_body(const httplib::Request& req, const httplib::ContentReader& reader,
                           int64_t max_bytes, std::string& body) {
@@ -164,9 +187,6 @@ BodyRead read_capped_body(const httplib::Request& req, const httplib::ContentRea
     });
     if (read) return BodyRead::kOk;
     body.clear();
-    const std::string declared = req.get_header_value("Content-Length");  // refused unread by the library
-    if (!declared.empty() && std::strtoull(declared.c_str(), nullptr, 10) > static_cast<uint64_t>(max_bytes))
-        too_large = true;
     return too_large ? BodyRead::kTooLarge : BodyRead::kUnreadable;
 }
 
@@ -406,6 +426,26 @@ struct HttpServer::Impl {
         return true;
     }
 
+    // The check of every request's Content-Length, before any route reads a body (pre-routing, and for
+    // Expect: 100-continue): 400 for an invalid one (the body's end is unknown), 413 at once for one past
+    // max_body_bytes (the body is not waited for: the HTTP library would read and drop all the declared
+    // bytes first, until its read timeout when they never come). Both ask the client to close. Unhandled
+    // otherwise.
+    httplib::Server::HandlerResponse check_content_length(const httplib::Request& req,
+                                                          httplib::Response& res) const {
+        const Result<std::optional<uint64_t>> declared = declared_content_length(req);
+        if (declared.is_ok() &&
+            (!declared->has_value() || **declared <= static_cast<uint64_t>(options.max_body_bytes)))
+            return httplib::Server::HandlerResponse::Unhandled;
+        res.set_header("Connection", "close");
+        if (!declared.is_ok()) {
+            set_error(res, 400, declared.status().message());
+        } else {
+            set_error(res, 413, too_large_message());
+        }
+        return httplib::Server::HandlerResponse::Handled;
+    }
+
     std::string too_large_message() const {
         return "the request body is larger than the limit of " + std::to_string(options.max_body_bytes) +
                " bytes (--max-body-bytes)";
@@ -430,6 +470,17 @@ struct HttpServer::Impl {
         http.set_socket_options([](socket_t sock) {
             const int yes = 1;
             setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
+        });
+        http.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
+            return check_content_length(req, res);
+        });
+        // A client that waits for "100 Continue" before it sends its body (curl past 1 MiB) gets the same
+        // answer instead, so it does not send a body that is refused. The library writes that answer
+        // without the Content-Length it gives a routed response: set here.
+        http.set_expect_100_continue_handler([this](const httplib::Request& req, httplib::Response& res) {
+            if (check_content_length(req, res) == httplib::Server::HandlerResponse::Unhandled) return 100;
+            res.set_header("Content-Length", std::to_string(res.body.size()));
+            return res.status;
         });
         http.Post("/v1/completions",
                   httplib::Server::HandlerWithContentReader(

@@ -9,8 +9,9 @@
 //                         one step for over health_stall_s with requests pending (a rank stuck or gone)
 //   GET  /metrics         Prometheus text (server/server_metrics.h)
 // Errors are {"error": {"message", "type", "code"}}: 400 bad request (JSON, field type, prompt, token id,
-// context, max_tokens), 404 unknown path or model, 405 another method on a known path (with an `Allow:`
-// header naming the route's method), 413 body over max_body_bytes, 503 queue full or draining, 504
+// context, max_tokens; a Content-Length that is not a decimal number), 404 unknown path or model, 405
+// another method on a known path (with an `Allow:` header naming the route's method), 413 body over
+// max_body_bytes (at once, unread, for a declared Content-Length over it), 503 queue full or draining, 504
 // request timeout, 500 engine failure.
 //
 // Each request holds one HTTP worker thread while it runs. A streaming client that goes away (a write

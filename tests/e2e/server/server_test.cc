@@ -3,7 +3,7 @@
 // request gets its status and JSON error (405 with Allow for another method on a known path), a client
 // that goes away mid-stream frees its KV blocks, a full queue answers 503, draining finishes running
 // requests, a step that outlasts the health bound turns /health into 503, and a load loop leaves no block
-// behind; an omitted max_tokens fits the context.
+// behind; a bad or over-limit Content-Length is answered at once, and an omitted max_tokens fits the context.
 #include <arpa/inet.h>
 #include <gtest/gtest.h>
 #include <netinet/in.h>
@@ -350,14 +350,11 @@ TEST_F(TinyServer, WrongMethodOnAKnownPathIs405WithAllow) {
         << http_get(port(), "/metrics").body;
 }
 
-// Sends each request (raw HTTP/1.1 text) on one keep-alive connection after the previous reply has been
-// read, and returns the replies (head and Content-Length body); stops at the first reply that does not come
-// within kClientTimeoutS.
-std::vector<std::string> raw_http_exchange(int port, const std::vector<std::string>& requests) {
-    std::vector<std::string> replies;
+// A loopback TCP connection to `port` whose reads and writes give up after timeout_s; -1 on failure.
+int connect_loopback(int port, time_t timeout_s = kClientTimeoutS) {
     const int fd = socket(AF_INET, SOCK_STREAM, 0);
-    if (fd < 0) return replies;
-    const timeval timeout{kClientTimeoutS, 0};
+    if (fd < 0) return -1;
+    const timeval timeout{timeout_s, 0};
     setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof(timeout));
     setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &timeout, sizeof(timeout));
     sockaddr_in addr{};
@@ -366,8 +363,19 @@ std::vector<std::string> raw_http_exchange(int port, const std::vector<std::stri
     addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
     if (connect(fd, reinterpret_cast<const sockaddr*>(&addr), sizeof(addr)) != 0) {
         close(fd);
-        return replies;
+        return -1;
     }
+    return fd;
+}
+
+// Sends each request (raw HTTP/1.1 text) on one keep-alive connection after the previous reply has been
+// read, and returns the replies (head and Content-Length body); stops at the first reply that does not come
+// within timeout_s.
+std::vector<std::string> raw_http_exchange(int port, const std::vector<std::string>& requests,
+                                           time_t timeout_s = kClientTimeoutS) {
+    std::vector<std::string> replies;
+    const int fd = connect_loopback(port, timeout_s);
+    if (fd < 0) return replies;
     std::string pending;  // received, not yet returned
     for (const std::string& request : requests) {
         const ssize_t sent = send(fd, request.data(), request.size(), MSG_NOSIGNAL);
@@ -449,6 +457,65 @@ TEST_F(TinyServer, ChunkedBodiesAreCappedAtMaxBodyBytes) {
                                    "chunked\r\n\r\nzz\r\nabc\r\n0\r\n\r\n"});
     ASSERT_EQ(replies.size(), 1u);
     EXPECT_EQ(replies[0].rfind("HTTP/1.1 400 Bad Request\r\n", 0), 0u) << replies[0];
+}
+
+// A Content-Length that is not a decimal number (or several that differ) is a 400, one past --max-body-bytes
+// a 413, both answered before any body byte is read and asking the client to close: the body of an invalid
+// one has no known end, and an over-limit one is not waited for (the HTTP library would read and drop the
+// declared bytes first, until its 5 s read timeout when they never come; the replies must come well before
+// that). Other routes and methods get the same answers.
+TEST_F(TinyServer, BadOrOverLimitContentLengthIsAnsweredAtOnce) {
+    struct Case {
+        std::string head;  // request line and headers, without the blank line
+        std::string body;
+        std::string status_line;
+        std::string needle;
+    };
+    const std::string post = "POST /v1/completions HTTP/1.1\r\nHost: localhost\r\n";
+    const std::vector<Case> cases = {
+        {post + "Content-Length: -5", "{}", "HTTP/1.1 400 Bad Request",
+         "the Content-Length '-5' is not a decimal number of bytes"},
+        {post + "Content-Length: +2", "{}", "HTTP/1.1 400 Bad Request", "the Content-Length '+2' is not"},
+        {post + "Content-Length: 0x10", "", "HTTP/1.1 400 Bad Request", "the Content-Length '0x10' is not"},
+        {post + "Content-Length: 2\r\nContent-Length: 3", "{}", "HTTP/1.1 400 Bad Request",
+         "the Content-Length headers differ ('2', '3')"},
+        {post + "Content-Length: 16385", "", "HTTP/1.1 413 Payload Too Large",
+         "16384 bytes (--max-body-bytes)"},
+        {post + "Content-Length: 99999999999999999999999", "", "HTTP/1.1 413 Payload Too Large",
+         "16384 bytes (--max-body-bytes)"},
+        {"PUT /v1/models HTTP/1.1\r\nHost: localhost\r\nContent-Length: -1", "", "HTTP/1.1 400 Bad Request",
+         "the Content-Length '-1' is not"},
+        {"POST /health HTTP/1.1\r\nHost: localhost\r\nContent-Length: 20000", "",
+         "HTTP/1.1 413 Payload Too Large", "16384 bytes"},
+        // A client waiting for "100 Continue" before it sends the body (curl past 1 MiB) gets the 413
+        // instead.
+        {post + "Expect: 100-continue\r\nContent-Length: 20000", "", "HTTP/1.1 413 Payload Too Large",
+         "16384 bytes (--max-body-bytes)"},
+    };
+    for (const Case& c : cases) {
+        SCOPED_TRACE(c.head);
+        const std::vector<std::string> replies =
+            raw_http_exchange(port(), {c.head + "\r\n\r\n" + c.body}, /*timeout_s=*/3);
+        if (replies.size() != 1) {
+            ADD_FAILURE() << "no reply within 3 s";
+            continue;
+        }
+        const std::string& reply = replies[0];
+        EXPECT_EQ(reply.rfind(c.status_line + "\r\n", 0), 0u) << reply;
+        EXPECT_NE(reply.find("\r\nConnection: close\r\n"), std::string::npos) << reply;
+        EXPECT_NE(reply.find("Content-Type: application/json"), std::string::npos) << reply;
+        EXPECT_NE(reply.find(c.needle), std::string::npos) << "'" << c.needle << "' not in " << reply;
+        EXPECT_EQ(reply.find("Content-Length:"), reply.rfind("Content-Length:")) << "not one:\n" << reply;
+    }
+    // A valid length is still read and served (after a "100 Continue" when the client asks for one).
+    const std::string ok = json{{"prompt", {1, 2, 3}}, {"max_tokens", 2}}.dump();
+    const std::string ok_head = post + "Content-Length: " + std::to_string(ok.size()) + "\r\n";
+    std::vector<std::string> replies = raw_http_exchange(port(), {ok_head + "\r\n" + ok});
+    ASSERT_EQ(replies.size(), 1u);
+    EXPECT_EQ(replies[0].rfind("HTTP/1.1 200 OK\r\n", 0), 0u) << replies[0];
+    replies = raw_http_exchange(port(), {ok_head + "Expect: 100-continue\r\n\r\n" + ok});
+    ASSERT_EQ(replies.size(), 1u);
+    EXPECT_EQ(replies[0].rfind("HTTP/1.1 100 Continue\r\n", 0), 0u) << replies[0];
 }
 
 // An omitted max_tokens is 16 cut to the room the prompt leaves in the context (512 tokens here), as
