@@ -1,10 +1,15 @@
 #include "server/http_server.h"
 
+#include <dirent.h>
 #include <fmt/format.h>
 #include <httplib.h>
+#include <netdb.h>
+#include <poll.h>
+#include <sys/socket.h>
 
 #include <algorithm>
 #include <atomic>
+#include <cerrno>
 #include <chrono>
 #include <cmath>
 #include <condition_variable>
@@ -36,6 +41,11 @@ constexpr int kMaxHttpThreads = 4096;
 constexpr std::chrono::seconds kCancelGrace{10};
 // A stream with nothing new for this long gets an SSE comment line, which also notices a gone client.
 constexpr std::chrono::seconds kStreamKeepAlive{5};
+// A non-streaming request checks this often whether its client is still connected.
+constexpr std::chrono::milliseconds kDisconnectPoll{100};
+// The status a non-streaming request whose client went away is logged with (nginx's "client closed
+// request"; nobody reads the response).
+constexpr int kClientClosedStatus = 499;
 // shutdown(): how long responses still being written may take after the engine loop stopped.
 constexpr std::chrono::seconds kResponseWriteGrace{10};
 // How long shutdown waits for the listen thread to have started (it starts within microseconds).
@@ -163,6 +173,72 @@ void wait_for(std::chrono::steady_clock::duration timeout, Done done) {
     const auto deadline = std::chrono::steady_clock::now() + timeout;
     while (!done() && std::chrono::steady_clock::now() < deadline)
         std::this_thread::sleep_for(std::chrono::milliseconds(1));
+}
+
+// The numeric host and the port of a socket address, as cpp-httplib writes them into Request::remote_addr,
+// remote_port, local_addr and local_port (getnameinfo with NI_NUMERICHOST); false for another family.
+bool endpoint_of(const sockaddr_storage& addr, socklen_t addr_len, std::string& host, int& port) {
+    if (addr.ss_family == AF_INET) {
+        port = ntohs(reinterpret_cast<const sockaddr_in&>(addr).sin_port);
+    } else if (addr.ss_family == AF_INET6) {
+        port = ntohs(reinterpret_cast<const sockaddr_in6&>(addr).sin6_port);
+    } else {
+        return false;
+    }
+    char text[NI_MAXHOST] = {};
+    if (getnameinfo(reinterpret_cast<const sockaddr*>(&addr), addr_len, text, sizeof(text), nullptr, 0,
+                    NI_NUMERICHOST) != 0)
+        return false;
+    host = text;
+    return true;
+}
+
+// Whether `fd` is a connected socket whose local and peer addresses are req's.
+bool is_connection_of(int fd, const httplib::Request& req) {
+    sockaddr_storage addr{};
+    socklen_t len = sizeof(addr);
+    std::string host;
+    int port = -1;
+    if (getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0 ||
+        !endpoint_of(addr, len, host, port) || port != req.local_port || host != req.local_addr)
+        return false;
+    len = sizeof(addr);
+    return getpeername(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0 &&
+           endpoint_of(addr, len, host, port) && port == req.remote_port && host == req.remote_addr;
+}
+
+// The socket of the connection `req` came on, or -1 when none is found. cpp-httplib 0.11 gives a handler
+// neither its socket nor a way to see the connection close (Request::is_connection_closed came later), so
+// this looks through the process's open descriptors (/proc/self/fd) for the one TCP socket with req's two
+// addresses. The socket stays open (and the same) until the handler returns.
+int connection_socket(const httplib::Request& req) {
+    if (req.local_port < 0 || req.remote_port < 0) return -1;
+    DIR* dir = opendir("/proc/self/fd");
+    if (dir == nullptr) return -1;
+    int found = -1;
+    while (const dirent* entry = readdir(dir)) {
+        char* end = nullptr;
+        const long fd = std::strtol(entry->d_name, &end, 10);
+        if (end == entry->d_name || *end != '\0' || fd == dirfd(dir)) continue;
+        if (is_connection_of(static_cast<int>(fd), req)) {
+            found = static_cast<int>(fd);
+            break;
+        }
+    }
+    closedir(dir);
+    return found;
+}
+
+// True when the peer of connected socket `fd` has closed the connection or shut down its sending side: its
+// FIN or a reset has arrived. (A client that only shuts down its sending side and still reads counts as
+// gone too: a server cannot tell the two apart.) Does not block.
+bool peer_has_closed(int fd) {
+    pollfd p{fd, static_cast<short>(POLLIN | POLLRDHUP), 0};
+    if (poll(&p, 1, 0) <= 0) return false;  // nothing new (or poll failed: assume still there)
+    if ((p.revents & (POLLRDHUP | POLLHUP | POLLERR | POLLNVAL)) != 0) return true;
+    char byte;
+    const ssize_t n = recv(fd, &byte, 1, MSG_PEEK | MSG_DONTWAIT);
+    return n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR);
 }
 
 bool write_text(httplib::DataSink& sink, const std::string& text) { return sink.write(text.data(), text.size()); }
@@ -326,16 +402,43 @@ struct HttpServer::Impl {
             start_stream(res, pending, *id, ids, deadline);
         } else {
             begin_in_flight();
-            complete_blocking(res, *pending, *id, ids, deadline);
+            complete_blocking(req, res, *pending, *id, ids, deadline);
             end_in_flight();
         }
     }
 
-    void complete_blocking(httplib::Response& res, PendingRequest& pending, RequestId id, const CompletionIds& ids,
-                           Clock::time_point deadline) {
-        if (!pending.wait_finished(deadline)) {
+    // How a non-streaming request's wait for its last output ended.
+    enum class WaitEnd { kFinished, kTimedOut, kClientGone };
+
+    // Waits until the request finished or `deadline`, checking every kDisconnectPoll whether the client
+    // that sent `req` is still connected (kClientGone once it is not).
+    static WaitEnd wait_while_connected(const httplib::Request& req, PendingRequest& pending,
+                                        Clock::time_point deadline) {
+        // The connection's socket; -2: not looked up yet (a request done within one poll never is).
+        int fd = -2;
+        for (;;) {
+            if (pending.wait_finished(std::min(deadline, Clock::now() + kDisconnectPoll)))
+                return WaitEnd::kFinished;
+            if (Clock::now() >= deadline) return WaitEnd::kTimedOut;
+            if (fd == -2) fd = connection_socket(req);
+            if (fd >= 0 && peer_has_closed(fd)) return WaitEnd::kClientGone;
+        }
+    }
+
+    // Answers a non-streaming request once it finished. A request past `deadline` is cancelled (504); one
+    // whose client went away is cancelled too (its slot and KV blocks freed at the next engine step), as a
+    // streaming one is when a write fails.
+    void complete_blocking(const httplib::Request& req, httplib::Response& res, PendingRequest& pending,
+                           RequestId id, const CompletionIds& ids, Clock::time_point deadline) {
+        const WaitEnd end = wait_while_connected(req, pending, deadline);
+        if (end != WaitEnd::kFinished) {
             loop.cancel(id);
             pending.wait_finished(Clock::now() + kCancelGrace);
+            if (end == WaitEnd::kClientGone) {
+                res.set_header("Connection", "close");
+                return set_error(res, kClientClosedStatus,
+                                 "the client closed the connection; the request was cancelled");
+            }
             return set_error(res, 504,
                              "the request did not finish within --request-timeout-s = " +
                                  std::to_string(options.request_timeout_s) + " s and was cancelled");

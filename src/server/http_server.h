@@ -14,11 +14,11 @@
 // max_body_bytes (at once, unread, for a declared Content-Length over it), 503 queue full or draining, 504
 // request timeout, 500 engine failure.
 //
-// Each request holds one HTTP worker thread while it runs. A streaming client that goes away (a write
-// fails) cancels its request, so its KV blocks are freed at the next engine step; a non-streaming request
-// runs to its end (cpp-httplib 0.11 gives a handler no way to see the connection close). Every wait is
-// bounded by request_timeout_s: past it the request is cancelled (non-streaming: 504; streaming: a last
-// chunk with finish_reason "abort").
+// Each request holds one HTTP worker thread while it runs. A client that goes away cancels its request, so
+// its KV blocks are freed at the next engine step: a streaming one when a write fails, a non-streaming one
+// when its connection's socket shows the close (polled every 0.1 s; the response, never read, is logged as
+// 499). Every wait is bounded by request_timeout_s: past it the request is cancelled (non-streaming: 504;
+// streaming: a last chunk with finish_reason "abort").
 #pragma once
 
 #include <memory>

@@ -3,7 +3,8 @@
 // request gets its status and JSON error (405 with Allow for another method on a known path), a client
 // that goes away mid-stream frees its KV blocks, a full queue answers 503, draining finishes running
 // requests, a step that outlasts the health bound turns /health into 503, and a load loop leaves no block
-// behind; a bad or over-limit Content-Length is answered at once, and an omitted max_tokens fits the context.
+// behind; a non-streaming client that goes away frees its KV blocks too, a bad or over-limit Content-Length
+// is answered at once, and an omitted max_tokens fits the context.
 #include <arpa/inet.h>
 #include <gtest/gtest.h>
 #include <netinet/in.h>
@@ -655,6 +656,33 @@ TEST(SlowServer, ClientThatLeavesMidStreamFreesItsKvBlocks) {
     EXPECT_LT(get_metric(port, "epinfer_generated_tokens_total"), 400.0);
     EXPECT_EQ(get_metric(port, "epinfer_requests_finished_total{finish_reason=\"length\"}"), 0.0);
     // The server goes on serving.
+    const HttpReply next = http_post(port, "/v1/completions", R"({"prompt": [1, 2], "max_tokens": 2})");
+    EXPECT_EQ(next.status, 200) << next.body;
+}
+
+// A non-streaming client that closes its connection while its request runs (curl -m, a client-side timeout)
+// cancels it as a streaming one does: its slot and KV blocks are freed, and the next request is served.
+TEST(SlowServer, NonStreamingClientThatLeavesIsCancelled) {
+    auto stack = start_stack(slow_engine_options(), slow_server_options(), kSlowVocab);
+    ASSERT_NE(stack, nullptr);
+    const int port = stack->port();
+    const std::string body =
+        json{{"prompt", {5, 6, 7}}, {"max_tokens", 500}, {"temperature", 0}, {"ignore_eos", true}}.dump();
+    const std::string request =
+        "POST /v1/completions HTTP/1.1\r\nHost: localhost\r\nContent-Length: " + std::to_string(body.size()) +
+        "\r\n\r\n" + body;
+    const int fd = connect_loopback(port);
+    ASSERT_GE(fd, 0);
+    ASSERT_EQ(send(fd, request.data(), request.size(), MSG_NOSIGNAL), static_cast<ssize_t>(request.size()));
+    // The request runs (one slot, max_running 1) and has produced a token; then the client goes away.
+    EXPECT_TRUE(wait_for_metric(port, "epinfer_requests_running", 1.0));
+    EXPECT_TRUE(wait_for_metric(port, "epinfer_generated_tokens_total", 1.0, 60.0, /*at_least=*/true));
+    close(fd);
+    EXPECT_TRUE(wait_for_metric(port, "epinfer_requests_finished_total{finish_reason=\"abort\"}", 1.0))
+        << http_get(port, "/metrics").body;
+    expect_engine_idle(port);
+    EXPECT_LT(get_metric(port, "epinfer_generated_tokens_total"), 500.0);
+    EXPECT_EQ(get_metric(port, "epinfer_requests_finished_total{finish_reason=\"length\"}"), 0.0);
     const HttpReply next = http_post(port, "/v1/completions", R"({"prompt": [1, 2], "max_tokens": 2})");
     EXPECT_EQ(next.status, 200) << next.body;
 }
