@@ -4,6 +4,8 @@
 // configs — and DeepseekV3Config at 001f85b3); the modeling dump used for the rest does not hold them.
 #include "checkpoint/hf_config.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
@@ -89,6 +91,41 @@ std::string brief(const Json& value) {
     return std::string(value.type_name()) + " " + text;
 }
 
+// The values a float key may take. Every float of the config reaches the model as fp32, so no range goes
+// beyond the fp32 maximum; `lo_open` excludes `lo` itself ("(0, 1]").
+struct FloatRange {
+    double lo;
+    double hi;
+    bool lo_open;
+};
+constexpr double kFp32Max = std::numeric_limits<float>::max();
+
+// Ranges of the float keys, by meaning. The open bounds exclude what makes no sense or divides by zero:
+// an RMSNorm epsilon of 0, a RoPE base ≤ 1 (log(base) divides the YaRN correction range), a scaling factor
+// of 0. The closed upper bounds far above every published value keep the derived quantities finite in fp32.
+constexpr FloatRange kPositiveFp32{0.0, kFp32Max, true};      // a divisor or scale: > 0, finite in fp32
+constexpr FloatRange kNonNegativeFp32{0.0, kFp32Max, false};  // 0 = the default (YaRN beta_fast/slow)
+constexpr FloatRange kFraction{0.0, 1.0, true};               // (0, 1]: partial_rotary_factor
+constexpr FloatRange kNormEps{0.0, 1.0, true};                // published 1e-6 … 1e-5
+constexpr FloatRange kRopeTheta{1.0, kFp32Max, true};         // published 1e4 … 1e7
+// YaRN mscale/mscale_all_dim (published 0.707, 1) and attention_factor (published ~1): the softmax scale
+// is multiplied by up to (0.1·mscale·ln(factor) + 1)², which this bound keeps far inside fp32.
+constexpr FloatRange kMscale{0.0, 100.0, false};
+constexpr FloatRange kAttentionFactor{0.0, 100.0, true};
+// routed_scaling_factor multiplies each routed expert's output (published 1 … 16, DeepSeek-V2's 16).
+constexpr FloatRange kRoutedScaling{0.0, 1000.0, true};
+
+bool in_range(double value, const FloatRange& range) {
+    return (range.lo_open ? value > range.lo : value >= range.lo) && value <= range.hi;
+}
+
+// "(0, 1]"; the fp32 maximum is named as such.
+std::string range_text(const FloatRange& range) {
+    const std::string hi =
+        range.hi == kFp32Max ? fmt::format("{:g} (fp32 max)", range.hi) : fmt::format("{:g}", range.hi);
+    return fmt::format("{}{:g}, {}]", range.lo_open ? "(" : "[", range.lo, hi);
+}
+
 bool as_int64(const Json& v, int64_t* out) {
     if (v.is_number_unsigned()) {
         if (v.get<uint64_t>() > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) return false;
@@ -153,18 +190,29 @@ public:
                                   std::to_string(value)));
         return value;
     }
-    double number_or(const char* key, double fallback) {
+    // A number in `range`, or `fallback` when absent or null. The one place where a JSON number becomes a
+    // float of the model: a value outside `range`, and a nonzero value that is 0 in fp32, fail naming the
+    // key, the value and the range. (JSON has no inf or NaN; the parser refuses 1e400 as an overflow.)
+    double number_or(const char* key, double fallback, const FloatRange& range) {
         if (!has(key) || !status_.is_ok()) return fallback;
         const Json& v = object_.at(key);
         if (!v.is_number()) return type_error(key, "a number", v), fallback;
-        return v.get<double>();
+        const double value = v.get<double>();
+        if (!in_range(value, range)) {
+            fail(invalid_argument(fmt::format("{}: key '{}{}' {} is outside {}", source_, prefix_, key, value,
+                                              range_text(range))));
+        } else if (value != 0.0 && static_cast<float>(value) == 0.0f) {
+            fail(invalid_argument(fmt::format("{}: key '{}{}' {} is 0 in fp32 (below {:g})", source_, prefix_,
+                                              key, value, std::numeric_limits<float>::denorm_min())));
+        }
+        return value;
     }
-    double required_number(const char* key) {
+    double required_number(const char* key, const FloatRange& range) {
         if (!has(key)) {
             fail(invalid_argument(source_ + ": missing required key '" + prefix_ + key + "'"));
             return 0.0;
         }
-        return number_or(key, 0.0);
+        return number_or(key, 0.0, range);
     }
     bool bool_or(const char* key, bool fallback) {
         if (!has(key) || !status_.is_ok()) return fallback;
@@ -350,10 +398,8 @@ void parse_rope(const Json& root, KeyReader& top, const FamilyDefaults& d, Model
     KeyReader r(*dict, top.source(), dict_key + ".");
     RopeConfig& rope = c.rope;
     const std::string type = r.string_or("rope_type", r.string_or("type", "default"));
-    rope.theta =
-        r.has("rope_theta") ? r.number_or("rope_theta", 0.0) : top.number_or("rope_theta", d.rope_theta);
-    if (rope.theta <= 0.0 && r.status().is_ok() && top.status().is_ok())
-        top.fail(invalid_argument(top.source() + ": rope_theta must be > 0"));
+    rope.theta = r.has("rope_theta") ? r.number_or("rope_theta", 0.0, kRopeTheta)
+                                     : top.number_or("rope_theta", d.rope_theta, kRopeTheta);
 
     if (is_mla(c.architecture)) {
         rope.rotary_dim = c.qk_rope_head_dim;
@@ -364,11 +410,8 @@ void parse_rope(const Json& root, KeyReader& top, const FamilyDefaults& d, Model
     } else {
         // standardize_rope_params copies a top-level partial_rotary_factor over the dict's.
         const double partial = top.has("partial_rotary_factor")
-                                   ? top.number_or("partial_rotary_factor", 1.0)
-                                   : r.number_or("partial_rotary_factor", d.partial_rotary_factor);
-        if (!(partial > 0.0 && partial <= 1.0))
-            top.fail(invalid_argument(top.source() + ": partial_rotary_factor must be in (0, 1], got " +
-                                      std::to_string(partial)));
+                                   ? top.number_or("partial_rotary_factor", 1.0, kFraction)
+                                   : r.number_or("partial_rotary_factor", d.partial_rotary_factor, kFraction);
         rope.rotary_dim = static_cast<int64_t>(static_cast<double>(c.head_dim) * partial);  // int() as HF
     }
 
@@ -376,7 +419,7 @@ void parse_rope(const Json& root, KeyReader& top, const FamilyDefaults& d, Model
         rope.type = RopeType::kDefault;
     } else if (type == "linear") {
         rope.type = RopeType::kLinear;
-        rope.factor = r.required_number("factor");
+        rope.factor = r.required_number("factor", kPositiveFp32);
     } else if (type == "yarn" || type == "llama3") {
         rope.type = type == "yarn" ? RopeType::kYarn : RopeType::kLlama3;
         // A top-level original_max_position_embeddings wins (standardize_rope_params), else the dict's,
@@ -389,22 +432,23 @@ void parse_rope(const Json& root, KeyReader& top, const FamilyDefaults& d, Model
             // _compute_yarn_parameters: factor defaults to max_position / original_max_position;
             // beta_fast/beta_slow are read with `or 32` / `or 1`.
             if (r.has("factor")) {
-                rope.factor = r.number_or("factor", 1.0);
+                rope.factor = r.number_or("factor", 1.0, kPositiveFp32);
             } else if (rope.original_max_position_embeddings > 0) {
                 rope.factor = static_cast<double>(c.max_position_embeddings) /
                               static_cast<double>(rope.original_max_position_embeddings);
             }
-            const double beta_fast = r.number_or("beta_fast", 0.0), beta_slow = r.number_or("beta_slow", 0.0);
+            const double beta_fast = r.number_or("beta_fast", 0.0, kNonNegativeFp32);
+            const double beta_slow = r.number_or("beta_slow", 0.0, kNonNegativeFp32);
             rope.beta_fast = beta_fast != 0.0 ? beta_fast : 32.0;
             rope.beta_slow = beta_slow != 0.0 ? beta_slow : 1.0;
-            rope.mscale = r.number_or("mscale", 0.0);
-            rope.mscale_all_dim = r.number_or("mscale_all_dim", 0.0);
-            rope.attention_factor = r.number_or("attention_factor", 0.0);
+            rope.mscale = r.number_or("mscale", 0.0, kMscale);
+            rope.mscale_all_dim = r.number_or("mscale_all_dim", 0.0, kMscale);
+            rope.attention_factor = r.number_or("attention_factor", 0.0, kAttentionFactor);
             rope.truncate = r.bool_or("truncate", true);
         } else {
-            rope.factor = r.required_number("factor");
-            rope.low_freq_factor = r.required_number("low_freq_factor");
-            rope.high_freq_factor = r.required_number("high_freq_factor");
+            rope.factor = r.required_number("factor", kPositiveFp32);
+            rope.low_freq_factor = r.required_number("low_freq_factor", kPositiveFp32);
+            rope.high_freq_factor = r.required_number("high_freq_factor", kPositiveFp32);
         }
         if (rope.original_max_position_embeddings < 1 && r.status().is_ok())
             r.fail(invalid_argument(top.source() + ": " + dict_key +
@@ -413,8 +457,6 @@ void parse_rope(const Json& root, KeyReader& top, const FamilyDefaults& d, Model
         r.fail(not_supported(top.source() + ": " + dict_key + " type '" + type +
                              "' is not supported (supported: default, linear, yarn, llama3)"));
     }
-    if (rope.factor <= 0.0 && r.status().is_ok())
-        r.fail(invalid_argument(top.source() + ": " + dict_key + ".factor must be > 0"));
     top.fail(r.status());
 }
 
@@ -470,7 +512,7 @@ void parse_moe(KeyReader& r, ModelConfig& c) {
         router.n_group = r.count_or("n_group", v3 ? 8 : 1);
         router.topk_group = r.count_or("topk_group", v3 ? 4 : 1);
         router.norm_topk_prob = r.bool_or("norm_topk_prob", true);
-        router.routed_scaling_factor = r.number_or("routed_scaling_factor", v3 ? 2.5 : 1.0);
+        router.routed_scaling_factor = r.number_or("routed_scaling_factor", v3 ? 2.5 : 1.0, kRoutedScaling);
         c.n_shared_experts = r.count_or("n_shared_experts", 1);
     } else if (arch == Architecture::kDeepseekV2) {
         // DeepseekV2TopkRouter: softmax; greedy or group_limited_greedy (group score = max); never
@@ -495,7 +537,7 @@ void parse_moe(KeyReader& r, ModelConfig& c) {
         // the reference it is tested against. (DeepSeek's own modeling code renormalises instead; the
         // published checkpoints set false, where both agree.)
         router.norm_topk_prob = false;
-        router.routed_scaling_factor = r.number_or("routed_scaling_factor", 1.0);
+        router.routed_scaling_factor = r.number_or("routed_scaling_factor", 1.0, kRoutedScaling);
         c.n_shared_experts = r.count_or("n_shared_experts", 2);
     } else {
         // Qwen3/Qwen2-MoE, OLMoE: softmax, top-K, renormalise iff norm_topk_prob (default false);
@@ -508,8 +550,8 @@ void parse_moe(KeyReader& r, ModelConfig& c) {
             // same weights as a softmax over all E renormalised over the K picked.
             router.norm_topk_prob = true;
             c.router_bias = c.expert_bias = true;
-            c.swiglu_limit = r.number_or("swiglu_limit", 7.0);
-            c.swiglu_alpha = r.number_or("swiglu_alpha", 1.702);
+            c.swiglu_limit = r.number_or("swiglu_limit", 7.0, kPositiveFp32);
+            c.swiglu_alpha = r.number_or("swiglu_alpha", 1.702, kPositiveFp32);
         }
         if (arch == Architecture::kQwen2Moe)
             c.shared_expert_intermediate_size = r.count_or("shared_expert_intermediate_size", 5632);
@@ -727,7 +769,7 @@ Result<ModelConfig> parse_hf_config(const std::string& json_text, const std::str
     c.hidden_size = r.required_count("hidden_size");
     c.num_hidden_layers = r.required_count("num_hidden_layers");
     c.max_position_embeddings = r.positive_or("max_position_embeddings", d.max_position_embeddings);
-    c.rms_norm_eps = r.number_or("rms_norm_eps", d.rms_norm_eps);
+    c.rms_norm_eps = r.number_or("rms_norm_eps", d.rms_norm_eps, kNormEps);
     c.tie_word_embeddings = r.bool_or("tie_word_embeddings", false);
     check_hidden_act(r);
     check_dtype_names(r);
@@ -737,9 +779,6 @@ Result<ModelConfig> parse_hf_config(const std::string& json_text, const std::str
                                       {"num_hidden_layers", c.num_hidden_layers, 1 << 12},
                                       {"max_position_embeddings", c.max_position_embeddings, int64_t{1} << 30}},
                                      source));
-    if (!(c.rms_norm_eps >= 0.0) || !std::isfinite(c.rms_norm_eps))
-        return invalid_argument(source + ": key 'rms_norm_eps' must be a finite number >= 0, got " +
-                                std::to_string(c.rms_norm_eps));
     if (is_noaux(c.architecture)) {
         // MTP layers (DeepSeek's num_nextn_predict_layers; Glm4MoeConfig num_mtp_layers, default 1).
         const bool glm = c.architecture == Architecture::kGlm4Moe;

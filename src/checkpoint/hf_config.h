@@ -26,7 +26,8 @@ const std::vector<std::string>& supported_model_types();
 // Errors (one line naming `source` and the key): kInvalidArgument for malformed JSON, a missing required
 // key, a key of the wrong type, an unknown model_type/architecture (the message lists the model_types the
 // runtime runs, then "gpt_oss for epinfer plan only"), a present max_position_embeddings < 1, a
-// torch_dtype/dtype that names no torch floating dtype, and
+// torch_dtype/dtype that names no torch floating dtype, a float key outside the range its meaning and fp32
+// allow or 0 in fp32 ("key 'rms_norm_eps' 1e+300 is outside (0, 1]": the message states the range), and
 // inconsistent values (heads not divisible by KV heads, K > E, E not divisible by n_group, ...);
 // kNotSupported for settings this build does not run (a hidden_act other than silu, sliding-window
 // attention, clip_qkv, a RoPE type other than default/linear/yarn/llama3, ...).

@@ -567,7 +567,7 @@ TEST(HfConfig, Errors) {
     expect_error(with(qwen, "rope_scaling", {{"type", "linear"}}), StatusCode::kInvalidArgument,
                  {"missing required key 'rope_scaling.factor'"});
     expect_error(with(qwen, "partial_rotary_factor", 1.5), StatusCode::kInvalidArgument,
-                 {"partial_rotary_factor"});
+                 {"key 'partial_rotary_factor' 1.5 is outside (0, 1]"});
     expect_error(with(with(minimal("mixtral"), "sliding_window", 256), "max_position_embeddings", 4096),
                  StatusCode::kNotSupported, {"sliding-window", "256 < max_position_embeddings 4096"});
     expect_error(with(qwen, "use_sliding_window", true), StatusCode::kNotSupported, {"sliding-window"});
@@ -581,7 +581,7 @@ TEST(HfConfig, Errors) {
     expect_error(with(minimal("olmoe"), "hidden_size", int64_t{1} << 40), StatusCode::kInvalidArgument,
                  {"'hidden_size'", "above the supported maximum"});
     expect_error(with(minimal("olmoe"), "rms_norm_eps", -1.0), StatusCode::kInvalidArgument,
-                 {"config.json: key 'rms_norm_eps' must be a finite number >= 0"});
+                 {"config.json: key 'rms_norm_eps' -1 is outside (0, 1]"});
     expect_error(with(v3, "scoring_func", "softmax"), StatusCode::kInvalidArgument,
                  {"scoring_func 'softmax'"});
     expect_error(with(minimal("deepseek_v2"), "topk_method", "noaux_tc"), StatusCode::kInvalidArgument,
@@ -732,6 +732,73 @@ TEST(HfConfig, GptOssDefaultsAndErrors) {
                  {"'layer_types'", "3"});
     expect_error(with(base, "layer_types", {"full_attention", "local", "full_attention"}),
                  StatusCode::kInvalidArgument, {"layer_types[1]", "local"});
+}
+
+// Every float key is checked where its JSON number is read, against the range its meaning allows and the
+// fp32 the model computes in (found by a tester: rms_norm_eps 1e300 loaded and generated 0,0,0,0;
+// routed_scaling_factor 1e39 or -1e300 failed only in the first forward, without naming config.json).
+TEST(HfConfig, FloatKeysOutsideTheirRangeAreRefused) {
+    const nlohmann::json v3 = minimal("deepseek_v3");
+    const nlohmann::json qwen = minimal("qwen3_moe");
+    const auto bad = StatusCode::kInvalidArgument;
+    expect_error(with(v3, "rms_norm_eps", 1e300), bad, {"key 'rms_norm_eps' 1e+300 is outside (0, 1]"});
+    expect_error(with(v3, "rms_norm_eps", 0.0), bad, {"key 'rms_norm_eps' 0 is outside (0, 1]"});
+    expect_error(with(v3, "rms_norm_eps", 1e-50), bad,
+                 {"key 'rms_norm_eps' 1e-50 is 0 in fp32 (below 1.4013e-45)"});
+    expect_error(with(v3, "routed_scaling_factor", 1e39), bad,
+                 {"key 'routed_scaling_factor' 1e+39 is outside (0, 1000]"});
+    expect_error(with(v3, "routed_scaling_factor", -1e300), bad,
+                 {"key 'routed_scaling_factor' -1e+300 is outside (0, 1000]"});
+    expect_error(with(minimal("deepseek_v2"), "routed_scaling_factor", 0), bad,
+                 {"key 'routed_scaling_factor' 0 is outside (0, 1000]"});
+    expect_error(with(qwen, "rope_theta", 1e39), bad,
+                 {"key 'rope_theta' 1e+39 is outside (1, 3.40282e+38 (fp32 max)]"});
+    expect_error(with(qwen, "rope_theta", 1), bad, {"key 'rope_theta' 1 is outside (1, "});
+    expect_error(with(qwen, "rope_parameters", {{"rope_type", "default"}, {"rope_theta", -5.0}}), bad,
+                 {"key 'rope_parameters.rope_theta' -5 is outside (1, "});
+    expect_error(with(qwen, "partial_rotary_factor", 0), bad,
+                 {"key 'partial_rotary_factor' 0 is outside (0, 1]"});
+    const nlohmann::json yarn = {
+        {"rope_type", "yarn"}, {"factor", 40.0}, {"original_max_position_embeddings", 64}};
+    expect_error(with(qwen, "rope_scaling", with(yarn, "factor", 1e39)), bad,
+                 {"key 'rope_scaling.factor' 1e+39 is outside (0, 3.40282e+38 (fp32 max)]"});
+    expect_error(with(qwen, "rope_scaling", with(yarn, "beta_fast", -1)), bad,
+                 {"key 'rope_scaling.beta_fast' -1 is outside [0, "});
+    expect_error(with(qwen, "rope_scaling", with(yarn, "mscale", 1e3)), bad,
+                 {"key 'rope_scaling.mscale' 1000 is outside [0, 100]"});
+    expect_error(with(qwen, "rope_scaling", with(yarn, "attention_factor", 0)), bad,
+                 {"key 'rope_scaling.attention_factor' 0 is outside (0, 100]"});
+    expect_error(with(qwen, "rope_scaling", {{"type", "linear"}, {"factor", 0}}), bad,
+                 {"key 'rope_scaling.factor' 0 is outside (0, "});
+    expect_error(
+        with(
+            qwen, "rope_scaling",
+            {{"rope_type", "llama3"}, {"factor", 8.0}, {"low_freq_factor", -1.0}, {"high_freq_factor", 4.0}}),
+        bad, {"key 'rope_scaling.low_freq_factor' -1 is outside (0, "});
+    // JSON has no inf: a literal beyond the double range is refused by the parser.
+    std::string text = v3.dump();
+    text.insert(1, "\"rms_norm_eps\": 1e400, ");
+    Result<ModelConfig> r = parse_hf_config(text, "test/config.json");
+    ASSERT_FALSE(r.is_ok());
+    EXPECT_EQ(r.status().message().rfind("test/config.json: malformed JSON: number overflow", 0), 0u)
+        << r.status().message();
+}
+
+// The bounds themselves, the defaults the zeros stand for (YaRN beta 0 = 32 / 1, mscale 0 = absent), and
+// integers spelled for floats are accepted.
+TEST(HfConfig, FloatKeysAtTheirBoundsAreAccepted) {
+    const nlohmann::json yarn = {{"rope_type", "yarn"},    {"factor", 4}, {"beta_fast", 0},
+                                 {"beta_slow", 0},         {"mscale", 0}, {"mscale_all_dim", 100},
+                                 {"attention_factor", 100}};
+    for (const nlohmann::json& j : {with(minimal("deepseek_v3"), "rms_norm_eps", 1),
+                                    with(minimal("deepseek_v3"), "rms_norm_eps", 1e-40),
+                                    with(minimal("deepseek_v3"), "routed_scaling_factor", 1000),
+                                    with(minimal("qwen3_moe"), "rope_theta", 3.4028234e38),
+                                    with(minimal("qwen3_moe"), "rope_scaling", yarn),
+                                    with(minimal("glm4_moe"), "partial_rotary_factor", 1)}) {
+        Result<ModelConfig> r = parse(j);
+        EXPECT_TRUE(r.is_ok()) << j.dump() << ": " << r.status().message();
+    }
 }
 
 }  // namespace

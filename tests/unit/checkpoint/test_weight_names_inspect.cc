@@ -200,6 +200,17 @@ TEST_F(InspectCli, Errors) {
     EXPECT_EQ(r.err, "epinfer: error: " + (tmp_ / "nowhere").string() + ": no such folder\n");
 }
 
+// A float of config.json outside its range is one line naming the file, the key and the value, exit 1
+// (a tester's rms_norm_eps 1e300 loaded and generated 0,0,0,0).
+TEST_F(InspectCli, FloatOutsideItsRangeIsOneLine) {
+    const fs::path dir = copy_with({{"rms_norm_eps", 1e300}});
+    const CliRun r = run("--model '" + dir.string() + "'");
+    EXPECT_EQ(r.exit_code, 1);
+    EXPECT_EQ(r.out, "");
+    EXPECT_EQ(r.err, "epinfer: error: " + (dir / "config.json").string() +
+                         ": key 'rms_norm_eps' 1e+300 is outside (0, 1]\n");
+}
+
 // gpt-oss parses (for the planner): its config alone is inspected like any other.
 TEST_F(InspectCli, GptOssConfigAlone) {
     const CliRun r =
