@@ -373,7 +373,10 @@ void parse_attention(KeyReader& r, const FamilyDefaults& d, ModelConfig& c) {
 }
 
 // rope_scaling (published checkpoints) or rope_parameters (transformers 5); rope_scaling wins, as in
-// PreTrainedConfig.convert_rope_params_to_dict.
+// PreTrainedConfig.convert_rope_params_to_dict. Required keys per type, as transformers 5's
+// _validate_<type>_rope_parameters (a KeyError when one is absent; rope_theta and
+// original_max_position_embeddings are filled in before by standardize_rope_params): default none, linear
+// factor, yarn factor (null allowed), llama3 factor, low_freq_factor, high_freq_factor.
 void parse_rope(const Json& root, KeyReader& top, const FamilyDefaults& d, ModelConfig& c) {
     static const Json kEmpty = Json::object();
     const Json* dict = &kEmpty;
@@ -429,10 +432,15 @@ void parse_rope(const Json& root, KeyReader& top, const FamilyDefaults& d, Model
                 ? top.count_or("original_max_position_embeddings", 0)
                 : r.count_or("original_max_position_embeddings", c.max_position_embeddings);
         if (type == "yarn") {
-            // _compute_yarn_parameters: factor defaults to max_position / original_max_position;
+            // factor is a required key (transformers 5 _validate_yarn_rope_parameters raises KeyError
+            // without it); a null factor is max_position / original_max_position (_compute_yarn_parameters).
             // beta_fast/beta_slow are read with `or 32` / `or 1`.
             if (r.has("factor")) {
                 rope.factor = r.number_or("factor", 1.0, kPositiveFp32);
+            } else if (!r.is_null("factor")) {
+                r.fail(invalid_argument(top.source() + ": missing required key '" + dict_key +
+                                        ".factor' (rope_type yarn; null: max_position_embeddings / "
+                                        "original_max_position_embeddings)"));
             } else if (rope.original_max_position_embeddings > 0) {
                 rope.factor = static_cast<double>(c.max_position_embeddings) /
                               static_cast<double>(rope.original_max_position_embeddings);

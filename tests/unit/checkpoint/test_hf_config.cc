@@ -429,8 +429,9 @@ TEST(HfConfig, RopeScalingAndRopeParametersAgree) {
         EXPECT_DOUBLE_EQ(c->rope.mscale, 0.707);
         EXPECT_DOUBLE_EQ(c->rope.mscale_all_dim, 0.707);
     }
-    // Absent factor: max_position_embeddings / original_max_position_embeddings; beta defaults 32 / 1.
-    new_style["rope_parameters"].erase("factor");
+    // A null factor: max_position_embeddings / original_max_position_embeddings (transformers 5 needs the
+    // key: see RopeTypesWithoutTheirRequiredKeysAreRefused); beta defaults 32 / 1.
+    new_style["rope_parameters"]["factor"] = nullptr;
     new_style["rope_parameters"].erase("beta_fast");
     new_style["rope_parameters"].erase("beta_slow");
     Result<ModelConfig> c = parse(new_style);
@@ -798,6 +799,39 @@ TEST(HfConfig, FloatKeysAtTheirBoundsAreAccepted) {
                                     with(minimal("glm4_moe"), "partial_rotary_factor", 1)}) {
         Result<ModelConfig> r = parse(j);
         EXPECT_TRUE(r.is_ok()) << j.dump() << ": " << r.status().message();
+    }
+}
+
+// Each RoPE type's keys that transformers 5 requires (_check_received_keys raises KeyError): a yarn dict
+// without factor was accepted with a derived factor (found by a tester); linear and llama3 were already
+// refused. rope_theta and original_max_position_embeddings are not required (standardize_rope_params
+// fills them in).
+TEST(HfConfig, RopeTypesWithoutTheirRequiredKeysAreRefused) {
+    const nlohmann::json qwen = minimal("qwen3_moe");
+    const auto bad = StatusCode::kInvalidArgument;
+    const nlohmann::json yarn = {
+        {"rope_type", "yarn"}, {"rope_theta", 10000.0}, {"original_max_position_embeddings", 64}};
+    Result<ModelConfig> r = parse(with(qwen, "rope_parameters", yarn));
+    ASSERT_FALSE(r.is_ok());
+    EXPECT_EQ(r.status().message(),
+              "test/config.json: missing required key 'rope_parameters.factor' (rope_type yarn; null: "
+              "max_position_embeddings / original_max_position_embeddings)");
+    expect_error(with(qwen, "rope_scaling", {{"type", "yarn"}}), bad,
+                 {"missing required key 'rope_scaling.factor'"});
+    expect_error(with(qwen, "rope_scaling", {{"type", "linear"}}), bad,
+                 {"missing required key 'rope_scaling.factor'"});
+    const nlohmann::json llama3 = {
+        {"rope_type", "llama3"}, {"factor", 8.0}, {"low_freq_factor", 1.0}, {"high_freq_factor", 4.0}};
+    for (const char* key : {"factor", "low_freq_factor", "high_freq_factor"}) {
+        const std::string want = std::string("missing required key 'rope_scaling.") + key + "'";
+        expect_error(with(qwen, "rope_scaling", without(llama3, key)), bad, {want.c_str()});
+    }
+    // What transformers 5 fills in or defaults is not required.
+    for (const nlohmann::json& rope :
+         {nlohmann::json{{"rope_type", "default"}}, nlohmann::json{{"rope_type", "yarn"}, {"factor", 4.0}},
+          with(yarn, "factor", nullptr), llama3, nlohmann::json{{"rope_type", "linear"}, {"factor", 2.0}}}) {
+        Result<ModelConfig> ok = parse(with(qwen, "rope_parameters", rope));
+        EXPECT_TRUE(ok.is_ok()) << rope.dump() << ": " << ok.status().message();
     }
 }
 
