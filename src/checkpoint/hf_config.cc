@@ -15,6 +15,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "checkpoint/file_kind.h"
 #include "core/json_error.h"
 
 namespace epinfer {
@@ -824,12 +825,13 @@ Result<ModelConfig> load_hf_config(const std::string& model_dir) {
     const std::string config_path = (dir / "config.json").string();
     std::error_code ec;
     if (!std::filesystem::is_directory(dir, ec)) return not_found(model_dir + ": no such folder");
-    if (!std::filesystem::is_regular_file(config_path, ec)) return not_found(config_path + ": not found");
+    EPI_RETURN_IF_ERROR(check_regular_file(config_path));
     EPI_ASSIGN_OR_RETURN(const std::string text, read_text_file(config_path));
     EPI_ASSIGN_OR_RETURN(ModelConfig config, parse_hf_config(text, config_path));
 
     const std::string gen_path = (dir / "generation_config.json").string();
-    if (std::filesystem::is_regular_file(gen_path, ec)) {
+    if (path_exists(gen_path)) {  // optional, but a folder or a FIFO in its place is an error
+        EPI_RETURN_IF_ERROR(check_regular_file(gen_path));
         EPI_ASSIGN_OR_RETURN(const std::string gen_text, read_text_file(gen_path));
         EPI_ASSIGN_OR_RETURN(const Json gen, parse_json(gen_text, gen_path));
         if (!gen.is_object())

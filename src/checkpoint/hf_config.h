@@ -35,8 +35,9 @@ Result<ModelConfig> parse_hf_config(const std::string& json_text, const std::str
 
 // Reads DIR/config.json and, when present, DIR/generation_config.json (its eos_token_id is merged after
 // config.json's, deduplicated, order kept).
-// Errors: kNotFound when DIR is not a folder or DIR/config.json is missing; kInvalidArgument for a malformed
-// generation_config.json; otherwise as parse_hf_config.
+// Errors: kNotFound when DIR is not a folder, DIR/config.json is missing, or either file is something else
+// than a regular file ("DIR/config.json: is a directory, not a file", a FIFO, ...: check_regular_file in
+// file_kind.h); kInvalidArgument for a malformed generation_config.json; otherwise as parse_hf_config.
 Result<ModelConfig> load_hf_config(const std::string& model_dir);
 
 }  // namespace epinfer

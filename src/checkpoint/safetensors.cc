@@ -17,6 +17,8 @@
 #include <string_view>
 #include <utility>
 
+#include "checkpoint/file_kind.h"
+
 namespace epinfer {
 
 namespace {
@@ -217,6 +219,7 @@ Result<std::vector<TensorInfo>> parse_safetensors_header(const std::string& head
 }
 
 Result<std::unique_ptr<SafetensorsFile>> SafetensorsFile::open(const std::string& path) {
+    if (path_exists(path)) EPI_RETURN_IF_ERROR(check_regular_file(path));  // never open a FIFO: it blocks
     const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
     if (fd < 0) {
         const int open_errno = errno;
@@ -344,9 +347,10 @@ Result<std::unique_ptr<Checkpoint>> Checkpoint::open(const std::string& model_di
 
     const fs::path dir(model_dir);
     const fs::path index_path = dir / kIndexFileName;
-    if (fs::is_regular_file(dir / kSingleFileName, ec)) {
+    if (path_exists((dir / kSingleFileName).string())) {  // a folder or a FIFO of that name is an error
         EPI_RETURN_IF_ERROR(add_file(dir / kSingleFileName).status());
-    } else if (fs::is_regular_file(index_path, ec)) {
+    } else if (path_exists(index_path.string())) {
+        EPI_RETURN_IF_ERROR(check_regular_file(index_path.string()));
         EPI_ASSIGN_OR_RETURN(const auto weight_map, read_weight_map(index_path.string()));
         std::map<std::string, const SafetensorsFile*> shards;  // shard file name → file
         for (const auto& [tensor, shard] : weight_map) {
@@ -371,12 +375,10 @@ Result<std::unique_ptr<Checkpoint>> Checkpoint::open(const std::string& model_di
     } else {
         std::vector<fs::path> paths;
         for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
-            std::error_code type_ec;
-            if (is_unindexed_shard_name(it->path().filename().string()) && it->is_regular_file(type_ec)) {
-                paths.push_back(it->path());
-            }
+            if (is_unindexed_shard_name(it->path().filename().string())) paths.push_back(it->path());
         }
         if (ec) return not_found(model_dir + ": cannot list: " + ec.message());
+        for (const fs::path& path : paths) EPI_RETURN_IF_ERROR(check_regular_file(path.string()));
         if (paths.empty()) {
             return not_found(model_dir + ": no model weights: neither " + kIndexFileName +
                              " nor model*.safetensors");

@@ -43,7 +43,9 @@ Result<std::vector<TensorInfo>> parse_safetensors_header(const std::string& head
 // One memory-mapped .safetensors file.
 class SafetensorsFile {
 public:
-    // Errors: kNotFound (no file), kDataLoss (truncated, corrupt header or offsets), kNotSupported (dtype).
+    // Errors: kNotFound (no file; a folder, a FIFO, ... instead of one, named as such and never opened:
+    // check_regular_file in file_kind.h), kDataLoss (truncated, corrupt header or offsets), kNotSupported
+    // (dtype).
     static Result<std::unique_ptr<SafetensorsFile>> open(const std::string& path);
     ~SafetensorsFile();
     SafetensorsFile(const SafetensorsFile&) = delete;
@@ -74,7 +76,9 @@ private:
 class Checkpoint {
 public:
     // Errors: kNotFound (no folder, a missing shard, no weight file: "DIR: no model weights: neither
-    // model.safetensors.index.json nor model*.safetensors"), kNotSupported (as SafetensorsFile), kDataLoss
+    // model.safetensors.index.json nor model*.safetensors"; model.safetensors, the index, a shard or a
+    // model*.safetensors that is a folder, a FIFO, ...: "DIR/model.safetensors: is a directory, not a
+    // file"), kNotSupported (as SafetensorsFile), kDataLoss
     // (as SafetensorsFile, a malformed index, a shard that is not a plain file name, a tensor in two
     // files, an index naming a tensor its shard does not hold).
     static Result<std::unique_ptr<Checkpoint>> open(const std::string& model_dir);

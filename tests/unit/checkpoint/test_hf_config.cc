@@ -1,5 +1,6 @@
 // config.json → ModelConfig over every real config in tests/data/configs and every fixture.
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <filesystem>
@@ -660,6 +661,34 @@ TEST_F(HfConfigDir, MissingConfigIsNotFound) {
     ASSERT_FALSE(missing.is_ok());
     EXPECT_EQ(missing.status().code(), StatusCode::kNotFound);
     EXPECT_EQ(missing.status().message(), gone + ": no such folder");
+}
+
+// A folder, a FIFO or a dangling link named config.json is named as such (a tester saw "config.json: not
+// found"); a FIFO is never opened (that would block). generation_config.json is optional, but when
+// something is in its place it must be a file.
+TEST_F(HfConfigDir, ConfigThatIsNoFileSaysWhatItIs) {
+    const std::string config = (dir_ / "config.json").string();
+    const auto expect_message = [&](const std::string& message) {
+        Result<ModelConfig> r = load_hf_config(dir_.string());
+        ASSERT_FALSE(r.is_ok());
+        EXPECT_EQ(r.status().code(), StatusCode::kNotFound);
+        EXPECT_EQ(r.status().message(), message);
+    };
+    std::filesystem::create_directory(config);
+    expect_message(config + ": is a directory, not a file");
+    std::filesystem::remove(config);
+    ASSERT_EQ(::mkfifo(config.c_str(), 0600), 0);
+    expect_message(config + ": is a FIFO, not a regular file");
+    std::filesystem::remove(config);
+    std::filesystem::create_symlink(dir_ / "nowhere.json", config);
+    expect_message(config + ": is a dangling symbolic link");
+    std::filesystem::remove(config);
+    expect_message(config + ": not found");
+
+    write("config.json", minimal("qwen3_moe").dump());
+    const std::string gen = (dir_ / "generation_config.json").string();
+    std::filesystem::create_directory(gen);
+    expect_message(gen + ": is a directory, not a file");
 }
 
 TEST_F(HfConfigDir, EosIdsMergeInOrderWithoutDuplicates) {

@@ -205,7 +205,9 @@ TEST(SafetensorsFileTest, MissingFileIsNotFound) {
     const Status s = SafetensorsFile::open(dir.file("absent.safetensors")).status();
     EXPECT_EQ(s.code(), StatusCode::kNotFound);
     EXPECT_THAT(s.message(), HasSubstr(dir.file("absent.safetensors")));
-    EXPECT_EQ(SafetensorsFile::open(dir.path().string()).status().code(), StatusCode::kNotFound);  // a folder
+    const Status folder = SafetensorsFile::open(dir.path().string()).status();
+    EXPECT_EQ(folder.code(), StatusCode::kNotFound);
+    EXPECT_EQ(folder.message(), dir.path().string() + ": is a directory, not a file");
 }
 
 TEST(SafetensorsFileTest, FileShorterThanLengthFieldIsDataLoss) {

@@ -2,8 +2,10 @@
 // and the folder errors.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 
 #include <cstring>
+#include <filesystem>
 #include <string>
 #include <vector>
 
@@ -154,6 +156,49 @@ TEST(CheckpointTest, FolderWithoutWeightFileIsNotFound) {
     s = open_status(dir);
     EXPECT_EQ(s.code(), StatusCode::kNotFound);
     EXPECT_EQ(s.message(), message);
+}
+
+// A folder or a FIFO where a weight file is expected is named as such (a tester's model.safetensors
+// folder gave "neither model.safetensors.index.json nor model*.safetensors"); a FIFO is never opened.
+TEST(CheckpointTest, WeightFileThatIsNoFileSaysWhatItIs) {
+    const auto expect_message = [](const TempDir& dir, const std::string& message) {
+        const Status s = open_status(dir);
+        EXPECT_EQ(s.code(), StatusCode::kNotFound);
+        EXPECT_EQ(s.message(), message);
+    };
+    {
+        TempDir dir;
+        std::filesystem::create_directory(dir.path() / "model.safetensors");
+        expect_message(dir, dir.file("model.safetensors") + ": is a directory, not a file");
+    }
+    {
+        TempDir dir;
+        ASSERT_EQ(::mkfifo(dir.file("model.safetensors").c_str(), 0600), 0);
+        expect_message(dir, dir.file("model.safetensors") + ": is a FIFO, not a regular file");
+    }
+    {
+        TempDir dir;
+        write_two_shards(dir);
+        std::filesystem::create_directory(dir.path() / "model.safetensors.index.json");
+        expect_message(dir, dir.file("model.safetensors.index.json") + ": is a directory, not a file");
+    }
+    {  // a shard of the index
+        TempDir dir;
+        write_file(dir.path() / "model-00001-of-00002.safetensors",
+                   safetensors_bytes({f32_tensor("a", {1, 2}), f32_tensor("b", {3})}));
+        ASSERT_EQ(::mkfifo(dir.file("model-00002-of-00002.safetensors").c_str(), 0600), 0);
+        write_file(dir.path() / "model.safetensors.index.json", std::string(kTwoShardIndex));
+        expect_message(dir, dir.file("model.safetensors.index.json") +
+                                ": shard of tensor 'c': " + dir.file("model-00002-of-00002.safetensors") +
+                                ": is a FIFO, not a regular file");
+    }
+    {  // model*.safetensors without an index
+        TempDir dir;
+        write_two_shards(dir);
+        std::filesystem::remove(dir.path() / "model-00002-of-00002.safetensors");
+        std::filesystem::create_directory(dir.path() / "model-00002-of-00002.safetensors");
+        expect_message(dir, dir.file("model-00002-of-00002.safetensors") + ": is a directory, not a file");
+    }
 }
 
 TEST(CheckpointTest, MissingShardIsNotFound) {
