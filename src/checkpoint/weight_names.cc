@@ -3,6 +3,7 @@
 #include "checkpoint/weight_names.h"
 
 #include <unordered_map>
+#include <unordered_set>
 
 namespace epinfer {
 
@@ -118,18 +119,46 @@ void add_moe(TableBuilder& t, const ModelConfig& c, int64_t l) {
     }
 }
 
-// model.layers.{n}.* with L ≤ n < L + num_nextn_predict_layers (DeepSeek/GLM MTP layers).
-bool is_mtp_tensor(const ModelConfig& c, const std::string& name) {
+// The layer n of a tensor model.layers.{n}.*, or -1 for any other name.
+int64_t layer_of(const std::string& name) {
     static const std::string kPrefix = "model.layers.";
-    if (c.num_nextn_predict_layers <= 0 || name.compare(0, kPrefix.size(), kPrefix) != 0) return false;
+    if (name.compare(0, kPrefix.size(), kPrefix) != 0) return -1;
     const size_t dot = name.find('.', kPrefix.size());
-    if (dot == std::string::npos || dot == kPrefix.size() || dot - kPrefix.size() > 9) return false;
+    if (dot == std::string::npos || dot == kPrefix.size() || dot - kPrefix.size() > 9) return -1;
     int64_t layer = 0;
     for (size_t i = kPrefix.size(); i < dot; ++i) {
-        if (name[i] < '0' || name[i] > '9') return false;
+        if (name[i] < '0' || name[i] > '9') return -1;
         layer = layer * 10 + (name[i] - '0');
     }
-    return layer >= c.num_hidden_layers && layer < c.num_hidden_layers + c.num_nextn_predict_layers;
+    return layer;
+}
+
+// The MTP projection of layer n: every MTP module of DeepSeek-V3 and GLM-4.5 holds it (beside enorm,
+// hnorm, shared_head and a decoder block), no decoder layer does.
+std::string mtp_marker_name(int64_t layer) {
+    return layer_prefix(layer) + ".eh_proj.weight";
+}
+
+// Tensors of an MTP layer model.layers.{n}.*: L ≤ n < L + num_nextn_predict_layers and the checkpoint holds
+// that layer's eh_proj. Without it, layer n is a decoder layer that config.json does not count (e.g.
+// num_hidden_layers lowered below the checkpoint's layers): its tensors are unexpected, not ignored.
+bool is_mtp_tensor(const ModelConfig& c, const std::string& name,
+                   const std::unordered_set<std::string>& present) {
+    const int64_t layer = layer_of(name);
+    return layer >= c.num_hidden_layers && layer < c.num_hidden_layers + c.num_nextn_predict_layers &&
+           present.count(mtp_marker_name(layer)) > 0;
+}
+
+// Why a tensor of a layer ≥ num_hidden_layers is not expected, for its issue: " (layer 2 >= num_hidden_layers
+// 2)", with the MTP marker it lacks when its layer is in the MTP range; "" for a tensor of no such layer.
+std::string extra_layer_note(const ModelConfig& c, const std::string& name) {
+    const int64_t layer = layer_of(name);
+    if (layer < c.num_hidden_layers) return "";
+    std::string note =
+        " (layer " + std::to_string(layer) + " >= num_hidden_layers " + std::to_string(c.num_hidden_layers);
+    if (layer < c.num_hidden_layers + c.num_nextn_predict_layers)
+        note += "; not an MTP layer: no " + mtp_marker_name(layer);
+    return note + ")";
 }
 
 bool ends_with(const std::string& s, const std::string& suffix) {
@@ -244,9 +273,9 @@ std::vector<TensorIssue> check_checkpoint_tensors(const ModelConfig& config,
     std::unordered_map<std::string, const ExpectedTensor*> by_name;
     by_name.reserve(expected.size());
     for (const ExpectedTensor& t : expected) by_name.emplace(t.name, &t);
-    std::unordered_map<std::string, const TensorInfo*> present;
+    std::unordered_set<std::string> present;
     present.reserve(tensors.size());
-    for (const TensorInfo& t : tensors) present.emplace(t.name, &t);
+    for (const TensorInfo& t : tensors) present.insert(t.name);
 
     std::vector<TensorIssue> issues;
     for (const ExpectedTensor& t : expected) {
@@ -260,11 +289,12 @@ std::vector<TensorIssue> check_checkpoint_tensors(const ModelConfig& config,
         const bool tied_lm_head =
             it == by_name.end() && config.tie_word_embeddings && t.name == "lm_head.weight";
         if (it == by_name.end() && !tied_lm_head) {
-            if (is_mtp_tensor(config, t.name) || ends_with(t.name, ".inv_freq")) continue;
+            if (is_mtp_tensor(config, t.name, present) || ends_with(t.name, ".inv_freq")) continue;
             issues.push_back({Kind::kUnexpected, t.name,
                               t.name + ": unexpected tensor (shape " + shape_to_string(t.shape) + ", " +
                                   dtype_name(t.dtype) + ") not in the " +
-                                  architecture_name(config.architecture) + " layout of config.json"});
+                                  architecture_name(config.architecture) + " layout of config.json" +
+                                  extra_layer_note(config, t.name)});
             continue;
         }
         const std::vector<int64_t>& want = tied_lm_head ? lm_head_shape : it->second->shape;

@@ -75,8 +75,11 @@ struct TensorIssue {
 };
 
 // Every difference, missing tensors first (in expected order), then the checkpoint's tensors in their
-// order. Not issues: MTP layers model.layers.{L+i}.* with i < num_nextn_predict_layers, rotary
-// "*.inv_freq" buffers, and lm_head.weight of the right shape when the embeddings are tied.
+// order. Not issues: MTP layers model.layers.{L+i}.* with i < num_nextn_predict_layers whose MTP projection
+// model.layers.{L+i}.eh_proj.weight is present (DeepSeek-V3's layer 61, GLM-4.5's 92), rotary
+// "*.inv_freq" buffers, and lm_head.weight of the right shape when the embeddings are tied. Any other
+// tensor of a layer ≥ num_hidden_layers is unexpected; its message says so ("(layer 2 >=
+// num_hidden_layers 2; not an MTP layer: no model.layers.2.eh_proj.weight)").
 // A tensor whose dtype is not F32, F16 or BF16 (e.g. FP8 weights, their *_scale_inv) is an issue.
 std::vector<TensorIssue> check_checkpoint_tensors(const ModelConfig& config,
                                                   const std::vector<TensorInfo>& tensors);

@@ -321,6 +321,55 @@ TEST(WeightNames, CheckFindsEveryKindOfIssue) {
               std::string::npos);
 }
 
+// An MTP layer (DeepSeek-V3's model.layers.61 with num_nextn_predict_layers 1) is tolerated as a whole: its
+// MTP tensors (enorm, hnorm, eh_proj, shared_head) and its decoder block. A layer in that range without
+// eh_proj is a decoder layer that config.json does not count: unexpected (found by a tester: lowering
+// num_hidden_layers 3 → 2 of a checkpoint with num_nextn_predict_layers 1 silently dropped layer 2).
+TEST(WeightNames, LayersPastNumHiddenLayersAreUnexpectedUnlessAnMtpLayer) {
+    const ModelConfig c = load(kData + "/fixtures/deepseek_v3_tiny");  // 3 layers, num_nextn_predict_layers 1
+    ASSERT_EQ(c.num_nextn_predict_layers, 1);
+    std::vector<TensorInfo> infos = infos_of(expected_tensors(c));
+    // The MTP layer 3: layer 2's block renamed, plus the MTP module's own tensors.
+    std::vector<TensorInfo> mtp_layer;
+    for (const TensorInfo& t : infos) {
+        if (t.name.rfind("model.layers.2.", 0) != 0) continue;
+        TensorInfo copy = t;
+        copy.name = "model.layers.3." + t.name.substr(std::string("model.layers.2.").size());
+        mtp_layer.push_back(copy);
+    }
+    ASSERT_FALSE(mtp_layer.empty());
+    for (const auto& [name, shape] : std::vector<std::pair<std::string, std::vector<int64_t>>>{
+             {"model.layers.3.enorm.weight", {64}},
+             {"model.layers.3.hnorm.weight", {64}},
+             {"model.layers.3.eh_proj.weight", {64, 128}},
+             {"model.layers.3.shared_head.norm.weight", {64}}}) {
+        TensorInfo t;
+        t.name = name;
+        t.shape = shape;
+        mtp_layer.push_back(t);
+    }
+    std::vector<TensorInfo> with_mtp = infos;
+    with_mtp.insert(with_mtp.end(), mtp_layer.begin(), mtp_layer.end());
+    EXPECT_TRUE(validate_checkpoint_tensors(c, with_mtp).is_ok());
+
+    // The same layer without eh_proj: every tensor of it is unexpected, and the message says why.
+    std::vector<TensorInfo> no_marker = infos;
+    for (const TensorInfo& t : mtp_layer)
+        if (t.name != "model.layers.3.eh_proj.weight") no_marker.push_back(t);
+    const std::vector<TensorIssue> issues = check_checkpoint_tensors(c, no_marker);
+    EXPECT_EQ(issues.size(), mtp_layer.size() - 1);
+    for (const TensorIssue& issue : issues)
+        EXPECT_EQ(issue.kind, TensorIssue::Kind::kUnexpected) << issue.message;
+    const Status s = validate_checkpoint_tensors(c, no_marker);
+    EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+    EXPECT_EQ(
+        s.message(),
+        "model.layers.3.input_layernorm.weight: unexpected tensor (shape [64], BF16) not in the "
+        "DeepseekV3ForCausalLM layout of config.json (layer 3 >= num_hidden_layers 3; not an MTP layer: "
+        "no model.layers.3.eh_proj.weight) (and " +
+            std::to_string(issues.size() - 1) + " more tensor issues)");
+}
+
 TEST(WeightNames, TiedLmHeadMayBePresent) {
     const ModelConfig c = load(kData + "/fixtures/qwen3_moe_sparse_step_tiny");
     std::vector<TensorInfo> infos = infos_of(expected_tensors(c));

@@ -179,9 +179,20 @@ TEST_F(InspectCli, ExtraLayerExitsOneAndJsonListsIt) {
     EXPECT_EQ(j["tensors"]["unexpected"].size(), 62u);
     EXPECT_EQ(j["tensors"]["unexpected"][0]["name"], "model.layers.2.input_layernorm.weight");
 
-    // With its MTP layer allowed (num_nextn_predict_layers 1), layer 2 is ignored.
-    const fs::path mtp = copy_with({{"num_hidden_layers", 2}, {"num_nextn_predict_layers", 1}});
-    EXPECT_EQ(run("--model '" + mtp.string() + "'").exit_code, 0);
+    // With an MTP layer allowed (num_nextn_predict_layers 1, the fixture's), layer 2 is still unexpected: it
+    // has no MTP projection model.layers.2.eh_proj.weight, so it is a decoder layer that config.json does not
+    // count (a tester's generate ran on 2 of the 3 layers, exit 0).
+    const fs::path mtp = copy_with({{"num_hidden_layers", 2}});
+    const CliRun text = run("--model '" + mtp.string() + "'");
+    EXPECT_EQ(text.exit_code, 1);
+    EXPECT_NE(
+        text.out.find("model.layers.2.input_layernorm.weight: unexpected tensor (shape [64], BF16) not in "
+                      "the DeepseekV3ForCausalLM layout of config.json (layer 2 >= num_hidden_layers 2; "
+                      "not an MTP layer: no model.layers.2.eh_proj.weight)"),
+        std::string::npos)
+        << text.out;
+    EXPECT_EQ(text.err, "epinfer: error: " + mtp.string() +
+                            ": the checkpoint's tensors do not match config.json (62 issues)\n");
 }
 
 TEST_F(InspectCli, ConfigFileAlone) {
