@@ -13,18 +13,18 @@
 // without those rows gpu.memory_efficiency = stream GB/s / memory_bandwidth_gbps and one line says what was
 // not fitted and why (profile_out.h, docs/planner.md).
 // e.g. --model-config tests/data/configs/qwen3_30b_a3b.json --routing uniform --tokens 1,8,64,256,1024.
-#include <fmt/format.h>
-
-#include <CLI/CLI.hpp>
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <memory>
-#include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
 #include <vector>
+
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
 
 #include "checkpoint/hf_config.h"
 #include "comma_list.h"

@@ -1,6 +1,5 @@
 #include "flag_values.h"
 
-#include <fmt/format.h>
 #include <unistd.h>
 
 #include <charconv>
@@ -8,6 +7,8 @@
 #include <cstdlib>
 #include <filesystem>
 #include <limits>
+
+#include <fmt/format.h>
 
 namespace epinfer::cli {
 
