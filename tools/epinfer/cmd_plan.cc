@@ -25,6 +25,7 @@
 #include <string>
 #include <vector>
 
+#include "checkpoint/file_kind.h"
 #include "checkpoint/hf_config.h"
 #include "comma_list.h"
 #include "commands.h"
@@ -71,8 +72,11 @@ Result<ModelConfig> load_model(const std::string& path, std::string& label) {
         if (label.empty()) label = fs::path(path).lexically_normal().parent_path().filename().string();
         return load_hf_config(path);
     }
+    // Not opened unless a regular file: opening a FIFO blocks until a writer comes.
+    if (!path_exists(path)) return not_found(fmt::format("--model {}: no such file or folder", path));
+    EPI_RETURN_IF_ERROR_CTX(check_regular_file(path), "--model");
     std::ifstream in(path, std::ios::binary);
-    if (!in) return not_found(fmt::format("--model {}: no such file or folder", path));
+    if (!in) return not_found(fmt::format("--model {}: cannot read the file", path));
     std::stringstream text;
     text << in.rdbuf();
     fs::path p(path);

@@ -1,6 +1,7 @@
 // `epinfer plan` end to end: every config of tests/data/configs (gpt-oss included) on every shipped profile
 // prints one valid JSON document, and bad inputs fail with one line and exit status 1.
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -455,6 +456,12 @@ TEST(PlanCli, BadInputsFailInOneLine) {
     expect_one_line_error(
         epinfer::testing::run_epinfer("plan " + kimi + "--hardware h100_sxm --gpus 2", missing_dir),
         "EPINFER_PROFILES_DIR=/nonexistent-profiles: not a folder (hardware profile 'h100_sxm')");
+    // A FIFO given as the config is refused unopened (reading it blocked until a writer came).
+    const fs::path fifo = scratch_dir() / "fifo_config.json";
+    fs::remove(fifo);
+    ASSERT_EQ(mkfifo(fifo.c_str(), 0600), 0);
+    expect_one_line_error(run_plan("--model '" + fifo.string() + "' --hardware h200_sxm --gpus 8"),
+                          "--model: " + fifo.string() + ": is a FIFO, not a regular file");
     expect_one_line_error(run_plan(kimi + "--hardware h200_sxm --gpus 0"), "--gpus 0: must be >= 1");
     expect_one_line_error(run_plan(kimi + "--hardware h200_sxm --gpus 8 --layout tp3"), "layout tp3: ");
     expect_one_line_error(run_plan(kimi + "--hardware h200_sxm --gpus 8 --layout zz8"), "layout 'zz8': ");
