@@ -378,7 +378,6 @@ Result<std::unique_ptr<Checkpoint>> Checkpoint::open(const std::string& model_di
             if (is_unindexed_shard_name(it->path().filename().string())) paths.push_back(it->path());
         }
         if (ec) return not_found(model_dir + ": cannot list: " + ec.message());
-        for (const fs::path& path : paths) EPI_RETURN_IF_ERROR(check_regular_file(path.string()));
         if (paths.empty()) {
             return not_found(model_dir + ": no model weights: neither " + kIndexFileName +
                              " nor model*.safetensors");
