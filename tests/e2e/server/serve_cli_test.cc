@@ -145,10 +145,12 @@ TEST(ServeCli, BadFlagIsOneErrorLine) {
     expect_one_line_error(run_epinfer("serve --model " + kTinyModel + " --drain-timeout-s -1"),
                           "--drain-timeout-s must be ≥ 0, got -1");
     // Past the bound a deadline would overflow into the past (core/timeout.h): refused, not a timeout at
-    // once.
+    // once. (The empty --served-model-name, checked after the timeouts, ends the command should the bound
+    // not: no server is started.)
     for (const char* flag : {"--request-timeout-s", "--drain-timeout-s", "--health-stall-s"}) {
-        expect_one_line_error(run_epinfer("serve --model " + kTinyModel + " " + flag + " 1e10"),
-                              std::string(flag) + " must be ≤ 1e+09 s, got 1e10");
+        expect_one_line_error(
+            run_epinfer("serve --model " + kTinyModel + " " + flag + " 1e10 --served-model-name ''"),
+            std::string(flag) + " must be ≤ 1e+09 s, got 1e10");
     }
     // A port in use: refused before the model loads (one line, no "ready" line first).
     const int fd = socket(AF_INET, SOCK_STREAM, 0);
