@@ -1,6 +1,7 @@
 // The grouped expert GEMM's kWide tile (backend/cuda/kernels/moe_grouped_gemm.cuh) on both of its kernels —
-// kAuto (wgmma on H100/H200 with sm_90a in the build) and kMmaSync (the portable kernel) — and its kGemv
-// tile at each tile height (moe_grouped_gemv.cuh; groups of more rows than a tile take several tiles) against
+// kAuto (wgmma on H100/H200 with sm_90a in the build) and kMmaSync (the portable kernel) —, its kNarrow tile
+// (unsplit, and split in K with a split past K's end), and its kGemv tile at each tile
+// height (moe_grouped_gemv.cuh; groups of more rows than a tile take several tiles) against
 // a host reference on fresh random bf16 weights and rows: group sizes around the warpgroup (64) and tile
 // (128) edges, empty groups, K not a multiple of the 64-wide stage, outputs not a multiple of the tile,
 // gathered rows (x_row_of_row with repeats), an extra (shared-expert) group, and per-expert weight pointers.
@@ -95,7 +96,7 @@ void expect_same_bits_from_fp32_x(const cuda::MoeGroupedGemmArgs& args, const st
 
 class MoeGroupedGemmCudaTest : public CudaTest, public ::testing::WithParamInterface<GemmCase> {};
 
-TEST_P(MoeGroupedGemmCudaTest, WideAndGemvTilesMatchHostReference) {
+TEST_P(MoeGroupedGemmCudaTest, EveryTileMatchesHostReference) {
     const GemmCase& c = GetParam();
     const int64_t kd = c.in_features, n = c.out_features, n_w = c.swiglu ? 2 * n : n;
     const int64_t num_groups = static_cast<int64_t>(c.group_rows.size());
@@ -163,22 +164,33 @@ TEST_P(MoeGroupedGemmCudaTest, WideAndGemvTilesMatchHostReference) {
         cuda::MoeGemmTile tile;
         cuda::MoeGemmKernel kernel;
         int gemv_rows;  // kGemv: rows per tile
+        int split_k;    // kNarrow: K splits
         const char* name;
     };
-    const int64_t wide_rows = cuda::moe_gemm_tile_rows(cuda::MoeGemmTile::kWide);
-    for (const Run run : {Run{cuda::MoeGemmTile::kWide, cuda::MoeGemmKernel::kAuto, 0, "wide auto"},
-                          Run{cuda::MoeGemmTile::kWide, cuda::MoeGemmKernel::kMmaSync, 0, "wide mma.sync"},
-                          Run{cuda::MoeGemmTile::kGemv, cuda::MoeGemmKernel::kAuto, 1, "gemv 1 row"},
-                          Run{cuda::MoeGemmTile::kGemv, cuda::MoeGemmKernel::kAuto, 2, "gemv 2 rows"},
-                          Run{cuda::MoeGemmTile::kGemv, cuda::MoeGemmKernel::kAuto, 4, "gemv 4 rows"}}) {
+    for (const Run run : {Run{cuda::MoeGemmTile::kWide, cuda::MoeGemmKernel::kAuto, 0, 1, "wide auto"},
+                          Run{cuda::MoeGemmTile::kWide, cuda::MoeGemmKernel::kMmaSync, 0, 1, "wide mma.sync"},
+                          Run{cuda::MoeGemmTile::kNarrow, cuda::MoeGemmKernel::kAuto, 0, 1, "narrow"},
+                          Run{cuda::MoeGemmTile::kNarrow, cuda::MoeGemmKernel::kAuto, 0, 3, "narrow split 3"},
+                          Run{cuda::MoeGemmTile::kGemv, cuda::MoeGemmKernel::kAuto, 1, 1, "gemv 1 row"},
+                          Run{cuda::MoeGemmTile::kGemv, cuda::MoeGemmKernel::kAuto, 2, 1, "gemv 2 rows"},
+                          Run{cuda::MoeGemmTile::kGemv, cuda::MoeGemmKernel::kAuto, 4, 1, "gemv 4 rows"}}) {
         const char* kernel_name = run.name;
-        const std::vector<int32_t> tile_offsets =
-            tile_offsets_of(run.tile == cuda::MoeGemmTile::kGemv ? run.gemv_rows : wide_rows);
+        const std::vector<int32_t> tile_offsets = tile_offsets_of(
+            run.tile == cuda::MoeGemmTile::kGemv ? run.gemv_rows : cuda::moe_gemm_tile_rows(run.tile));
         cuda::CudaBuffer d_offsets = upload(tile_offsets);
         args.group_tile_offsets = d_offsets.as<int32_t>();
         args.max_row_tiles = tile_offsets.back() + 2;  // an upper bound, as the layer passes: extra CTAs exit
         args.tile = run.tile;
         args.gemv_rows = run.gemv_rows;
+        args.split_k = run.split_k;
+        cuda::CudaBuffer d_partials, d_counters;
+        if (run.split_k > 1) {
+            d_partials = poisoned<float>(static_cast<size_t>(run.split_k * rows * n_w));
+            d_counters = upload(std::vector<int32_t>(static_cast<size_t>(cuda::moe_gemm_num_tiles(args)), 0));
+            args.partials = d_partials.as<float>();
+            args.partial_rows = rows;
+            args.tile_counters = d_counters.as<int32_t>();
+        }
         cuda::CudaBuffer d_out = poisoned<uint16_t>(static_cast<size_t>(rows * n));
         args.out = d_out.data();
         args.kernel = run.kernel;
@@ -191,6 +203,20 @@ TEST_P(MoeGroupedGemmCudaTest, WideAndGemvTilesMatchHostReference) {
         if (run.tile == cuda::MoeGemmTile::kGemv) {
             expect_same_bits_from_fp32_x(args, x, seed + 3, static_cast<size_t>(rows * n), bits,
                                          std::string(c.name) + ", " + kernel_name + ", fp32 x");
+        }
+        if (run.split_k > 1) {
+            // The last split of each tile put its counter back to zero, and a second launch on the same
+            // buffers gives the same bits (the sum is in split order, whichever split finishes last).
+            EXPECT_EQ(
+                download<int32_t>(d_counters.data(), static_cast<size_t>(cuda::moe_gemm_num_tiles(args))),
+                std::vector<int32_t>(static_cast<size_t>(cuda::moe_gemm_num_tiles(args)), 0))
+                << c.name << ", " << kernel_name;
+            ASSERT_EQ(cuda::launch_moe_grouped_gemm(args, nullptr), cudaSuccess) << kernel_name;
+            EXPECT_EQ(download<uint16_t>(d_out.data(), static_cast<size_t>(rows * n)), bits)
+                << c.name << ", " << kernel_name << ", again";
+            args.split_k = 1;
+            args.partials = nullptr;
+            args.tile_counters = nullptr;
         }
     }
     args.tile = cuda::MoeGemmTile::kWide;  // fp32 x is the gemv tile's alone
@@ -212,7 +238,25 @@ INSTANTIATE_TEST_SUITE_P(
         GemmCase{"weight_ptrs_store", {128, 1, 255}, 40, 256, false, false, true},
         // Decode sizes (the kGemv regime): 0 to 4 rows per group, Qwen3-30B-A3B's gate_up and down shapes.
         GemmCase{"decode_swiglu", {1, 0, 3, 4, 2, 1}, 2048, 768, true, true, false},
-        GemmCase{"decode_store", {2, 1, 0, 4, 1}, 768, 2048, false, false, true}),
+        GemmCase{"decode_store", {2, 1, 0, 4, 1}, 768, 2048, false, false, true},
+        // Decode-size groups in the dozens, as an MoE layer of 8 to 64 tokens has them: more kNarrow tiles
+        // than CTAs the GPU holds at once, N past a whole tile.
+        GemmCase{"many_groups_swiglu",
+                 {3, 0,  1, 70, 2, 64, 1, 5, 129, 0,  7, 1, 2, 40, 1, 65, 9, 1, 3, 2,
+                  1, 33, 4, 1,  2, 6,  1, 1, 0,   12, 3, 2, 1, 1,  5, 64, 2, 1, 8, 1},
+                 200,
+                 1000,
+                 true,
+                 true,
+                 false},
+        GemmCase{"many_groups_store",
+                 {1, 2, 0, 3, 1,   65, 1, 1, 4, 2, 1, 1, 2, 9, 1, 0,
+                  1, 3, 1, 1, 130, 2,  1, 1, 6, 1, 1, 2, 1, 1, 1, 3},
+                 776,
+                 2056,
+                 false,
+                 false,
+                 true}),
     [](const ::testing::TestParamInfo<GemmCase>& info) { return info.param.name; });
 
 // Pick mode (MoeGemmPicks): GEMM row r is pick r of group id − first_expert; picks of −1 and of experts

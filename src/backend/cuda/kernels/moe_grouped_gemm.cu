@@ -42,8 +42,14 @@ struct TileConfig {
     static constexpr size_t kSmemBytes = kPipeBytes > kEpilogueBytes ? kPipeBytes : kEpilogueBytes;
     static_assert(kWM % 16 == 0 && kWN % 16 == 0 && kRowStep % 8 == 0);
 };
-// Narrow: warp 32 × 64, 96 KB: 2 CTAs per SM on H100/H200 (fits sm_120's 99 KB too).
-using NarrowTile = TileConfig<128, 64, 4, 1, 4, 2>;
+// Narrow: warp 32 × 32, 5 stages of 20 KB: 2 CTAs per SM on H100/H200. Decode sizes wait on DRAM with
+// few bytes in flight (Nsight Compute, Qwen3-30B-A3B at 8 tokens: 2 warps per scheduler, DRAM 64 % busy),
+// so a stage holds 32 GEMM rows rather than 64 and the ring is one stage deeper: 4 × 16 KB of weights in
+// flight per CTA instead of 3. Measured on the H200 against 128 × 64 in 4 stages (docs/benchmarks/
+// moe_h200.md, session 21): Qwen3-30B-A3B decode TPOT at 8 requests 11.0 → 10.3 ms. Where a block cannot
+// have 100 KB (sm_120: 99 KB), 4 stages.
+using NarrowTile = TileConfig<128, 32, 4, 1, 5, 2>;
+using NarrowTileSmall = TileConfig<128, 32, 4, 1, 4, 2>;
 // Wide: warp 64 × 64, 8 warps, 144 KB: 85 FLOP per byte staged through shared memory (the 128 × 128 tile's
 // 64 FLOP/B left the tensor cores waiting on L2). Where a block gets less shared memory (sm_120), the
 // 128 × 128 tile of 96 KB instead.
@@ -273,6 +279,18 @@ cudaError_t launch_config(const MoeGroupedGemmArgs& args, cudaStream_t stream) {
                       Cfg::kSmemBytes, stream, args);
 }
 
+// The launch of tile Cfg for args' epilogue, split or not.
+template <class Cfg>
+cudaError_t launch_tile(const MoeGroupedGemmArgs& args, cudaStream_t stream) {
+    const bool swiglu = args.epilogue == MoeGemmEpilogue::kSwiGlu;
+    if (args.split_k > 1) {
+        return swiglu ? launch_config<Cfg, true, true>(args, stream)
+                      : launch_config<Cfg, false, true>(args, stream);
+    }
+    return swiglu ? launch_config<Cfg, true, false>(args, stream)
+                  : launch_config<Cfg, false, false>(args, stream);
+}
+
 }  // namespace
 
 int64_t moe_gemm_tile_rows(MoeGemmTile tile) {
@@ -314,8 +332,8 @@ cudaError_t launch_moe_grouped_gemm(const MoeGroupedGemmArgs& args, cudaStream_t
     if (args.in_features % 8 != 0 || args.out_features % 8 != 0 || args.in_features <= 0 || args.split_k < 1) {
         return cudaErrorInvalidValue;
     }
-    const bool split = args.split_k > 1;
-    if (split && (args.tile != MoeGemmTile::kNarrow || args.partials == nullptr || args.tile_counters == nullptr)) {
+    if (args.split_k > 1 &&
+        (args.tile != MoeGemmTile::kNarrow || args.partials == nullptr || args.tile_counters == nullptr)) {
         return cudaErrorInvalidValue;
     }
     if (args.picks.expert_ids != nullptr &&
@@ -324,29 +342,21 @@ cudaError_t launch_moe_grouped_gemm(const MoeGroupedGemmArgs& args, cudaStream_t
     }
     if (args.x_f32 && args.tile != MoeGemmTile::kGemv) return cudaErrorInvalidValue;
     if (args.tile == MoeGemmTile::kGemv) return launch_moe_grouped_gemv(args, stream);
-    const bool swiglu = args.epilogue == MoeGemmEpilogue::kSwiGlu;
+    int device = 0, smem_optin = 0;
+    cudaError_t err = cudaGetDevice(&device);
+    if (err != cudaSuccess) return err;
+    if (args.tile == MoeGemmTile::kWide && args.kernel == MoeGemmKernel::kAuto && sm90a_available(device)) {
+        return launch_moe_grouped_gemm_sm90(args, stream);
+    }
+    err = cudaDeviceGetAttribute(&smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device);
+    if (err != cudaSuccess) return err;
+    const size_t smem = static_cast<size_t>(smem_optin);
     if (args.tile == MoeGemmTile::kWide) {
-        int device = 0, smem_optin = 0;
-        cudaError_t err = cudaGetDevice(&device);
-        if (err != cudaSuccess) return err;
-        if (args.kernel == MoeGemmKernel::kAuto && sm90a_available(device)) {
-            return launch_moe_grouped_gemm_sm90(args, stream);
-        }
-        err = cudaDeviceGetAttribute(&smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device);
-        if (err != cudaSuccess) return err;
-        if (static_cast<size_t>(smem_optin) >= WideTile::kSmemBytes) {
-            return swiglu ? launch_config<WideTile, true, false>(args, stream)
-                          : launch_config<WideTile, false, false>(args, stream);
-        }
-        return swiglu ? launch_config<WideTileSmall, true, false>(args, stream)
-                      : launch_config<WideTileSmall, false, false>(args, stream);
+        return smem >= WideTile::kSmemBytes ? launch_tile<WideTile>(args, stream)
+                                            : launch_tile<WideTileSmall>(args, stream);
     }
-    if (split) {
-        return swiglu ? launch_config<NarrowTile, true, true>(args, stream)
-                      : launch_config<NarrowTile, false, true>(args, stream);
-    }
-    return swiglu ? launch_config<NarrowTile, true, false>(args, stream)
-                  : launch_config<NarrowTile, false, false>(args, stream);
+    return smem >= NarrowTile::kSmemBytes ? launch_tile<NarrowTile>(args, stream)
+                                          : launch_tile<NarrowTileSmall>(args, stream);
 }
 
 }  // namespace epinfer::cuda
