@@ -327,6 +327,10 @@ public:
     }
 
 private:
+    // y = x_bf16 · Wᵀ (+ bias) for a bf16 W on cuBLAS's tensor cores: x_bf16 is args.x rounded to bf16,
+    // [T, K] packed, device; fp32 accumulation and output. @pre matmul_check(args), T, N, K ≤ INT_MAX.
+    Status gemm_bf16_rows(const MatmulArgs& args, const void* x_bf16);
+
     Status copy_sync(void* dst, const void* src, size_t num_bytes, cudaMemcpyKind kind) {
         if (num_bytes == 0) return Status::ok();
         EPI_CUDA_CHECK(cudaMemcpyAsync(dst, src, num_bytes, kind, stream_));
@@ -352,6 +356,19 @@ private:
     std::unique_ptr<cuda::CudaMoeExperts> moe_experts_;
 };
 
+namespace {
+
+// cuBLAS takes int sizes and strides.
+Status cublas_sizes_check(const MatmulArgs& a) {
+    for (const int64_t v : {a.num_rows, a.out_features, a.in_features, a.x_row_stride, a.y_row_stride}) {
+        if (v > INT_MAX)
+            return not_supported("matmul: size " + std::to_string(v) + " exceeds cuBLAS's int range");
+    }
+    return Status::ok();
+}
+
+}  // namespace
+
 Status CudaBackend::matmul(const MatmulArgs& args) {
     use_device();
     EPI_RETURN_IF_ERROR(matmul_check(args));
@@ -365,37 +382,47 @@ Status CudaBackend::matmul(const MatmulArgs& args) {
         EPI_CUDA_CHECK(cuda::launch_matmul_small_t(one, stream_));
         return Status::ok();
     }
-    for (const int64_t v : {T, N, K, args.x_row_stride, args.y_row_stride}) {
-        if (v > INT_MAX) return not_supported("matmul: size " + std::to_string(v) + " exceeds cuBLAS's int range");
-    }
-    // Row-major y[T, N] = x[T, K] · W[N, K]ᵀ is column-major yᵀ[N, T] = op_T(W as [K, N]) · xᵀ[K, T].
-    const int n = static_cast<int>(N), t = static_cast<int>(T), k = static_cast<int>(K);
-    const float alpha = 1.0f, beta = 0.0f;
+    EPI_RETURN_IF_ERROR(cublas_sizes_check(args));
     if (tensor_core_matmul(args.w_dtype)) {
         // x rounded to bf16 once ([T, K] packed, from the pool), tensor cores, fp32 accumulation and output.
         EPI_ASSIGN_OR_RETURN(DeviceBuffer x_bf16, DeviceBuffer::alloc(*this, static_cast<size_t>(T * K) * 2));
         EPI_CUDA_CHECK(cuda::launch_f32_rows_to_bf16(args.x, args.x_row_stride, T, K, x_bf16.data(), stream_));
-        EPI_CUBLAS_CHECK(cublasSetMathMode(cublas_, CUBLAS_DEFAULT_MATH));
-        EPI_CUBLAS_CHECK(cublasGemmEx(cublas_, CUBLAS_OP_T, CUBLAS_OP_N, n, t, k, &alpha, args.w, CUDA_R_16BF, k,
-                                      x_bf16.data(), CUDA_R_16BF, k, &beta, args.y, CUDA_R_32F,
-                                      static_cast<int>(args.y_row_stride), CUBLAS_COMPUTE_32F,
-                                      CUBLAS_GEMM_DEFAULT));
-    } else {
-        // fp32 SGEMM without TF32; F16 weights are first upcast to an fp32 scratch from the pool.
-        const float* w = static_cast<const float*>(args.w);  // [N, K] fp32, device
-        DeviceBuffer w_f32;
-        if (args.w_dtype != DType::kF32) {
-            EPI_ASSIGN_OR_RETURN(w_f32, DeviceBuffer::alloc_f32(*this, N * K));
-            EPI_CUDA_CHECK(cuda::launch_to_f32(args.w, args.w_dtype, w_f32.f32(), N * K, stream_));
-            w = w_f32.f32();
-        }
-        EPI_CUBLAS_CHECK(cublasSetMathMode(cublas_, CUBLAS_PEDANTIC_MATH));
-        EPI_CUBLAS_CHECK(cublasSgemm(cublas_, CUBLAS_OP_T, CUBLAS_OP_N, n, t, k, &alpha, w, k, args.x,
-                                     static_cast<int>(args.x_row_stride), &beta, args.y,
-                                     static_cast<int>(args.y_row_stride)));
+        return gemm_bf16_rows(args, x_bf16.data());
     }
+    // fp32 SGEMM without TF32; F16 weights are first upcast to an fp32 scratch from the pool. Row-major
+    // y[T, N] = x[T, K] · W[N, K]ᵀ is column-major yᵀ[N, T] = op_T(W as [K, N]) · xᵀ[K, T].
+    const int n = static_cast<int>(N), t = static_cast<int>(T), k = static_cast<int>(K);
+    const float alpha = 1.0f, beta = 0.0f;
+    const float* w = static_cast<const float*>(args.w);  // [N, K] fp32, device
+    DeviceBuffer w_f32;
+    if (args.w_dtype != DType::kF32) {
+        EPI_ASSIGN_OR_RETURN(w_f32, DeviceBuffer::alloc_f32(*this, N * K));
+        EPI_CUDA_CHECK(cuda::launch_to_f32(args.w, args.w_dtype, w_f32.f32(), N * K, stream_));
+        w = w_f32.f32();
+    }
+    EPI_CUBLAS_CHECK(cublasSetMathMode(cublas_, CUBLAS_PEDANTIC_MATH));
+    EPI_CUBLAS_CHECK(cublasSgemm(cublas_, CUBLAS_OP_T, CUBLAS_OP_N, n, t, k, &alpha, w, k, args.x,
+                                 static_cast<int>(args.x_row_stride), &beta, args.y,
+                                 static_cast<int>(args.y_row_stride)));
     if (args.bias != nullptr) {
         EPI_CUDA_CHECK(cuda::launch_add_bias(args.y, args.y_row_stride, args.bias, args.bias_dtype, T, N, stream_));
+    }
+    return Status::ok();
+}
+
+Status CudaBackend::gemm_bf16_rows(const MatmulArgs& args, const void* x_bf16) {
+    // Row-major y[T, N] = x[T, K] · W[N, K]ᵀ is column-major yᵀ[N, T] = op_T(W as [K, N]) · xᵀ[K, T].
+    const int n = static_cast<int>(args.out_features), t = static_cast<int>(args.num_rows),
+              k = static_cast<int>(args.in_features);
+    const float alpha = 1.0f, beta = 0.0f;
+    EPI_CUBLAS_CHECK(cublasSetMathMode(cublas_, CUBLAS_DEFAULT_MATH));
+    EPI_CUBLAS_CHECK(cublasGemmEx(cublas_, CUBLAS_OP_T, CUBLAS_OP_N, n, t, k, &alpha, args.w, CUDA_R_16BF, k,
+                                  x_bf16, CUDA_R_16BF, k, &beta, args.y, CUDA_R_32F,
+                                  static_cast<int>(args.y_row_stride), CUBLAS_COMPUTE_32F,
+                                  CUBLAS_GEMM_DEFAULT));
+    if (args.bias != nullptr) {
+        EPI_CUDA_CHECK(cuda::launch_add_bias(args.y, args.y_row_stride, args.bias, args.bias_dtype,
+                                             args.num_rows, args.out_features, stream_));
     }
     return Status::ok();
 }
@@ -406,12 +433,22 @@ Status CudaBackend::matmul_group(const MatmulGroupArgs& group) {
     const MatmulArgs& first = group.matmuls[0];
     const bool one_dtype = std::all_of(group.matmuls, group.matmuls + group.num_matmuls,
                                        [&](const MatmulArgs& m) { return m.w_dtype == first.w_dtype; });
-    if (first.num_rows == 0) return Status::ok();
-    if (!cuda::matmul_small_t_takes(first.num_rows, first.in_features, tensor_core_matmul(first.w_dtype)) ||
-        !one_dtype) {
-        return Backend::matmul_group(group);
+    const int64_t T = first.num_rows, K = first.in_features;
+    if (T == 0) return Status::ok();
+    if (one_dtype && cuda::matmul_small_t_takes(T, K, tensor_core_matmul(first.w_dtype))) {
+        EPI_CUDA_CHECK(cuda::launch_matmul_small_t(group, stream_));
+        return Status::ok();
     }
-    EPI_CUDA_CHECK(cuda::launch_matmul_small_t(group, stream_));
+    if (!one_dtype || !tensor_core_matmul(first.w_dtype)) return Backend::matmul_group(group);
+    // The entries share x: rounded to bf16 once for all of them (measured on the H200, Qwen3-30B-A3B decode
+    // at 256 rows: q, k and v each converted x again, 3.2 µs a launch; docs/benchmarks/serving.md).
+    for (int i = 0; i < group.num_matmuls; ++i) EPI_RETURN_IF_ERROR(cublas_sizes_check(group.matmuls[i]));
+    EPI_ASSIGN_OR_RETURN(DeviceBuffer x_bf16, DeviceBuffer::alloc(*this, static_cast<size_t>(T * K) * 2));
+    EPI_CUDA_CHECK(cuda::launch_f32_rows_to_bf16(first.x, first.x_row_stride, T, K, x_bf16.data(), stream_));
+    for (int i = 0; i < group.num_matmuls; ++i) {
+        if (group.matmuls[i].out_features > 0)
+            EPI_RETURN_IF_ERROR(gemm_bf16_rows(group.matmuls[i], x_bf16.data()));
+    }
     return Status::ok();
 }
 

@@ -211,6 +211,10 @@ TEST_P(MoeGroupedGemmCudaTest, EveryTileMatchesHostReference) {
                 download<int32_t>(d_counters.data(), static_cast<size_t>(cuda::moe_gemm_num_tiles(args))),
                 std::vector<int32_t>(static_cast<size_t>(cuda::moe_gemm_num_tiles(args)), 0))
                 << c.name << ", " << kernel_name;
+            d_partials = poisoned<float>(static_cast<size_t>(run.split_k * rows * n_w));
+            d_out = poisoned<uint16_t>(static_cast<size_t>(rows * n));
+            args.partials = d_partials.as<float>();
+            args.out = d_out.data();
             ASSERT_EQ(cuda::launch_moe_grouped_gemm(args, nullptr), cudaSuccess) << kernel_name;
             EXPECT_EQ(download<uint16_t>(d_out.data(), static_cast<size_t>(rows * n)), bits)
                 << c.name << ", " << kernel_name << ", again";
@@ -239,21 +243,22 @@ INSTANTIATE_TEST_SUITE_P(
         // Decode sizes (the kGemv regime): 0 to 4 rows per group, Qwen3-30B-A3B's gate_up and down shapes.
         GemmCase{"decode_swiglu", {1, 0, 3, 4, 2, 1}, 2048, 768, true, true, false},
         GemmCase{"decode_store", {2, 1, 0, 4, 1}, 768, 2048, false, false, true},
-        // Decode-size groups in the dozens, as an MoE layer of 8 to 64 tokens has them: more kNarrow tiles
-        // than CTAs the GPU holds at once, N past a whole tile.
+        // Decode-size groups in the dozens, as an MoE layer of 8 to 64 tokens has them (31, 32, 33, 64 and
+        // 65 rows: the kNarrow tile's edges), more kNarrow tiles than CTAs the GPU holds at once, N past a
+        // whole tile.
         GemmCase{"many_groups_swiglu",
-                 {3, 0,  1, 70, 2, 64, 1, 5, 129, 0,  7, 1, 2, 40, 1, 65, 9, 1, 3, 2,
-                  1, 33, 4, 1,  2, 6,  1, 1, 0,   12, 3, 2, 1, 1,  5, 64, 2, 1, 8, 1},
+                 {3, 0,  1, 70, 2, 64, 1, 5, 129, 0,  7, 1, 2,  40, 1, 65, 9, 1, 3, 2,
+                  1, 33, 4, 1,  2, 6,  1, 1, 0,   12, 3, 2, 31, 1,  5, 32, 2, 1, 8, 1},
                  200,
-                 1000,
+                 520,
                  true,
                  true,
                  false},
         GemmCase{"many_groups_store",
-                 {1, 2, 0, 3, 1,   65, 1, 1, 4, 2, 1, 1, 2, 9, 1, 0,
-                  1, 3, 1, 1, 130, 2,  1, 1, 6, 1, 1, 2, 1, 1, 1, 3},
+                 {1, 2, 0, 3, 1,   65, 1, 1, 4, 2, 1, 1,  2, 9, 1,  0,
+                  1, 3, 1, 1, 130, 2,  1, 1, 6, 1, 1, 32, 1, 1, 31, 3},
                  776,
-                 2056,
+                 1032,
                  false,
                  false,
                  true}),

@@ -168,20 +168,25 @@ INSTANTIATE_TEST_SUITE_P(
         // One to four tokens: the kGemv tile at each tile height (4, 1, 2 rows), with a shared expert, at odd
         // sizes, and K = E (every expert's group has T rows).
         LayerCase{"decode_gemv", 3, 10, 3, 2048, 1040, true, Routing::kRandom, MoeGemmTile::kGemv, false},
-        LayerCase{"decode_gemv_one_token", 1, 37, 4, 200, 72, false, Routing::kRandom, MoeGemmTile::kGemv, false},
+        LayerCase{"decode_gemv_one_token", 1, 37, 4, 200, 72, false, Routing::kRandom, MoeGemmTile::kGemv,
+                  false},
         LayerCase{"decode_gemv_two_tokens_k_equals_e", 2, 9, 9, 264, 136, true, Routing::kRandom,
                   MoeGemmTile::kGemv, false},
-        // Decode past four tokens: few tiles, split-K on both GEMMs, K tails (I = 1040 is not a multiple of 64).
+        // Decode past four tokens: few tiles, split-K on both GEMMs, K tails (I = 1040 is not a multiple of
+        // 64).
         LayerCase{"decode_split_k", 6, 10, 3, 2048, 1040, true, Routing::kRandom, MoeGemmTile::kNarrow, true},
-        LayerCase{"decode_odd_sizes", 5, 37, 4, 200, 72, false, Routing::kRandom, MoeGemmTile::kNarrow, false},
-        LayerCase{"hidden_7168", 6, 4, 2, 7168, 512, true, Routing::kRandom, MoeGemmTile::kNarrow, false},
-        // 150 rows on one expert: three narrow row tiles of one group.
-        LayerCase{"all_on_one_expert", 150, 8, 1, 136, 88, true, Routing::kAllOnOne, MoeGemmTile::kNarrow, false},
-        // Prefill tiles; experts 1..E−2 get no token; H and I not multiples of the tile.
-        LayerCase{"wide_zero_token_experts", 700, 6, 2, 264, 136, true, Routing::kOnlyFirstAndLast, MoeGemmTile::kWide,
+        LayerCase{"decode_odd_sizes", 5, 37, 4, 200, 72, false, Routing::kRandom, MoeGemmTile::kNarrow,
                   false},
+        LayerCase{"hidden_7168", 6, 4, 2, 7168, 512, true, Routing::kRandom, MoeGemmTile::kNarrow, false},
+        // 150 rows on one expert: several narrow row tiles of one group.
+        LayerCase{"all_on_one_expert", 150, 8, 1, 136, 88, true, Routing::kAllOnOne, MoeGemmTile::kNarrow,
+                  false},
+        // Prefill tiles; experts 1..E−2 get no token; H and I not multiples of the tile.
+        LayerCase{"wide_zero_token_experts", 700, 6, 2, 264, 136, true, Routing::kOnlyFirstAndLast,
+                  MoeGemmTile::kWide, false},
         LayerCase{"k_equals_e", 31, 4, 4, 128, 64, true, Routing::kRandom, MoeGemmTile::kNarrow, false},
-        LayerCase{"wide_many_experts", 600, 16, 4, 192, 96, false, Routing::kRandom, MoeGemmTile::kWide, false}),
+        LayerCase{"wide_many_experts", 600, 16, 4, 192, 96, false, Routing::kRandom, MoeGemmTile::kWide,
+                  false}),
     [](const ::testing::TestParamInfo<LayerCase>& info) { return info.param.name; });
 
 TEST_F(CudaTest, LayerRejectsSharedWidthOtherThanI) {

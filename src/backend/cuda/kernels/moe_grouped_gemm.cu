@@ -47,7 +47,7 @@ struct TileConfig {
 // so a stage holds 32 GEMM rows rather than 64 and the ring is one stage deeper: 4 × 16 KB of weights in
 // flight per CTA instead of 3. Measured on the H200 against 128 × 64 in 4 stages (docs/benchmarks/
 // moe_h200.md, session 21): Qwen3-30B-A3B decode TPOT at 8 requests 11.0 → 10.3 ms. Where a block cannot
-// have 100 KB (sm_120: 99 KB), 4 stages.
+// have 100 KB (sm_86, sm_89, sm_120: 99 KB), 4 stages.
 using NarrowTile = TileConfig<128, 32, 4, 1, 5, 2>;
 using NarrowTileSmall = TileConfig<128, 32, 4, 1, 4, 2>;
 // Wide: warp 64 × 64, 8 warps, 144 KB: 85 FLOP per byte staged through shared memory (the 128 × 128 tile's
@@ -279,13 +279,15 @@ cudaError_t launch_config(const MoeGroupedGemmArgs& args, cudaStream_t stream) {
                       Cfg::kSmemBytes, stream, args);
 }
 
-// The launch of tile Cfg for args' epilogue, split or not.
-template <class Cfg>
+// The launch of tile Cfg for args' epilogue, split in K (kNarrow tiles only) or not.
+template <class Cfg, bool kNarrow>
 cudaError_t launch_tile(const MoeGroupedGemmArgs& args, cudaStream_t stream) {
     const bool swiglu = args.epilogue == MoeGemmEpilogue::kSwiGlu;
-    if (args.split_k > 1) {
-        return swiglu ? launch_config<Cfg, true, true>(args, stream)
-                      : launch_config<Cfg, false, true>(args, stream);
+    if constexpr (kNarrow) {
+        if (args.split_k > 1) {
+            return swiglu ? launch_config<Cfg, true, true>(args, stream)
+                          : launch_config<Cfg, false, true>(args, stream);
+        }
     }
     return swiglu ? launch_config<Cfg, true, false>(args, stream)
                   : launch_config<Cfg, false, false>(args, stream);
@@ -352,11 +354,11 @@ cudaError_t launch_moe_grouped_gemm(const MoeGroupedGemmArgs& args, cudaStream_t
     if (err != cudaSuccess) return err;
     const size_t smem = static_cast<size_t>(smem_optin);
     if (args.tile == MoeGemmTile::kWide) {
-        return smem >= WideTile::kSmemBytes ? launch_tile<WideTile>(args, stream)
-                                            : launch_tile<WideTileSmall>(args, stream);
+        return smem >= WideTile::kSmemBytes ? launch_tile<WideTile, false>(args, stream)
+                                            : launch_tile<WideTileSmall, false>(args, stream);
     }
-    return smem >= NarrowTile::kSmemBytes ? launch_tile<NarrowTile>(args, stream)
-                                          : launch_tile<NarrowTileSmall>(args, stream);
+    return smem >= NarrowTile::kSmemBytes ? launch_tile<NarrowTile, true>(args, stream)
+                                          : launch_tile<NarrowTileSmall, true>(args, stream);
 }
 
 }  // namespace epinfer::cuda

@@ -9,7 +9,8 @@
 //   kSwiGlu: weights [2I, Kd] (gate rows 0..I−1, then up rows I..2I−1, transformers' gate_up_proj);
 //            out [rows, I] = silu(x·gateᵀ) · (x·upᵀ), computed from the fp32 accumulators.
 //   kStore:  weights [N, Kd]; out [rows, N] = x·Wᵀ.
-// Two tile shapes: kNarrow (128 weight rows × 32 tokens, 4 warps, 5 stages; split-K for decode sizes,
+// Two tile shapes: kNarrow (128 weight rows × 32 tokens, 4 warps, 5 stages, 4 where a block gets less than
+// 100 KB of shared memory; split-K for decode sizes,
 // whose few tiles would otherwise not fill the GPU) and kWide (256 weight rows × 128 tokens; prefill). On
 // H100/H200 with sm_90a in the build, kWide runs the wgmma kernel (moe_grouped_gemm_sm90.cuh: two
 // warpgroups, 4 stages, 193 KiB of shared memory); elsewhere mma.sync with 8 warps of 64 × 64, 3 stages,

@@ -32,7 +32,7 @@ struct MoePermuteArgs {
     int32_t* group_row_begin = nullptr;     // [G] first row of group g (expert e: expert_offsets[e])
     int32_t* group_row_end = nullptr;       // [G] one past its last row
     int32_t* group_tile_offsets = nullptr;  // [G + 1] exclusive prefix sum of ceil(rows_g / tile_rows)
-    int64_t tile_rows = 64;                 // rows per GEMM tile (the GEMM config's BN)
+    int64_t tile_rows = 64;                 // rows per GEMM tile: moe_gemm_tile_rows of the launch's tile
     bool shared_group = false;              // group E = the shared expert over all T tokens
 };
 
