@@ -1,12 +1,13 @@
 // epinfer bench attention: the CUDA backend's attention op at real model shapes, decode over a paged KV
 // cache and causal prefill, against the H200's speed of light (backend/cuda/attention_bench.h says what is
 // timed and how bytes and FLOPs are counted).
-//   epinfer bench attention                              # the eight cases below, 20 repeats each
+//   epinfer bench attention                              # the ten cases below, 20 repeats each
 //   epinfer bench attention --cases decode --repeats 10 --json attn.json   # for bench/attention_peers.py
 //   epinfer bench attention --profile-out h200.json --base-profile h200_sxm  # for plan --hardware
 // Cases (issue 4), GQA shapes of tests/data/configs (num_attention_heads / num_key_value_heads × head_dim):
 // Qwen3-30B-A3B 32 / 4 × 128 and GLM-4.5 96 / 8 × 128, each at
-//   decode:  batch 64 × context 4096 and batch 8 × context 32768 (one query token per sequence);
+//   decode:  batch 64 × context 4096 and batch 8 × context 32768 (one query token per sequence), and a serving
+//            batch of short contexts, 256 × 256 (the engine's decode steps at 256 requests of 128 + 128 tokens);
 //   prefill: 4096 and 16384 tokens of one sequence (causal);
 // and MLA's absorbed decode over the latent cache (cases "mla"; kv_lora_rank 512 + qk_rope_head_dim 64 per
 // token, V its first 512): Kimi K2 64 heads and DeepSeek-V3 128 heads, at the two decode sizes.
@@ -137,6 +138,7 @@ struct MlaShape {
 constexpr MlaShape kMlaShapes[] = {{"kimi_k2_instruct_0905", 64}, {"deepseek_v3", 128}};
 constexpr int64_t kMlaLatent = 512, kMlaRope = 64;  // kv_lora_rank, qk_rope_head_dim of both
 constexpr int64_t kDecodeSizes[][2] = {{64, 4096}, {8, 32768}};  // {batch, context}
+constexpr int64_t kServingDecodeSize[2] = {256, 256};               // GQA only
 constexpr int64_t kPrefillTokens[] = {4096, 16384};
 
 // Whether the case names (parse_cases) select `phase`.
@@ -152,8 +154,10 @@ std::vector<AttentionBenchCase> cases_of(const std::vector<std::string>& names) 
         cases.push_back({s.name, phase, s.num_heads, s.num_kv_heads, s.head_dim, s.head_dim, batch, context});
     };
     if (wanted(names, "decode")) {
-        for (const GqaShape& s : kShapes)
+        for (const GqaShape& s : kShapes) {
             for (const auto& size : kDecodeSizes) add(s, AttentionBenchPhase::kDecode, size[0], size[1]);
+            add(s, AttentionBenchPhase::kDecode, kServingDecodeSize[0], kServingDecodeSize[1]);
+        }
     }
     if (wanted(names, "prefill")) {
         for (const GqaShape& s : kShapes)
