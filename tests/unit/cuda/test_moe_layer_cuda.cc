@@ -172,8 +172,7 @@ INSTANTIATE_TEST_SUITE_P(
                   false},
         LayerCase{"decode_gemv_two_tokens_k_equals_e", 2, 9, 9, 264, 136, true, Routing::kRandom,
                   MoeGemmTile::kGemv, false},
-        // Decode past four tokens: few tiles, split-K on both GEMMs, K tails (I = 1040 is not a multiple of
-        // 64).
+        // Past four tokens: few tiles, split-K on both GEMMs, K tails (I = 1040 is not a multiple of 64).
         LayerCase{"decode_split_k", 6, 10, 3, 2048, 1040, true, Routing::kRandom, MoeGemmTile::kNarrow, true},
         LayerCase{"decode_odd_sizes", 5, 37, 4, 200, 72, false, Routing::kRandom, MoeGemmTile::kNarrow,
                   false},
