@@ -327,9 +327,10 @@ public:
     }
 
 private:
-    // y = x_bf16 · Wᵀ (+ bias) for a bf16 W on cuBLAS's tensor cores: x_bf16 is args.x rounded to bf16,
-    // [T, K] packed, device; fp32 accumulation and output. @pre matmul_check(args), T, N, K ≤ INT_MAX.
-    Status gemm_bf16_rows(const MatmulArgs& args, const void* x_bf16);
+    // Every entry's y = bf16(x) · Wᵀ (+ bias) for bf16 weights on cuBLAS's tensor cores: the shared x rounded
+    // to bf16 once ([T, K] packed, from the pool), fp32 accumulation and output.
+    // @pre matmul_group_check(group), every w_dtype kBF16, T ≥ 1.
+    Status bf16_gemms(const MatmulGroupArgs& group);
 
     Status copy_sync(void* dst, const void* src, size_t num_bytes, cudaMemcpyKind kind) {
         if (num_bytes == 0) return Status::ok();
@@ -374,21 +375,16 @@ Status CudaBackend::matmul(const MatmulArgs& args) {
     EPI_RETURN_IF_ERROR(matmul_check(args));
     const int64_t T = args.num_rows, N = args.out_features, K = args.in_features;
     if (T == 0 || N == 0) return Status::ok();
+    MatmulGroupArgs one;
+    one.matmuls[0] = args;
+    one.num_matmuls = 1;
     // Decode sizes on the few-row kernel: W read once, fp32 activations.
     if (cuda::matmul_small_t_takes(T, K, tensor_core_matmul(args.w_dtype))) {
-        MatmulGroupArgs one;
-        one.matmuls[0] = args;
-        one.num_matmuls = 1;
         EPI_CUDA_CHECK(cuda::launch_matmul_small_t(one, stream_));
         return Status::ok();
     }
+    if (tensor_core_matmul(args.w_dtype)) return bf16_gemms(one);
     EPI_RETURN_IF_ERROR(cublas_sizes_check(args));
-    if (tensor_core_matmul(args.w_dtype)) {
-        // x rounded to bf16 once ([T, K] packed, from the pool), tensor cores, fp32 accumulation and output.
-        EPI_ASSIGN_OR_RETURN(DeviceBuffer x_bf16, DeviceBuffer::alloc(*this, static_cast<size_t>(T * K) * 2));
-        EPI_CUDA_CHECK(cuda::launch_f32_rows_to_bf16(args.x, args.x_row_stride, T, K, x_bf16.data(), stream_));
-        return gemm_bf16_rows(args, x_bf16.data());
-    }
     // fp32 SGEMM without TF32; F16 weights are first upcast to an fp32 scratch from the pool. Row-major
     // y[T, N] = x[T, K] · W[N, K]ᵀ is column-major yᵀ[N, T] = op_T(W as [K, N]) · xᵀ[K, T].
     const int n = static_cast<int>(N), t = static_cast<int>(T), k = static_cast<int>(K);
@@ -410,19 +406,27 @@ Status CudaBackend::matmul(const MatmulArgs& args) {
     return Status::ok();
 }
 
-Status CudaBackend::gemm_bf16_rows(const MatmulArgs& args, const void* x_bf16) {
-    // Row-major y[T, N] = x[T, K] · W[N, K]ᵀ is column-major yᵀ[N, T] = op_T(W as [K, N]) · xᵀ[K, T].
-    const int n = static_cast<int>(args.out_features), t = static_cast<int>(args.num_rows),
-              k = static_cast<int>(args.in_features);
-    const float alpha = 1.0f, beta = 0.0f;
+Status CudaBackend::bf16_gemms(const MatmulGroupArgs& group) {
+    for (int i = 0; i < group.num_matmuls; ++i) EPI_RETURN_IF_ERROR(cublas_sizes_check(group.matmuls[i]));
+    const MatmulArgs& first = group.matmuls[0];
+    const int64_t T = first.num_rows, K = first.in_features;
+    EPI_ASSIGN_OR_RETURN(DeviceBuffer x_bf16, DeviceBuffer::alloc(*this, static_cast<size_t>(T * K) * 2));
+    EPI_CUDA_CHECK(cuda::launch_f32_rows_to_bf16(first.x, first.x_row_stride, T, K, x_bf16.data(), stream_));
     EPI_CUBLAS_CHECK(cublasSetMathMode(cublas_, CUBLAS_DEFAULT_MATH));
-    EPI_CUBLAS_CHECK(cublasGemmEx(cublas_, CUBLAS_OP_T, CUBLAS_OP_N, n, t, k, &alpha, args.w, CUDA_R_16BF, k,
-                                  x_bf16, CUDA_R_16BF, k, &beta, args.y, CUDA_R_32F,
-                                  static_cast<int>(args.y_row_stride), CUBLAS_COMPUTE_32F,
-                                  CUBLAS_GEMM_DEFAULT));
-    if (args.bias != nullptr) {
-        EPI_CUDA_CHECK(cuda::launch_add_bias(args.y, args.y_row_stride, args.bias, args.bias_dtype,
-                                             args.num_rows, args.out_features, stream_));
+    const float alpha = 1.0f, beta = 0.0f;
+    for (int i = 0; i < group.num_matmuls; ++i) {
+        const MatmulArgs& m = group.matmuls[i];
+        if (m.out_features == 0) continue;
+        // Row-major y[T, N] = x[T, K] · W[N, K]ᵀ is column-major yᵀ[N, T] = op_T(W as [K, N]) · xᵀ[K, T].
+        const int n = static_cast<int>(m.out_features), t = static_cast<int>(T), k = static_cast<int>(K);
+        EPI_CUBLAS_CHECK(cublasGemmEx(cublas_, CUBLAS_OP_T, CUBLAS_OP_N, n, t, k, &alpha, m.w, CUDA_R_16BF, k,
+                                      x_bf16.data(), CUDA_R_16BF, k, &beta, m.y, CUDA_R_32F,
+                                      static_cast<int>(m.y_row_stride), CUBLAS_COMPUTE_32F,
+                                      CUBLAS_GEMM_DEFAULT));
+        if (m.bias != nullptr) {
+            EPI_CUDA_CHECK(
+                cuda::launch_add_bias(m.y, m.y_row_stride, m.bias, m.bias_dtype, T, m.out_features, stream_));
+        }
     }
     return Status::ok();
 }
@@ -442,14 +446,7 @@ Status CudaBackend::matmul_group(const MatmulGroupArgs& group) {
     if (!one_dtype || !tensor_core_matmul(first.w_dtype)) return Backend::matmul_group(group);
     // The entries share x: rounded to bf16 once for all of them (measured on the H200, Qwen3-30B-A3B decode
     // at 256 rows: q, k and v each converted x again, 3.2 µs a launch; docs/benchmarks/serving.md).
-    for (int i = 0; i < group.num_matmuls; ++i) EPI_RETURN_IF_ERROR(cublas_sizes_check(group.matmuls[i]));
-    EPI_ASSIGN_OR_RETURN(DeviceBuffer x_bf16, DeviceBuffer::alloc(*this, static_cast<size_t>(T * K) * 2));
-    EPI_CUDA_CHECK(cuda::launch_f32_rows_to_bf16(first.x, first.x_row_stride, T, K, x_bf16.data(), stream_));
-    for (int i = 0; i < group.num_matmuls; ++i) {
-        if (group.matmuls[i].out_features > 0)
-            EPI_RETURN_IF_ERROR(gemm_bf16_rows(group.matmuls[i], x_bf16.data()));
-    }
-    return Status::ok();
+    return bf16_gemms(group);
 }
 
 Status CudaBackend::batched_matmul(const BatchedMatmulArgs& a) {
