@@ -227,8 +227,16 @@ Status kv_cache_store_check(const KvCacheStoreArgs& a) {
     return check_not_null(op, "slot_mapping", a.slot_mapping);
 }
 
+QkvTokenStrides qkv_token_strides(const QkNormRopeKvStoreArgs& a) {
+    const int64_t q_row = a.num_heads * a.head_dim, kv_row = a.num_kv_heads * a.head_dim;
+    return {a.q_token_stride != 0 ? a.q_token_stride : q_row,
+            a.k_token_stride != 0 ? a.k_token_stride : kv_row,
+            a.v_token_stride != 0 ? a.v_token_stride : kv_row};
+}
+
 QkNormRopeKvStoreParts qk_norm_rope_kv_store_parts(const QkNormRopeKvStoreArgs& a) {
     const int64_t D = a.head_dim, kv_row = a.num_kv_heads * D;
+    const QkvTokenStrides strides = qkv_token_strides(a);
     QkNormRopeKvStoreParts p;
     const auto norm = [&](RmsNormArgs& n, float* x, const void* weight, int64_t heads) {
         n.x = n.out = x;
@@ -240,31 +248,32 @@ QkNormRopeKvStoreParts qk_norm_rope_kv_store_parts(const QkNormRopeKvStoreArgs& 
     };
     norm(p.q_norm, a.q, a.q_norm, a.num_heads);
     norm(p.k_norm, a.k, a.k_norm, a.num_kv_heads);
-    const auto rope = [&](RopeArgs& r, float* x, int64_t heads) {
+    const auto rope = [&](RopeArgs& r, float* x, int64_t heads, int64_t token_stride) {
         r.x = x;
         r.positions = a.positions;
         r.inv_freq = a.inv_freq;
         r.attention_scaling = a.attention_scaling;
         r.num_tokens = a.num_tokens;
         r.num_heads = heads;
-        r.token_stride = heads * D;
+        r.token_stride = token_stride;
         r.head_stride = D;
         r.rotary_dim = a.rotary_dim;
         r.interleaved = a.interleaved;
     };
-    rope(p.q_rope, a.q, a.num_heads);
-    rope(p.k_rope, a.k, a.num_kv_heads);
-    const auto store = [&](KvCacheStoreArgs& s, const float* src, void* pool) {
+    rope(p.q_rope, a.q, a.num_heads, strides.q);
+    rope(p.k_rope, a.k, a.num_kv_heads, strides.k);
+    const auto store = [&](KvCacheStoreArgs& s, const float* src, void* pool, int64_t token_stride) {
         s.src = src;
         s.pool = pool;
         s.pool_dtype = a.pool_dtype;
         s.slot_mapping = a.slot_mapping;
         s.num_tokens = a.num_tokens;
-        s.width = s.src_row_stride = kv_row;
+        s.width = kv_row;
+        s.src_row_stride = token_stride;
         s.num_pool_rows = a.num_pool_rows;
     };
-    store(p.k_store, a.k, a.k_pool);
-    store(p.v_store, a.v, a.v_pool);
+    store(p.k_store, a.k, a.k_pool, strides.k);
+    store(p.v_store, a.v, a.v_pool, strides.v);
     return p;
 }
 
@@ -277,6 +286,10 @@ Status qk_norm_rope_kv_store_check(const QkNormRopeKvStoreArgs& a) {
     }
     if ((a.q_norm == nullptr) != (a.k_norm == nullptr))
         return bad(op, "q_norm and k_norm must both be set or both null");
+    const QkvTokenStrides strides = qkv_token_strides(a);
+    EPI_RETURN_IF_ERROR(check_stride(op, "q_token_stride", strides.q, a.num_heads * a.head_dim));
+    EPI_RETURN_IF_ERROR(check_stride(op, "k_token_stride", strides.k, a.num_kv_heads * a.head_dim));
+    EPI_RETURN_IF_ERROR(check_stride(op, "v_token_stride", strides.v, a.num_kv_heads * a.head_dim));
     const QkNormRopeKvStoreParts p = qk_norm_rope_kv_store_parts(a);
     EPI_RETURN_IF_ERROR(rms_norm_check(p.q_norm));
     EPI_RETURN_IF_ERROR(rms_norm_check(p.k_norm));

@@ -60,9 +60,12 @@ struct MatmulArgs {
     int64_t y_row_stride = 0;  // ≥ N
 };
 
-// Projections of the same rows in one op: q, k and v; gate and up (vLLM's QKVParallelLinear and
-// MergedColumnParallelLinear concatenate the weights at load; here each keeps its own tensor). Defined as the
-// matmul op on each entry in order; every entry has the same x, x_row_stride, num_rows and in_features.
+// Projections of the same rows in one op: q, k and v; gate and up. Defined as the matmul op on each entry in
+// order; every entry has the same x, x_row_stride, num_rows and in_features. Where the entries are stacked —
+// each weight right after the previous one in memory, in one dtype (as vLLM's QKVParallelLinear concatenates
+// them at load; model_weights.cc binds q, k and v so), each y the columns right after the previous one's in
+// rows of one stride, biases stacked too or all null — a backend may run them as one matmul of the
+// concatenated weights (CudaBackend: one cuBLAS GEMM instead of one per entry).
 struct MatmulGroupArgs {
     static constexpr int kMaxMatmuls = 4;
     MatmulArgs matmuls[kMaxMatmuls];
@@ -176,9 +179,12 @@ struct KvCacheStoreArgs {
 // cache's pools. Defined as the six ops of qk_norm_rope_kv_store_parts() run in order: rms_norm of q and
 // of k, rope of q and of k, kv_cache_store of k and of v (Backend's default implementation runs them).
 struct QkNormRopeKvStoreArgs {
-    float* q = nullptr;            // [T, Nh, D] fp32, device, packed: normed and rotated in place
-    float* k = nullptr;            // [T, Nkv, D] fp32, device, packed: normed and rotated in place
-    const float* v = nullptr;      // [T, Nkv, D] fp32, device, packed
+    float* q = nullptr;  // [T, Nh, D] fp32, device, token stride q_token_stride: normed and rotated in place
+    float* k = nullptr;  // [T, Nkv, D] fp32, device, token stride k_token_stride: normed and rotated in place
+    const float* v = nullptr;  // [T, Nkv, D] fp32, device, token stride v_token_stride
+    // Elements between consecutive tokens' rows; 0: packed (Nh·D for q, Nkv·D for k and v). The GQA layer
+    // passes q, k and v as column blocks of one [T, (Nh + 2·Nkv)·D] projection output (attention_gqa.cc).
+    int64_t q_token_stride = 0, k_token_stride = 0, v_token_stride = 0;
     int64_t num_tokens = 0;        // T (0 allowed)
     int64_t num_heads = 0;         // Nh
     int64_t num_kv_heads = 0;      // Nkv
@@ -200,13 +206,19 @@ struct QkNormRopeKvStoreArgs {
 };
 
 // The ops QkNormRopeKvStoreArgs is defined as, in the order they run (q_norm/k_norm: num_rows 0 without
-// norm weights).
+// norm weights). The norms' rows are those of packed q and k (T·Nh and T·Nkv rows of D); the default
+// implementation runs strided q and k through packed copies.
 struct QkNormRopeKvStoreParts {
     RmsNormArgs q_norm, k_norm;
     RopeArgs q_rope, k_rope;
     KvCacheStoreArgs k_store, v_store;
 };
 QkNormRopeKvStoreParts qk_norm_rope_kv_store_parts(const QkNormRopeKvStoreArgs& args);
+// The token strides of q, k and v with 0 resolved to the packed widths.
+struct QkvTokenStrides {
+    int64_t q = 0, k = 0, v = 0;
+};
+QkvTokenStrides qkv_token_strides(const QkNormRopeKvStoreArgs& args);
 
 // How one row's token is chosen (ArgmaxArgs::draws; the engine's Sampler fills it from a request's
 // SamplingParams). Greedy when inv_temperature is 0 (the other fields unused). Otherwise a draw from

@@ -51,8 +51,11 @@ Status linear_group_forward(Backend& backend, std::initializer_list<LinearOutput
                                 std::to_string(MatmulGroupArgs::kMaxMatmuls));
     }
     MatmulGroupArgs group;
-    for (const LinearOutput& part : parts)
-        group.matmuls[group.num_matmuls++] = linear_args(*part.linear, x, num_rows, part.y, 0);
+    for (const LinearOutput& part : parts) {
+        MatmulArgs& m = group.matmuls[group.num_matmuls++];
+        m = linear_args(*part.linear, x, num_rows, part.y, 0);
+        if (part.y_row_stride != 0) m.y_row_stride = part.y_row_stride;
+    }
     return backend.matmul_group(group);
 }
 

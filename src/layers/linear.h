@@ -37,11 +37,13 @@ Status linear_forward(Backend& backend, const Linear& linear, const float* x, in
                       int64_t x_row_stride = 0);
 
 // Projections of the same x in one op (matmul_group: q, k and v; gate and up): y_i = x · W_iᵀ + b_i.
-// x: [T, K] fp32 device, contiguous; each y_i: [T, N_i] fp32 device, contiguous. At most
-// MatmulGroupArgs::kMaxMatmuls parts, all with in_features K.
+// x: [T, K] fp32 device, contiguous; each y_i: [T, N_i] fp32 device, row stride y_row_stride (0: N_i,
+// contiguous). At most MatmulGroupArgs::kMaxMatmuls parts, all with in_features K. Parts whose weights are
+// stacked (model_weights.cc) and whose y_i are adjacent column blocks of one output may run as one matmul.
 struct LinearOutput {
     const Linear* linear = nullptr;
     float* y = nullptr;
+    int64_t y_row_stride = 0;
 };
 Status linear_group_forward(Backend& backend, std::initializer_list<LinearOutput> parts, const float* x,
                             int64_t num_rows);

@@ -103,47 +103,56 @@ public:
     // `slice` of a tensor (the whole tensor when slice.dim < 0): in place when the source has it in host
     // memory and the backend reads host memory, else copied (only the slice is read).
     Result<const void*> slice_data(const TensorInfo& info, const TensorSlice& slice) {
-        const std::vector<int64_t>& shape = info.shape;
-        if (slice.dim >= 0 && slice.range.end() > shape[static_cast<size_t>(slice.dim)]) {
-            return invalid_argument(fmt::format(
-                "{}: '{}': slice [{}, {}) of dimension {} exceeds its size {}", source_.name(), info.name,
-                slice.range.begin, slice.range.end(), slice.dim, shape[static_cast<size_t>(slice.dim)]));
-        }
-        const size_t bytes = tensor_slice_bytes(info, slice);
-        if (dry_run_) {
-            add_bytes(bytes);
-            return static_cast<const void*>(&kPlaceholder);
-        }
-        const void* in_place =
-            slice.dim < 0 && backend_.host_accessible() ? source_.host_data(info) : nullptr;
-        if (in_place != nullptr) {
-            add_bytes(bytes);
-            return in_place;
-        }
-        EPI_ASSIGN_OR_RETURN(DeviceBuffer copy, DeviceBuffer::alloc(backend_, bytes));
-        EPI_RETURN_IF_ERROR(source_.write_to_device(info, slice, copy.data()));
-        owned_.push_back(std::move(copy));
-        add_bytes(bytes);
-        return static_cast<const void*>(owned_.back().data());
+        EPI_ASSIGN_OR_RETURN(std::vector<const void*> data, stacked_data({{&info, slice}}));
+        return data[0];
     }
+
+    // A part of a stack of linears: PREFIX.weight [N, K] and PREFIX.bias [N], the part `shard` of them.
+    struct LinearPart {
+        std::string prefix;
+        LinearShard shard;
+    };
 
     // PREFIX.weight [N, K] and, when with_bias, PREFIX.bias [N]; the part `shard` of them.
     Result<Linear> linear(const std::string& prefix, bool with_bias, const LinearShard& shard = {}) {
-        EPI_ASSIGN_OR_RETURN(const TensorInfo* w, entry(prefix + ".weight"));
-        if (w->shape.size() != 2)
-            return invalid_argument(source_.name() + ": '" + prefix + ".weight' is not 2-D");
-        Linear lin;
-        EPI_ASSIGN_OR_RETURN(lin.weight, slice_data(*w, TensorSlice{shard.dim, shard.range}));
-        lin.dtype = w->dtype;
-        lin.out_features = shard.dim == 0 ? shard.range.size : w->shape[0];
-        lin.in_features = shard.dim == 1 ? shard.range.size : w->shape[1];
-        if (with_bias && shard.keep_bias) {
-            EPI_ASSIGN_OR_RETURN(const TensorInfo* b, entry(prefix + ".bias"));
-            const TensorSlice bias_slice = shard.dim == 0 ? TensorSlice{0, shard.range} : TensorSlice{};
-            EPI_ASSIGN_OR_RETURN(lin.bias, slice_data(*b, bias_slice));
-            lin.bias_dtype = b->dtype;
+        EPI_ASSIGN_OR_RETURN(std::vector<Linear> one, linears({{prefix, shard}}, with_bias));
+        return one[0];
+    }
+
+    // linear() of each part, their weights copied one right after another into one device allocation (and
+    // their biases into another), so that a matmul_group of them may run as one matmul of the concatenated
+    // weights (op_args.h MatmulGroupArgs; vLLM's QKVParallelLinear concatenates q, k and v at load too).
+    Result<std::vector<Linear>> linears(const std::vector<LinearPart>& parts, bool with_bias) {
+        std::vector<Piece> weights, biases;
+        for (const LinearPart& part : parts) {
+            EPI_ASSIGN_OR_RETURN(const TensorInfo* w, entry(part.prefix + ".weight"));
+            if (w->shape.size() != 2)
+                return invalid_argument(source_.name() + ": '" + part.prefix + ".weight' is not 2-D");
+            weights.push_back({w, TensorSlice{part.shard.dim, part.shard.range}});
+            if (with_bias && part.shard.keep_bias) {
+                EPI_ASSIGN_OR_RETURN(const TensorInfo* b, entry(part.prefix + ".bias"));
+                biases.push_back({b, part.shard.dim == 0 ? TensorSlice{0, part.shard.range} : TensorSlice{}});
+            }
         }
-        return lin;
+        EPI_ASSIGN_OR_RETURN(std::vector<const void*> weight_data, stacked_data(weights));
+        EPI_ASSIGN_OR_RETURN(std::vector<const void*> bias_data, stacked_data(biases));
+        std::vector<Linear> out;
+        size_t next_bias = 0;
+        for (size_t i = 0; i < parts.size(); ++i) {
+            const LinearShard& shard = parts[i].shard;
+            const TensorInfo& w = *weights[i].info;
+            Linear lin;
+            lin.weight = weight_data[i];
+            lin.dtype = w.dtype;
+            lin.out_features = shard.dim == 0 ? shard.range.size : w.shape[0];
+            lin.in_features = shard.dim == 1 ? shard.range.size : w.shape[1];
+            if (with_bias && shard.keep_bias) {
+                lin.bias = bias_data[next_bias];
+                lin.bias_dtype = biases[next_bias++].info->dtype;
+            }
+            out.push_back(lin);
+        }
+        return out;
     }
 
     Result<RmsNormWeight> norm(const std::string& name, float eps) {
@@ -214,6 +223,64 @@ private:
     // Placeholder target of a dry run's views (never read).
     static constexpr float kPlaceholder = 0.0f;
 
+    // `slice` of a tensor (the whole tensor when slice.dim < 0).
+    struct Piece {
+        const TensorInfo* info = nullptr;
+        TensorSlice slice;
+    };
+
+    // The pieces' data: in place where the source has a whole tensor in host memory and the backend reads
+    // host memory; else copies (only the slices are read), one right after another in one allocation when
+    // every piece is copied and all share a dtype (one allocation each otherwise). A dry run only counts the
+    // bytes.
+    Result<std::vector<const void*>> stacked_data(const std::vector<Piece>& pieces) {
+        size_t total = 0;
+        for (const Piece& p : pieces) {
+            const std::vector<int64_t>& shape = p.info->shape;
+            const TensorSlice& slice = p.slice;
+            if (slice.dim >= 0 && slice.range.end() > shape[static_cast<size_t>(slice.dim)]) {
+                return invalid_argument(
+                    fmt::format("{}: '{}': slice [{}, {}) of dimension {} exceeds its size {}",
+                                source_.name(), p.info->name, slice.range.begin, slice.range.end(), slice.dim,
+                                shape[static_cast<size_t>(slice.dim)]));
+            }
+            total += tensor_slice_bytes(*p.info, slice);
+        }
+        const auto in_place = [&](const Piece& p) -> const void* {
+            return p.slice.dim < 0 && backend_.host_accessible() ? source_.host_data(*p.info) : nullptr;
+        };
+        const bool stackable =
+            !dry_run_ && pieces.size() > 1 && std::all_of(pieces.begin(), pieces.end(), [&](const Piece& p) {
+                return p.info->dtype == pieces[0].info->dtype && in_place(p) == nullptr;
+            });
+        unsigned char* stack = nullptr;
+        if (stackable) {
+            EPI_ASSIGN_OR_RETURN(DeviceBuffer buffer, DeviceBuffer::alloc(backend_, total));
+            stack = static_cast<unsigned char*>(buffer.data());
+            owned_.push_back(std::move(buffer));
+        }
+        std::vector<const void*> out;
+        for (const Piece& p : pieces) {
+            const size_t bytes = tensor_slice_bytes(*p.info, p.slice);
+            if (dry_run_) {
+                out.push_back(&kPlaceholder);
+            } else if (in_place(p) != nullptr) {
+                out.push_back(in_place(p));
+            } else if (stack != nullptr) {
+                EPI_RETURN_IF_ERROR(source_.write_to_device(*p.info, p.slice, stack));
+                out.push_back(stack);
+                stack += bytes;
+            } else {
+                EPI_ASSIGN_OR_RETURN(DeviceBuffer copy, DeviceBuffer::alloc(backend_, bytes));
+                EPI_RETURN_IF_ERROR(source_.write_to_device(*p.info, p.slice, copy.data()));
+                owned_.push_back(std::move(copy));
+                out.push_back(owned_.back().data());
+            }
+            add_bytes(bytes);
+        }
+        return out;
+    }
+
     void add_bytes(size_t bytes) {
         bytes_ += static_cast<int64_t>(bytes);
         if (progress_ != nullptr && *progress_) (*progress_)(std::min(bytes_, bytes_total_), bytes_total_);
@@ -237,9 +304,14 @@ Status bind_gqa(WeightBinder& b, const ModelConfig& c, const ShardPlan& sp, cons
         split && !a.full_qk_projection ? rows_shard(a.head_begin * D, a.num_heads * D) : LinearShard{};
     const LinearShard kv_rows = split ? rows_shard(a.kv_head_begin * D, a.num_kv_heads * D) : LinearShard{};
     const LinearShard k_rows = a.full_qk_projection ? LinearShard{} : kv_rows;
-    EPI_ASSIGN_OR_RETURN(w.q_proj, b.linear(p + ".q_proj", c.attention_bias, q_rows));
-    EPI_ASSIGN_OR_RETURN(w.k_proj, b.linear(p + ".k_proj", c.attention_bias, k_rows));
-    EPI_ASSIGN_OR_RETURN(w.v_proj, b.linear(p + ".v_proj", c.attention_bias, kv_rows));
+    // Stacked, so that the projections run as one matmul (attention_gqa.cc).
+    EPI_ASSIGN_OR_RETURN(
+        std::vector<Linear> qkv,
+        b.linears({{p + ".q_proj", q_rows}, {p + ".k_proj", k_rows}, {p + ".v_proj", kv_rows}},
+                  c.attention_bias));
+    w.q_proj = qkv[0];
+    w.k_proj = qkv[1];
+    w.v_proj = qkv[2];
     const LinearShard o_cols =
         split ? cols_shard(a.head_begin * D, a.num_heads * D, sp.attn_tp_rank == 0) : LinearShard{};
     EPI_ASSIGN_OR_RETURN(w.o_proj, b.linear(p + ".o_proj", c.attention_out_bias, o_cols));

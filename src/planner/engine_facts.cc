@@ -12,14 +12,14 @@ EngineKernels engine_kernels(const ModelCosts& m, int64_t rows, int64_t moe_toke
     } else if (m.qk_norm_full_projection && attn_tp > 1) {  // q, k (each normed and sliced) and v alone
         k.attention = 11 + 4 * big;
     } else {  // per-head q/k norms run inside qk_norm_rope_kv_store; whole-projection ones before it
-        k.attention = 5 + (m.qk_norm_full_projection ? 2 : 0) + 6 * big;
+        k.attention = 5 + (m.qk_norm_full_projection ? 2 : 0) + 2 * big;
     }
     // Up to kEngineMoeGemvMaxTokens tokens the gemv tile reads the fp32 x itself: no f32→bf16 kernel.
     k.moe = (moe_tokens <= kEngineMoeGemvMaxTokens ? 6 : 7) + big;
     // One token: pick mode (CudaMoeTiling::picks), the gemv reads the top-k ids, no permutation plan.
     if (moe_tokens != 1) k.moe += engine_moe_permute_kernels(rows * m.top_k, m.n_experts);
-    if (m.shared_width > 0) k.moe += 4 + 4 * big + (m.shared_expert_gate ? 1 + big : 0);
-    k.dense_mlp = 4 + 4 * big;
+    if (m.shared_width > 0) k.moe += 4 + 3 * big + (m.shared_expert_gate ? 1 + big : 0);
+    k.dense_mlp = 4 + 3 * big;
     k.head = 4 + big;
     k.stage_send = 1;
     return k;
@@ -104,20 +104,20 @@ EngineActivationBytes engine_activation_bytes(const ModelCosts& m, int attn_tp, 
         const double kv_w = static_cast<double>(kv_heads_per_rank * m.head_dim);
         const double qkf = m.qk_norm_full_projection ? 1.0 : 0.0;
         b.attention_per_token =
-            a * (8 * H + (6 + 2 * qkf) * q_w + (7 + 2 * qkf) * kv_w) + big * 4 * (3 * H + q_w);
+            a * (8 * H + (6 + 2 * qkf) * q_w + (7 + 2 * qkf) * kv_w) + big * 4 * (H + q_w);
     }
     if (m.n_experts > 0) {
         b.moe_per_token = a * (7 * H + 2 * static_cast<double>(m.n_experts)) + e * H + big * 4 * H;
         b.moe_per_pair = e * (5 * H + 2 * static_cast<double>(m.expert_width) / mtp);
         if (m.shared_width > 0) {
             const double F = static_cast<double>(m.shared_width) / tp;
-            b.moe_per_token += a * (6 * H + 6 * F) + big * 4 * (2 * H + F);
+            b.moe_per_token += a * (6 * H + 6 * F) + big * 4 * (H + F);
             if (m.shared_expert_gate) b.moe_per_token += a * H + big * 4 * H;
         }
     }
     if (m.dense_width > 0) {
         const double F = static_cast<double>(m.dense_width) / tp;
-        b.dense_mlp_per_token = a * (7 * H + 6 * F) + big * 4 * (2 * H + F);
+        b.dense_mlp_per_token = a * (7 * H + 6 * F) + big * 4 * (H + F);
     }
     b.head_per_row = a * (4 * H + 2 * static_cast<double>(m.vocab) / tp) + big * 4 * H;
     b.stage_send_per_token = a * H;

@@ -17,8 +17,10 @@
 //                     reads W once (backend/cuda/kernels/matmul_small_t.cuh kMatmulSmallTMaxRows); the
 //                     projections of one input, GQA's q, k and v and a dense MLP's (or shared experts') gate
 //                     and up, run as one launch of it (77f1e2f: Backend::matmul_group, layers/linear.h
-//                     linear_group_forward); above, each projection runs alone: an f32→bf16 conversion of x
-//                     and a cuBLAS GEMM
+//                     linear_group_forward); above, a group's x is converted f32→bf16 once (3658571) for
+//                     its cuBLAS GEMMs, and GQA's q, k and v, stacked at load (models/model_weights.cc),
+//                     are one GEMM into column blocks of one output (CudaBackend::bf16_gemms); gate and up
+//                     stay two GEMMs
 // Kernels per layer (one rank), `qkf` = 1 with q/k norms over the whole projection (OLMoE), `big` = 1 when
 // rows > 16 (counted as the CUDA engine launches them, graph memset nodes included;
 // backend/cuda/cuda_backend.cc). Since fdefb56 a block's residual add runs inside the next RMSNorm
@@ -27,8 +29,8 @@
 // norm or the final norm, so no block launches an add of its own. On a pipeline stage that sends to the
 // next, the last layer's add runs alone before the send (EngineKernels::stage_send); with an observer every
 // MLP add does (tests only, not priced).
-//   GQA attention  5 + 2·qkf + 6·big   input norm, [q, k, v] (one launch up to 16 rows; above, q, k and v
-//                                       each a conversion and a GEMM), [q_norm, k_norm over the whole
+//   GQA attention  5 + 2·qkf + 2·big   input norm, [q, k, v] (one launch up to 16 rows; above, one
+//                                       conversion and one GEMM), [q_norm, k_norm over the whole
 //                                       projection], qk_norm_rope_kv_store (fdefb56, layers/attention_gqa.cc:
 //                                       per-head q/k norms, rope q and k, kv store k and v in one kernel on
 //                                       CUDA for half-split RoPE with rotary_dim ≤ 256 and head_dim −
@@ -39,7 +41,8 @@
 //                  11 + 4·big          whole-projection q/k norms under attention TP (OLMoE at attn_tp > 1:
 //                                       GqaAttentionParams::full_num_heads, project_full_then_slice): q, its
 //                                       norm, the copy of this rank's heads (cudaMemcpy2DAsync), the same
-//                                       three for k, then v, each alone (no group), then as above
+//                                       three for k, then v, each alone (no group: a conversion and a GEMM
+//                                       each past 16 rows), then as above
 //   MLA attention  16 + 4·big (14 + 3·big without q_lora)   input norm, q_a, q_a norm, q_b, rope q, kv_a,
 //                                       kv_a norm, rope latent, kv store, the absorbed form of decode rows
 //                                       (layers/attention_mla.h: bf16 pack and batched GEMM of q_nope · W_UK,
@@ -56,10 +59,11 @@
 //                                       pick mode (b47ccaa; cuda_moe_layer.cc moe_step_tiling,
 //                                       CudaMoeTiling::picks) makes its K picks the gemv's rows, each
 //                                       reading its expert from the top-k ids, with no permutation plan
-//                  + 4 + 4·big per layer with shared experts ([gate, up] as one launch up to 16 rows,
+//                  + 4 + 3·big per layer with shared experts ([gate, up] as one launch up to 16 rows,
 //                                       silu·mul, down, and the add of their output into the routed one;
 //                                       + 1 + big with a sigmoid shared-expert gate, a matmul alone)
-//   dense MLP      4 + 4·big            post norm, [gate, up] (one launch up to 16 rows), silu·mul, down
+//   dense MLP      4 + 3·big            post norm, [gate, up] (one launch up to 16 rows; above, one
+//                                       conversion and two GEMMs), silu·mul, down
 //   head           4 + big              embedding, final norm, LM head, argmax
 // Not counted (they need the GPU's SM count, which profiles do not give, or the context):
 //   - attention's combine kernel, launched when the keys are split over blocks: fewer blocks than the
@@ -70,8 +74,9 @@
 //   - the split-K tile counters' memset, one node when the narrow MoE tile splits K (a grid under 4 waves:
 //     Qwen3-30B-A3B at 5–10 rows on 132 SMs; never with the ≤ 4-row kGemv tile or the wide tile).
 // Qwen3-30B-A3B (contexts ≤ 256): 5 + 6 = 11 kernels per layer at 1 row (pick mode), 5 + 8 = 13 at 8,
-// 11 + 9 = 20 at 64, 11 + 12 = 23 at 256, 11 + 17 = 28 at 1024; 48 × 11 + 4 = 532 per decode step at one
-// row (580 before the gemv read the fp32 x, the count h200_epinfer_2026-11-30d.json was fitted with).
+// 7 + 9 = 16 at 64, 7 + 12 = 19 at 256, 7 + 17 = 24 at 1024 (past 16 rows 11 + … until 3658571 converted a
+// group's x once, 9 + … until q, k and v were stacked); 48 × 11 + 4 = 532 per decode step at one row (580
+// before the gemv read the fp32 x, the count h200_epinfer_2026-11-30d.json was fitted with).
 // Before 77f1e2f (fdefb56's engine): q, k and v three launches at every row count, gate and up two
 // (GQA attention 7 + 2·qkf + 4·big, shared experts + 5 + 3·big, dense MLP 5 + 3·big): 14, 15 per
 // Qwen3-30B-A3B layer at 1 and 8 rows, 676 per decode step at one row, the count

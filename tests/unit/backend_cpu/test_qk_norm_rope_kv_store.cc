@@ -3,6 +3,7 @@
 // rotary and without norms; bad arguments are refused with a line naming the field.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <memory>
@@ -120,6 +121,48 @@ TEST(QkNormRopeKvStore, EqualsTheSixOpsInOrder) {
     }
 }
 
+// q, k and v as column blocks of one [T, (Nh + 2·Nkv)·D] buffer with padding (the GQA layer's stacked
+// projection output): the same q, k and pools as packed, bit for bit, and the padding untouched.
+TEST(QkNormRopeKvStore, StridedRowsEqualPacked) {
+    auto backend = make_cpu_backend(2);
+    for (bool norms : {false, true}) {
+        PrepCase packed, strided;
+        const int64_t T = packed.T, q_row = packed.Nh * packed.D, kv_row = packed.Nkv * packed.D;
+        const int64_t S = q_row + 2 * kv_row + 5;  // token stride, 5 floats of padding
+        std::vector<float> qkv = random_floats(static_cast<size_t>(T * S), 8);
+        const std::vector<float> qkv0 = qkv;
+        for (int64_t t = 0; t < T; ++t) {
+            std::copy_n(packed.q.begin() + t * q_row, q_row, qkv.begin() + t * S);
+            std::copy_n(packed.k.begin() + t * kv_row, kv_row, qkv.begin() + t * S + q_row);
+            std::copy_n(packed.v.begin() + t * kv_row, kv_row, qkv.begin() + t * S + q_row + kv_row);
+        }
+        ASSERT_TRUE(backend->qk_norm_rope_kv_store(packed.args(norms)).is_ok());
+        QkNormRopeKvStoreArgs a = strided.args(norms);
+        a.q = qkv.data();
+        a.k = qkv.data() + q_row;
+        a.v = qkv.data() + q_row + kv_row;
+        a.q_token_stride = a.k_token_stride = a.v_token_stride = S;
+        ASSERT_TRUE(backend->qk_norm_rope_kv_store(a).is_ok());
+        std::vector<float> got_q, got_k;
+        for (int64_t t = 0; t < T; ++t) {
+            got_q.insert(got_q.end(), qkv.begin() + t * S, qkv.begin() + t * S + q_row);
+            got_k.insert(got_k.end(), qkv.begin() + t * S + q_row, qkv.begin() + t * S + q_row + kv_row);
+            // v and the padding are only read.
+            EXPECT_TRUE(std::equal(qkv.begin() + t * S + q_row + kv_row,
+                                   qkv.begin() + t * S + q_row + 2 * kv_row, strided.v.begin() + t * kv_row))
+                << "v of token " << t;
+            EXPECT_TRUE(std::equal(qkv.begin() + t * S + q_row + 2 * kv_row, qkv.begin() + (t + 1) * S,
+                                   qkv0.begin() + t * S + q_row + 2 * kv_row))
+                << "padding of token " << t;
+        }
+        expect_same(got_q, packed.q, "q");
+        expect_same(got_k, packed.k, "k");
+        expect_same(strided.k_pool, packed.k_pool, "k pool");
+        expect_same(strided.v_pool, packed.v_pool, "v pool");
+        EXPECT_NE(packed.q, PrepCase().q);
+    }
+}
+
 TEST(QkNormRopeKvStore, BadArgumentsNameTheField) {
     auto backend = make_cpu_backend(1);
     const auto expect_refused = [&](QkNormRopeKvStoreArgs a, const std::string& text) {
@@ -140,6 +183,9 @@ TEST(QkNormRopeKvStore, BadArgumentsNameTheField) {
     a = c.args(false);
     a.v_pool = nullptr;
     expect_refused(a, "pool");
+    a = c.args(false);
+    a.k_token_stride = 23;
+    expect_refused(a, "k_token_stride 23 is below 24");
     a = c.args(false);
     c.slots[1] = 7;
     expect_refused(a, "slot_mapping[1] = 7");

@@ -329,6 +329,75 @@ TEST_F(CudaBackendTest, MatmulGroup) {
     }
 }
 
+// matmul_group of stacked entries (MatmulGroupArgs: the weights one right after another in one buffer, the
+// outputs adjacent column blocks of rows of one stride, biases stacked or none) against the CPU, which runs
+// each entry: the few-row kernel up to 16 rows, one cuBLAS GEMM of the concatenated weights above. K = 1001
+// leaves the second and third weights off 16-byte alignment. Every output block and the padding after the
+// last one are compared.
+TEST_F(CudaBackendTest, MatmulGroupStacked) {
+    for (int64_t T : {1, 5, 17, 33, 256}) {
+        for (int64_t K : {136, 1001}) {
+            for (bool bias : {false, true}) {
+                const int64_t ns[] = {257, 64, 72};
+                const int64_t n_all = 257 + 64 + 72, stride = n_all + 3;
+                const std::vector<float> x = random_floats(T * K, 1500 + T * K + bias);
+                const std::vector<uint8_t> w = random_weights(n_all * K, 1600 + K, 0.1f, DType::kBF16);
+                const std::vector<uint8_t> b = random_weights(n_all, 1700, 0.5f, DType::kBF16);
+                std::vector<float> want(T * stride, -5.0f);
+                MatmulGroupArgs group;
+                group.num_matmuls = 3;
+                int64_t n0 = 0;
+                for (int i = 0; i < 3; ++i) {
+                    group.matmuls[i] = MatmulArgs{x.data(),
+                                                  w.data() + n0 * K * 2,
+                                                  DType::kBF16,
+                                                  bias ? b.data() + n0 * 2 : nullptr,
+                                                  DType::kBF16,
+                                                  want.data() + n0,
+                                                  T,
+                                                  ns[i],
+                                                  K,
+                                                  K,
+                                                  stride};
+                    n0 += ns[i];
+                }
+                ASSERT_TRUE(cpu_->matmul_group(group).is_ok());
+                DeviceBuffer d_x = to_gpu(x), d_w = to_gpu(w), d_b = to_gpu(b);
+                DeviceBuffer d_y = to_gpu(std::vector<float>(T * stride, -5.0f));
+                n0 = 0;
+                for (int i = 0; i < 3; ++i) {
+                    group.matmuls[i].x = d_x.f32();
+                    group.matmuls[i].w = static_cast<const uint8_t*>(d_w.data()) + n0 * K * 2;
+                    group.matmuls[i].bias = bias ? static_cast<const uint8_t*>(d_b.data()) + n0 * 2 : nullptr;
+                    group.matmuls[i].y = d_y.f32() + n0;
+                    n0 += ns[i];
+                }
+                ASSERT_TRUE(gpu_->matmul_group(group).is_ok());
+                const std::vector<float> got = from_gpu(d_y, T * stride);
+                n0 = 0;
+                for (int i = 0; i < 3; ++i) {
+                    std::vector<float> got_i, want_i;
+                    for (int64_t t = 0; t < T; ++t) {
+                        got_i.insert(got_i.end(), got.begin() + t * stride + n0,
+                                     got.begin() + t * stride + n0 + ns[i]);
+                        want_i.insert(want_i.end(), want.begin() + t * stride + n0,
+                                      want.begin() + t * stride + n0 + ns[i]);
+                    }
+                    expect_close(
+                        T > 16 ? "matmul_bf16_activations" : "matmul", DType::kBF16,
+                        fmt::format("stacked group T{} K{} entry {}{}", T, K, i, bias ? " bias" : ""), got_i,
+                        want_i);
+                    n0 += ns[i];
+                }
+                for (int64_t t = 0; t < T; ++t) {
+                    for (int64_t j = n_all; j < stride; ++j)
+                        ASSERT_EQ(got[t * stride + j], -5.0f) << "padding";
+                }
+            }
+        }
+    }
+}
+
 // Per-head matmuls (cuBLAS strided batched): BF16 weights with x rounded to bf16 (tolerance
 // "matmul_bf16_activations"), F16/F32 weights in fp32 SGEMM; both weight layouts; odd sizes and MLA's
 // shapes (W_UK absorption kKN, W_UV kNK) with x heads inside tokens, padded strides, T = 1 with no token
@@ -745,12 +814,24 @@ TEST_F(CudaBackendTest, QkNormRopeKvStore) {
                     args.num_pool_rows = pool_rows;
                     ASSERT_TRUE(cpu_->qk_norm_rope_kv_store(args).is_ok());
 
+                    // The GPU reads q, k and v as column blocks of one [T, (Nh + 2·Nkv)·D + 3] buffer (the
+                    // GQA layer's stacked projection output) where `stacked`, packed buffers otherwise.
+                    const bool stacked = T != 3;
+                    const int64_t q_row = s.heads * D, S = q_row + 2 * kv_row + 3;
+                    std::vector<float> qkv(T * S, -7.0f);
+                    for (int64_t t = 0; t < T; ++t) {
+                        std::copy_n(q.begin() + t * q_row, q_row, qkv.begin() + t * S);
+                        std::copy_n(k.begin() + t * kv_row, kv_row, qkv.begin() + t * S + q_row);
+                        std::copy_n(v.begin() + t * kv_row, kv_row, qkv.begin() + t * S + q_row + kv_row);
+                    }
+                    DeviceBuffer d_qkv = to_gpu(qkv);
                     DeviceBuffer d_q = to_gpu(q), d_k = to_gpu(k), d_v = to_gpu(v), d_qw = to_gpu(q_w),
                                  d_kw = to_gpu(k_w), d_freq = to_gpu(inv_freq), d_pos = to_gpu(positions),
                                  d_slots = to_gpu(slots), d_kp = to_gpu(pool0), d_vp = to_gpu(pool0);
-                    args.q = d_q.f32();
-                    args.k = d_k.f32();
-                    args.v = d_v.f32();
+                    args.q = stacked ? d_qkv.f32() : d_q.f32();
+                    args.k = stacked ? d_qkv.f32() + q_row : d_k.f32();
+                    args.v = stacked ? d_qkv.f32() + q_row + kv_row : d_v.f32();
+                    args.q_token_stride = args.k_token_stride = args.v_token_stride = stacked ? S : 0;
                     args.q_norm = norms ? d_qw.data() : nullptr;
                     args.k_norm = norms ? d_kw.data() : nullptr;
                     args.positions = static_cast<const int32_t*>(d_pos.data());
@@ -760,13 +841,24 @@ TEST_F(CudaBackendTest, QkNormRopeKvStore) {
                     args.slot_mapping = static_cast<const int64_t*>(d_slots.data());
                     ASSERT_TRUE(gpu_->qk_norm_rope_kv_store(args).is_ok());
                     const std::string what =
-                        fmt::format("Nh {} Nkv {} D {} rot {}{} T{} pool {}{}", s.heads, s.kv_heads, D,
+                        fmt::format("Nh {} Nkv {} D {} rot {}{} T{} pool {}{}{}", s.heads, s.kv_heads, D,
                                     s.rotary_dim, s.interleaved ? " interleaved" : "", T,
-                                    dtype_name(pool_dtype), norms ? " norms" : "");
-                    expect_close("qk_norm_rope_kv_store", DType::kF32, what + " q", from_gpu(d_q, q_n),
-                                 want_q);
-                    expect_close("qk_norm_rope_kv_store", DType::kF32, what + " k", from_gpu(d_k, kv_n),
-                                 want_k);
+                                    dtype_name(pool_dtype), norms ? " norms" : "", stacked ? " stacked" : "");
+                    std::vector<float> got_q = from_gpu(d_q, q_n), got_k = from_gpu(d_k, kv_n);
+                    if (stacked) {
+                        const std::vector<float> got = from_gpu(d_qkv, T * S);
+                        for (int64_t t = 0; t < T; ++t) {
+                            std::copy_n(got.begin() + t * S, q_row, got_q.begin() + t * q_row);
+                            std::copy_n(got.begin() + t * S + q_row, kv_row, got_k.begin() + t * kv_row);
+                            // v and the padding are only read
+                            ASSERT_TRUE(std::equal(got.begin() + t * S + q_row + kv_row,
+                                                   got.begin() + (t + 1) * S,
+                                                   qkv.begin() + t * S + q_row + kv_row))
+                                << what << " token " << t;
+                        }
+                    }
+                    expect_close("qk_norm_rope_kv_store", DType::kF32, what + " q", got_q, want_q);
+                    expect_close("qk_norm_rope_kv_store", DType::kF32, what + " k", got_k, want_k);
                     const auto pool_f32 = [&](const std::vector<uint8_t>& bytes) {
                         std::vector<float> out(static_cast<size_t>(pool_rows * kv_row));
                         for (size_t i = 0; i < out.size(); ++i) {

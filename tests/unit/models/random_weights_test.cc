@@ -17,6 +17,7 @@
 #include "checkpoint/weight_names.h"
 #include "models/model.h"
 #include "models/model_registry.h"
+#include "models/model_weights.h"
 
 namespace epinfer {
 namespace {
@@ -301,6 +302,48 @@ TEST(RandomWeights, TensorSourceValuesAndSlices) {
     ASSERT_NE(o, nullptr);
     const std::vector<uint16_t> k_whole = read(*k, {});
     EXPECT_FALSE(std::equal(k_whole.begin(), k_whole.begin() + 2048, whole.begin()));
+}
+
+// The bound q, k and v projections (copies of the source) lie one right after another in memory, weights and
+// biases, so that a backend may run them as one matmul (op_args.h MatmulGroupArgs); each holds its tensor.
+TEST(RandomWeights, QkvProjectionsAreStacked) {
+    for (const char* name : {"qwen2_moe_tiny", "qwen3_moe_tiny"}) {  // with and without attention biases
+        const ModelConfig config = fixture_config(name);
+        auto backend = make_cpu_backend(1);
+        auto source = make_random_tensor_source(config, RandomWeightsOptions{}, *backend);
+        ASSERT_TRUE(source.is_ok()) << source.status().to_string();
+        auto weights = bind_model_weights(**source, config, *backend);
+        ASSERT_TRUE(weights.is_ok()) << weights.status().to_string();
+        for (size_t l = 0; l < (*weights)->layers.size(); ++l) {
+            const GqaAttentionWeights& w = (*weights)->layers[l].gqa;
+            const std::string prefix = "model.layers." + std::to_string(l) + ".self_attn.";
+            const Linear* parts[] = {&w.q_proj, &w.k_proj, &w.v_proj};
+            const char* names[] = {"q_proj", "k_proj", "v_proj"};
+            for (int i = 0; i < 3; ++i) {
+                const Linear& lin = *parts[i];
+                const std::string what = std::string(name) + " layer " + std::to_string(l) + " " + names[i];
+                const size_t bytes = static_cast<size_t>(lin.out_features * lin.in_features) * 2;
+                if (i > 0) {
+                    const Linear& prev = *parts[i - 1];
+                    const size_t prev_bytes = static_cast<size_t>(prev.out_features * prev.in_features) * 2;
+                    EXPECT_EQ(lin.weight, static_cast<const unsigned char*>(prev.weight) + prev_bytes)
+                        << what;
+                    EXPECT_EQ(lin.bias == nullptr, prev.bias == nullptr) << what;
+                    if (lin.bias != nullptr) {
+                        EXPECT_EQ(lin.bias,
+                                  static_cast<const unsigned char*>(prev.bias) + prev.out_features * 2)
+                            << what;
+                    }
+                }
+                const TensorInfo* info = (*source)->find(prefix + names[i] + ".weight");
+                ASSERT_NE(info, nullptr) << what;
+                std::vector<unsigned char> want(bytes);
+                ASSERT_TRUE((*source)->read_to_host(*info, {}, want.data()).is_ok());
+                EXPECT_EQ(0, std::memcmp(lin.weight, want.data(), bytes)) << what;
+            }
+            EXPECT_EQ(w.q_proj.bias != nullptr, config.attention_bias) << name;
+        }
+    }
 }
 
 TEST(RandomWeights, CorrectionBiasIsZero) {

@@ -44,21 +44,21 @@ TEST(EngineFacts, KernelsPerLayerQwen3) {
     EXPECT_EQ(kernels_of_rows(m, 5).moe, 8);
     EXPECT_EQ(kernels_of_rows(m, 8).attention, 5);
     EXPECT_EQ(kernels_of_rows(m, 8).moe, 8);
-    // Past 16 rows q, k and v run one by one, and each projection (q, k, v, o, router, LM head) adds its
-    // f32→bf16 conversion: 5 − 1 + 3 + 4 = 11.
+    // Past 16 rows the stacked q, k and v are one cuBLAS GEMM, and each of it, o_proj, the router and the LM
+    // head adds an f32→bf16 conversion of its input: 5 + 2 = 7.
     EXPECT_EQ(kernels_of_rows(m, 16).attention, 5);
     EngineKernels big = kernels_of_rows(m, 17);
-    EXPECT_EQ(big.attention, 11);
+    EXPECT_EQ(big.attention, 7);
     EXPECT_EQ(big.moe, 9);
     EXPECT_EQ(big.head, 5);
     EXPECT_EQ(kernels_of_rows(m, 64).moe, 9);
     EXPECT_EQ(kernels_of_rows(m, 128).moe, 9);  // 1024 picks: still the one-block permute
     // 256 rows, 2048 picks: keys, CUB's one-tile sort, slots, finalize.
-    EXPECT_EQ(kernels_of_rows(m, 256).attention, 11);
+    EXPECT_EQ(kernels_of_rows(m, 256).attention, 7);
     EXPECT_EQ(kernels_of_rows(m, 256).moe, 7 + 1 + 4);
     // 1024 rows, 8192 picks: keys, 2 memsets, histogram, exclusive sum, memset + onesweep (keys 0..128 in
     // 8 bits: one pass), slots, finalize.
-    EXPECT_EQ(kernels_of_rows(m, 1024).attention, 11);
+    EXPECT_EQ(kernels_of_rows(m, 1024).attention, 7);
     EXPECT_EQ(kernels_of_rows(m, 1024).moe, 7 + 1 + 9);
 }
 
@@ -68,7 +68,7 @@ TEST(EngineFacts, QkNormsOfTheWholeProjectionRunAlone) {
     ModelCosts m = qwen3_30b();
     m.qk_norm_full_projection = true;
     EXPECT_EQ(kernels_of_rows(m, 1).attention, 5 + 2);
-    EXPECT_EQ(kernels_of_rows(m, 64).attention, 11 + 2);
+    EXPECT_EQ(kernels_of_rows(m, 64).attention, 7 + 2);
     // Under attention TP each rank projects every q and k head (project_full_then_slice): q, its norm, the
     // copy of the rank's heads, the same for k, then v, each alone (no group at any row count); + the
     // fused op, attention, o_proj and the input norm = 11; + 4 conversions past 16 rows.
@@ -126,7 +126,8 @@ TEST(EngineFacts, KernelsPerLayerKimiK2) {
     // (pick mode: no permute; the gemv reads the fp32 x) + one shared expert's [gate, up] (one launch),
     // silu·mul, down and its add into the routed output; dense MLP 4: post norm, [gate, up], silu·mul, down.
     // At 64 rows: + 4 f32→bf16 conversions in attention, + the router's, + the permute (512 picks: one
-    // block), gate and up apart (+ 1) and 3 conversions in the shared expert and in the dense MLP.
+    // block), gate and up apart (+ 1) and 2 conversions (gate and up share one) in the shared expert and in
+    // the dense MLP.
     ModelCosts m = model_costs(testing::kimi_k2_config());
     EngineKernels one = kernels_of_rows(m, 1);
     EXPECT_EQ(one.attention, 16);
@@ -134,8 +135,8 @@ TEST(EngineFacts, KernelsPerLayerKimiK2) {
     EXPECT_EQ(one.dense_mlp, 4);
     EngineKernels big = kernels_of_rows(m, 64);
     EXPECT_EQ(big.attention, 20);
-    EXPECT_EQ(big.moe, 7 + 1 + 1 + 8);
-    EXPECT_EQ(big.dense_mlp, 8);
+    EXPECT_EQ(big.moe, 7 + 1 + 1 + 7);
+    EXPECT_EQ(big.dense_mlp, 7);
 }
 
 TEST(EngineFacts, ActivationBytesQwen3) {
@@ -157,9 +158,10 @@ TEST(EngineFacts, ActivationBytesQwen3) {
     EXPECT_DOUBLE_EQ(one.head_per_row, 1248256.0);
     // A sending pipeline stage's last add alone: 3H, the H more than inside the norm.
     EXPECT_DOUBLE_EQ(one.stage_send_per_token, 4.0 * 2048);
-    // Past 16 rows: + 4·(3·2048 + 4096) for q, k, v, o; + 4·2048 for the router and for the LM head.
+    // Past 16 rows: + 4·(2048 + 4096) for the conversions of the q/k/v input and o_proj's; + 4·2048 for the
+    // router and for the LM head.
     EngineActivationBytes big = engine_activation_bytes(m, 1, 1, 4, 4, 17);
-    EXPECT_DOUBLE_EQ(big.attention_per_token, 178176.0 + 40960.0);
+    EXPECT_DOUBLE_EQ(big.attention_per_token, 178176.0 + 24576.0);
     EXPECT_DOUBLE_EQ(big.moe_per_token, 62464.0 + 8192.0);
     EXPECT_DOUBLE_EQ(big.head_per_row, 1248256.0 + 8192.0);
     // Attention TP 2 halves q_w and the vocab slice: 4·(8·2048 + 6·2048 + 7·256).
@@ -192,9 +194,10 @@ TEST_F(Qwen3OnMeasuredH200, KernelsAtTheMeasuredLatency) {
     DecodeResult one = decode_step(in_, 1, 1 << 30);
     EXPECT_EQ(one.step.kernels, 532);
     EXPECT_NEAR(one.step.launch_us, 532 * 7.92, 1e-6);
-    // 1024 rows: 48 · (11 + 17) + 5 = 1349 kernels.
+    // 1024 rows: 48 · (7 + 17) + 5 = 1157 kernels (1349 before q, k and v were stacked and a group's x
+    // converted once).
     DecodeResult big = decode_step(in_, 1024, 1 << 30);
-    EXPECT_EQ(big.step.kernels, 1349);
+    EXPECT_EQ(big.step.kernels, 1157);
 }
 
 TEST_F(Qwen3OnMeasuredH200, ExpertsAtTheGroupedGemmRate) {

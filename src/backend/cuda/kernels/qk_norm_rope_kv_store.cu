@@ -59,8 +59,10 @@ __global__ void __launch_bounds__(kWarps * 32)
     }
     pdl_begin();
 
-    float* inplace = kind == 0 ? a.q + (t * Nh + h) * D : (kind == 1 ? a.k + (t * Nkv + h) * D : nullptr);
-    const float* src = kind == 2 ? a.v + (t * Nkv + h) * D : inplace;  // [D]
+    // (the launch resolved the token strides: none is 0)
+    float* inplace = kind == 0 ? a.q + t * a.q_token_stride + h * D
+                               : (kind == 1 ? a.k + t * a.k_token_stride + h * D : nullptr);
+    const float* src = kind == 2 ? a.v + t * a.v_token_stride + h * D : inplace;  // [D]
     float lo[kMaxPairs] = {}, hi[kMaxPairs] = {}, tail[kMaxTail] = {};
 #pragma unroll
     for (int j = 0; j < kMaxPairs; ++j) {
@@ -146,9 +148,14 @@ bool qk_norm_rope_kv_store_fusable(const QkNormRopeKvStoreArgs& a) {
     return !a.interleaved && a.rotary_dim <= 2 * 32 * kMaxPairs && a.head_dim - a.rotary_dim <= 32 * kMaxTail;
 }
 
-cudaError_t launch_qk_norm_rope_kv_store(const QkNormRopeKvStoreArgs& a, int32_t* error_flag,
+cudaError_t launch_qk_norm_rope_kv_store(const QkNormRopeKvStoreArgs& args, int32_t* error_flag,
                                          cudaStream_t stream) {
-    if (a.num_tokens == 0) return cudaSuccess;
+    if (args.num_tokens == 0) return cudaSuccess;
+    QkNormRopeKvStoreArgs a = args;
+    const QkvTokenStrides strides = qkv_token_strides(args);
+    a.q_token_stride = strides.q;
+    a.k_token_stride = strides.k;
+    a.v_token_stride = strides.v;
     const int64_t heads = a.num_heads + 2 * a.num_kv_heads;
     const dim3 grid(static_cast<unsigned>(a.num_tokens),
                     static_cast<unsigned>((heads + kWarps - 1) / kWarps));
