@@ -12,6 +12,7 @@
 #include <sstream>
 #include <utility>
 
+#include "checkpoint/file_kind.h"
 #include "core/env.h"
 #include "core/json_error.h"
 
@@ -420,9 +421,9 @@ Result<HardwareProfile> parse_hardware_profile(const std::string& json_text, con
 }
 
 Result<HardwareProfile> load_hardware_profile_file(const std::string& path) {
-    std::error_code ec;
-    if (std::filesystem::is_directory(path, ec))
-        return invalid_argument(fmt::format("{}: a folder, not a hardware profile file", path));
+    // A folder, FIFO or device named as the file is said so: reading /dev/zero or a FIFO would not end.
+    if (const Status kind = check_regular_file(path); !kind.is_ok())
+        return Status(kind.code(), kind.message() + " (a hardware profile is a JSON file)");
     std::ifstream in(path, std::ios::binary);
     if (!in) return not_found(fmt::format("{}: cannot read hardware profile", path));
     std::stringstream text;

@@ -19,6 +19,7 @@
 #include <httplib.h>
 
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <atomic>
 #include <charconv>
 #include <chrono>
@@ -28,6 +29,7 @@
 #include <memory>
 #include <mutex>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -74,6 +76,7 @@ struct BenchServingFlags {
 };
 
 struct BenchServingValues {
+    std::string url;  // --url as parse_server_url leaves it; empty: in process
     std::vector<int64_t> levels;
     std::vector<int64_t> num_prompts;  // [levels]; 0: bench_default_num_prompts
     int64_t input_len = 0, output_len = 0, vocab_size = 0, warmup = 0;
@@ -82,6 +85,48 @@ struct BenchServingValues {
     double temperature = 0.0, top_p = 1.0;
     int64_t top_k = 0;
 };
+
+// --url as cpp-httplib's Client takes it, SCHEME://HOST[:PORT] (SCHEME http or https, HOST a name, an IPv4
+// address or a bracketed IPv6 one, PORT 1–65535), a trailing "/" dropped. Errors: one line naming the part
+// that is wrong; a path other than "/" too (the benchmark adds /v1/... itself).
+Result<std::string> parse_server_url(const std::string& url) {
+    const std::string flag = fmt::format("--url '{}'", url);
+    const size_t scheme_end = url.find("://");
+    const std::string scheme = scheme_end == std::string::npos ? "" : url.substr(0, scheme_end);
+    if (scheme != "http" && scheme != "https")
+        return invalid_argument(flag + ": must start with http:// or https://");
+    std::string rest = url.substr(scheme_end + 3);
+    if (!rest.empty() && rest.back() == '/') rest.pop_back();
+    if (const size_t slash = rest.find('/'); slash != std::string::npos) {
+        return invalid_argument(
+            fmt::format("{}: give the server's root, {}://HOST:PORT, without the path '{}' "
+                        "(the benchmark adds /v1/... itself)",
+                        flag, scheme, rest.substr(slash)));
+    }
+    std::string host = rest;
+    std::optional<std::string> port;
+    if (!rest.empty() && rest.front() == '[') {  // [IPv6]:PORT
+        const size_t close = rest.find(']');
+        if (close == std::string::npos) return invalid_argument(flag + ": an IPv6 host's '[' is not closed");
+        host = rest.substr(0, close + 1);
+        const std::string tail = rest.substr(close + 1);
+        if (!tail.empty() && tail.front() != ':')
+            return invalid_argument(fmt::format("{}: '{}' after the host", flag, tail));
+        if (!tail.empty()) port = tail.substr(1);
+    } else if (const size_t colon = rest.rfind(':'); colon != std::string::npos) {
+        host = rest.substr(0, colon);
+        port = rest.substr(colon + 1);
+    }
+    if (host.empty() || host == "[]") return invalid_argument(flag + ": no host");
+    if (port) {
+        const bool digits =
+            !port->empty() && port->size() <= 5 &&
+            std::all_of(port->begin(), port->end(), [](char c) { return c >= '0' && c <= '9'; });
+        if (!digits || std::stoi(*port) < 1 || std::stoi(*port) > 65535)
+            return invalid_argument(fmt::format("{}: port '{}' is not a number in 1..65535", flag, *port));
+    }
+    return scheme + "://" + rest;
+}
 
 Result<BenchServingValues> parse_values(const BenchServingFlags& f) {
     BenchServingValues v;
@@ -130,8 +175,7 @@ Result<BenchServingValues> parse_values(const BenchServingFlags& f) {
             return invalid_argument(fmt::format("bench: --url drives a running server: {} {} not apply",
                                                 fmt::join(given, ", "), given.size() == 1 ? "does" : "do"));
         }
-        if (f.url.rfind("http://", 0) != 0 && f.url.rfind("https://", 0) != 0)
-            return invalid_argument(fmt::format("--url '{}': must start with http:// or https://", f.url));
+        EPI_ASSIGN_OR_RETURN(v.url, parse_server_url(f.url));
     } else {
         if (f.setup.model_dir.empty() && !f.setup.random_weights) {
             return invalid_argument(
@@ -340,6 +384,10 @@ std::string http_error_text(httplib::Error error, double elapsed_s, double read_
             return "the server closed the connection without an answer";
         case httplib::Error::Write:
             return "the request could not be sent (the connection closed)";
+        case httplib::Error::SSLConnection:
+            return "the TLS handshake failed (is the server plain http://?)";
+        case httplib::Error::SSLServerVerification:
+            return "the server's TLS certificate did not verify";
         default:
             return httplib::to_string(error);
     }
@@ -521,18 +569,18 @@ BenchLevelRun run_http_level(const std::string& url, const std::string& model, i
 }
 
 Status run_client(const BenchServingFlags& flags, BenchServingValues v) {
-    EPI_ASSIGN_OR_RETURN(const ServedModel served, get_served_model(flags.url, v.timeout_s));
+    EPI_ASSIGN_OR_RETURN(const ServedModel served, get_served_model(v.url, v.timeout_s));
     if (served.vocab_size > 0) {
         if (v.vocab_size != 0 && v.vocab_size != served.vocab_size) {
             return invalid_argument(fmt::format(
                 "--vocab-size {}, but the server at {} reports vocab_size {} (drop --vocab-size: it is only "
                 "for servers whose /v1/models does not report one)",
-                v.vocab_size, flags.url, served.vocab_size));
+                v.vocab_size, v.url, served.vocab_size));
         }
         v.vocab_size = served.vocab_size;
     } else if (v.vocab_size == 0) {
         return invalid_argument(
-            fmt::format("--url {}: /v1/models does not report vocab_size; pass --vocab-size", flags.url));
+            fmt::format("--url {}: /v1/models does not report vocab_size; pass --vocab-size", v.url));
     }
     if (served.max_model_len > 0 && v.input_len + v.output_len > served.max_model_len) {
         return invalid_argument(
@@ -544,7 +592,7 @@ Status run_client(const BenchServingFlags& flags, BenchServingValues v) {
     info.date_utc = bench_utc_now();
     info.mode = "client";
     info.model = served.id;
-    info.url = flags.url;
+    info.url = v.url;
     info.input_len = v.input_len;
     info.output_len = v.output_len;
     info.seed = v.seed;
@@ -556,7 +604,7 @@ Status run_client(const BenchServingFlags& flags, BenchServingValues v) {
         const auto prompts =
             bench_random_prompts(v.seed ^ 0x5bd1e995ull, v.warmup, v.input_len, v.vocab_size);
         const BenchLevelRun warm =
-            run_http_level(flags.url, served.id, std::min<int64_t>(v.warmup, v.levels.front()), prompts,
+            run_http_level(v.url, served.id, std::min<int64_t>(v.warmup, v.levels.front()), prompts,
                            v.output_len, level_sampling(v, v.seed), v.timeout_s);
         for (const BenchRequestTiming& r : warm.requests)
             if (!r.ok) return Status(StatusCode::kUnavailable, "warm-up: " + r.error);
@@ -566,7 +614,7 @@ Status run_client(const BenchServingFlags& flags, BenchServingValues v) {
         const int64_t c = v.levels[i];
         const auto prompts = level_prompts(v, i, level_num_prompts(v, i));
         const BenchLevelRun run =
-            run_http_level(flags.url, served.id, c, prompts, v.output_len,
+            run_http_level(v.url, served.id, c, prompts, v.output_len,
                            level_sampling(v, v.seed + 1000003ull * (i + 1)), v.timeout_s);
         levels.push_back(summarize_bench_level(c, run.requests, run.duration_s));
         std::printf("%s\n", bench_table_row(levels.back()).c_str());
@@ -577,7 +625,7 @@ Status run_client(const BenchServingFlags& flags, BenchServingValues v) {
 
 Status run_bench_serving(const BenchServingFlags& flags) {
     EPI_ASSIGN_OR_RETURN(BenchServingValues values, parse_values(flags));
-    return flags.url.empty() ? run_offline(flags, values) : run_client(flags, values);
+    return values.url.empty() ? run_offline(flags, values) : run_client(flags, values);
 }
 
 }  // namespace

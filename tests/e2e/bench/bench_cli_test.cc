@@ -144,8 +144,9 @@ TEST(BenchCli, ClientOfARunningServer) {
     const int64_t vocab = stack->model->config().vocab_size;
     const auto dir = cli_scratch_dir("epinfer_bench_client");
     const auto json_path = dir / "bench.json";
+    // The root with a trailing slash, as browsers write it: the same server.
     const CliResult r = run_epinfer(
-        "bench --url " + url + " --vocab-size " + std::to_string(vocab) +
+        "bench --url " + url + "/ --vocab-size " + std::to_string(vocab) +
         " --concurrency 1,3 --input-len 5 --output-len 3 --num-prompts 4 --json " + json_path.string());
     ASSERT_EQ(r.exit_code, 0) << r.err;
     expect_table(r.out, 2);
@@ -212,6 +213,17 @@ TEST(BenchCli, BadFlagsAreOneErrorLine) {
                           "--random-weights needs --config");
     expect_one_line_error(run_epinfer("bench --url ftp://host:1"),
                           "--url 'ftp://host:1': must start with http://");
+    // A URL that cannot name a server says what is wrong with it, not "nothing listens there".
+    expect_one_line_error(
+        run_epinfer("bench --url http://127.0.0.1:9/v1"),
+        "--url 'http://127.0.0.1:9/v1': give the server's root, http://HOST:PORT, without the "
+        "path '/v1'");
+    for (const char* port : {"abc", "-1", "99999", "0", ""}) {
+        expect_one_line_error(run_epinfer("bench --url http://127.0.0.1:" + std::string(port)),
+                              "port '" + std::string(port) + "' is not a number in 1..65535");
+    }
+    expect_one_line_error(run_epinfer("bench --url http://:8000"), "--url 'http://:8000': no host");
+    expect_one_line_error(run_epinfer("bench --url http://[::1"), "an IPv6 host's '[' is not closed");
     expect_one_line_error(run_epinfer("bench --url http://127.0.0.1:9" + model),
                           "bench: --url drives a running server: --model does not apply");
     // Every model and engine flag given with --url is refused in one line (they were ignored, a bad

@@ -1,6 +1,7 @@
 // Hardware profiles: the shipped ones load and carry a source for every figure; malformed ones give one
 // line naming the file and the key.
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 
 #include <filesystem>
 #include <nlohmann/json.hpp>
@@ -268,12 +269,23 @@ TEST(HardwareProfile, ResolvesNamesAndFiles) {
         std::string::npos)
         << unknown.status().message();
     EXPECT_EQ(resolve_hardware_profile("/nonexistent/x.json", "").status().code(), StatusCode::kNotFound);
-    // A folder given as the file: said so, not "malformed JSON".
+    // A folder, a device or a FIFO given as the file: said so, not "malformed JSON", and never read (reading
+    // /dev/zero or a FIFO would not end).
     const std::string folder = ::testing::TempDir();
-    auto dir = load_hardware_profile_file(folder);
-    ASSERT_FALSE(dir.is_ok());
-    EXPECT_NE(dir.status().message().find(": a folder, not a hardware profile file"), std::string::npos)
-        << dir.status().message();
+    const std::string fifo = folder + "/epinfer_profile_fifo.json";
+    std::filesystem::remove(fifo);
+    ASSERT_EQ(mkfifo(fifo.c_str(), 0600), 0);
+    for (const auto& [path, what] :
+         {std::pair{folder, ": is a directory, not a file (a hardware profile is a JSON file)"},
+          std::pair{std::string("/dev/zero"), ": is a character device, not a regular file"},
+          std::pair{fifo, ": is a FIFO, not a regular file"}}) {
+        auto loaded = load_hardware_profile_file(path);
+        ASSERT_FALSE(loaded.is_ok()) << path;
+        EXPECT_NE(loaded.status().message().find(path + what), std::string::npos)
+            << loaded.status().message();
+        EXPECT_FALSE(resolve_hardware_profile(path, "").is_ok()) << path;
+    }
+    std::filesystem::remove(fifo);
 }
 
 }  // namespace
