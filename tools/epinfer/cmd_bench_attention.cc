@@ -4,10 +4,13 @@
 //   epinfer bench attention                              # the ten cases below, 20 repeats each
 //   epinfer bench attention --cases decode --repeats 10 --json attn.json   # for bench/attention_peers.py
 //   epinfer bench attention --profile-out h200.json --base-profile h200_sxm  # for plan --hardware
+//   epinfer bench attention --cases decode --decode-sizes 64x1024,256x512    # decode at other sizes
 // Cases (issue 4), GQA shapes of tests/data/configs (num_attention_heads / num_key_value_heads × head_dim):
 // Qwen3-30B-A3B 32 / 4 × 128 and GLM-4.5 96 / 8 × 128, each at
-//   decode:  batch 64 × context 4096 and batch 8 × context 32768 (one query token per sequence), and a serving
-//            batch of short contexts, 256 × 256 (the engine's decode steps at 256 requests of 128 + 128 tokens);
+//   decode:  batch 64 × context 4096 and batch 8 × context 32768 (one query token per sequence), and a
+//   serving
+//            batch of short contexts, 256 × 256 (the engine's decode steps at 256 requests of 128 + 128
+//            tokens);
 //   prefill: 4096 and 16384 tokens of one sequence (causal);
 // and MLA's absorbed decode over the latent cache (cases "mla"; kv_lora_rank 512 + qk_rope_head_dim 64 per
 // token, V its first 512): Kimi K2 64 heads and DeepSeek-V3 128 heads, at the two decode sizes.
@@ -26,12 +29,15 @@
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
+#include <charconv>
 #include <cstdio>
 #include <fstream>
+#include <iterator>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <string_view>
+#include <system_error>
 #include <vector>
 
 #include "comma_list.h"
@@ -61,7 +67,47 @@ struct BenchAttentionOptions {
     std::string json_path;
     std::string profile_out;   // write a hardware profile with the attention figures here
     std::string base_profile;  // ... starting from this one (name or file), required with profile_out
+    std::vector<std::string>
+        decode_sizes;  // --decode-sizes as given: BATCHxCONTEXT items; empty: the defaults
 };
+
+// A decode case's size: sequences × cached tokens each.
+struct DecodeSize {
+    int64_t batch = 0, context = 0;
+};
+constexpr int64_t kMaxDecodeTokens = int64_t{1} << 21;  // batch × context: 8 GiB of GLM-4.5's bf16 K/V
+
+// The sizes of --decode-sizes (each value a comma-separated list of BATCHxCONTEXT, e.g. 64x1024).
+// Errors: kInvalidArgument naming the item: not two integers around an 'x', one below 1, or a product above
+// kMaxDecodeTokens.
+Result<std::vector<DecodeSize>> parse_decode_sizes(const std::vector<std::string>& given) {
+    EPI_ASSIGN_OR_RETURN(const std::vector<std::string> items,
+                         split_comma_lists(given, "bench attention", "--decode-sizes",
+                                           "BATCHxCONTEXT items, e.g. 64x4096,256x1024"));
+    std::vector<DecodeSize> sizes;
+    for (const std::string& item : items) {
+        const size_t x = item.find('x');
+        DecodeSize size;
+        const auto number = [](const std::string& text, int64_t& out) {
+            const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), out);
+            return !text.empty() && ec == std::errc() && end == text.data() + text.size();
+        };
+        if (x == std::string::npos || !number(item.substr(0, x), size.batch) ||
+            !number(item.substr(x + 1), size.context) || size.batch < 1 || size.context < 1) {
+            return invalid_argument(
+                fmt::format("bench attention: --decode-sizes item '{}': expected BATCHxCONTEXT, two integers "
+                            "≥ 1 (e.g. 64x4096)",
+                            item));
+        }
+        if (size.batch > kMaxDecodeTokens / size.context) {
+            return invalid_argument(fmt::format(
+                "bench attention: --decode-sizes item '{}': {} × {} cached tokens exceed the bench's {}",
+                item, size.batch, size.context, kMaxDecodeTokens));
+        }
+        sizes.push_back(size);
+    }
+    return sizes;
+}
 
 // The case names of every --cases value (each split at its commas), in order.
 // Errors: kInvalidArgument naming the value as given and its empty item or unknown name (exact, lower case).
@@ -91,6 +137,7 @@ Result<BaseProfile> check_options(const BenchAttentionOptions& opts) {
             opts.device));
     }
     EPI_ASSIGN_OR_RETURN(const std::vector<std::string> names, parse_cases(opts.cases));
+    EPI_RETURN_IF_ERROR(parse_decode_sizes(opts.decode_sizes).status());
     if (!opts.json_path.empty()) EPI_RETURN_IF_ERROR(check_output_file("--json", opts.json_path));
     if (opts.kv_dtype != "bf16" && opts.kv_dtype != "fp32") {
         return invalid_argument(
@@ -137,8 +184,8 @@ struct MlaShape {
 };
 constexpr MlaShape kMlaShapes[] = {{"kimi_k2_instruct_0905", 64}, {"deepseek_v3", 128}};
 constexpr int64_t kMlaLatent = 512, kMlaRope = 64;  // kv_lora_rank, qk_rope_head_dim of both
-constexpr int64_t kDecodeSizes[][2] = {{64, 4096}, {8, 32768}};  // {batch, context}
-constexpr int64_t kServingDecodeSize[2] = {256, 256};               // GQA only
+constexpr DecodeSize kDecodeSizes[] = {{64, 4096}, {8, 32768}};
+constexpr DecodeSize kServingDecodeSize = {256, 256};  // GQA only
 constexpr int64_t kPrefillTokens[] = {4096, 16384};
 
 // Whether the case names (parse_cases) select `phase`.
@@ -148,16 +195,24 @@ bool wanted(const std::vector<std::string>& names, const char* phase) {
     return false;
 }
 
-std::vector<AttentionBenchCase> cases_of(const std::vector<std::string>& names) {
+// The cases `names` select; decode ones at `decode_sizes`, or (empty) at kDecodeSizes and, for GQA,
+// kServingDecodeSize.
+std::vector<AttentionBenchCase> cases_of(const std::vector<std::string>& names,
+                                         const std::vector<DecodeSize>& decode_sizes) {
     std::vector<AttentionBenchCase> cases;
     auto add = [&](const GqaShape& s, AttentionBenchPhase phase, int64_t batch, int64_t context) {
         cases.push_back({s.name, phase, s.num_heads, s.num_kv_heads, s.head_dim, s.head_dim, batch, context});
     };
+    std::vector<DecodeSize> gqa_sizes = decode_sizes, mla_sizes = decode_sizes;
+    if (decode_sizes.empty()) {
+        mla_sizes.assign(std::begin(kDecodeSizes), std::end(kDecodeSizes));
+        gqa_sizes = mla_sizes;
+        gqa_sizes.push_back(kServingDecodeSize);
+    }
     if (wanted(names, "decode")) {
-        for (const GqaShape& s : kShapes) {
-            for (const auto& size : kDecodeSizes) add(s, AttentionBenchPhase::kDecode, size[0], size[1]);
-            add(s, AttentionBenchPhase::kDecode, kServingDecodeSize[0], kServingDecodeSize[1]);
-        }
+        for (const GqaShape& s : kShapes)
+            for (const DecodeSize& size : gqa_sizes)
+                add(s, AttentionBenchPhase::kDecode, size.batch, size.context);
     }
     if (wanted(names, "prefill")) {
         for (const GqaShape& s : kShapes)
@@ -165,9 +220,9 @@ std::vector<AttentionBenchCase> cases_of(const std::vector<std::string>& names) 
     }
     if (wanted(names, "mla")) {
         for (const MlaShape& s : kMlaShapes) {
-            for (const auto& size : kDecodeSizes) {
+            for (const DecodeSize& size : mla_sizes) {
                 cases.push_back({s.name, AttentionBenchPhase::kDecode, s.num_heads, 1, kMlaLatent + kMlaRope,
-                                 kMlaLatent, size[0], size[1], /*v_in_k=*/true});
+                                 kMlaLatent, size.batch, size.context, /*v_in_k=*/true});
             }
         }
     }
@@ -261,7 +316,8 @@ Status run_bench_attention(const BenchAttentionOptions& opts) {
     bench.kv_block_size = EngineOptions{}.block_size;
     bench.kv_dtype = opts.kv_dtype == "fp32" ? DType::kF32 : DType::kBF16;
     EPI_ASSIGN_OR_RETURN(const std::vector<std::string> names, parse_cases(opts.cases));
-    const std::vector<AttentionBenchCase> cases = cases_of(names);
+    EPI_ASSIGN_OR_RETURN(const std::vector<DecodeSize> decode_sizes, parse_decode_sizes(opts.decode_sizes));
+    const std::vector<AttentionBenchCase> cases = cases_of(names, decode_sizes);
     auto ceilings = cuda::cuda_bench_ceilings();
     if (!ceilings.is_ok()) return ceilings.status().with_context("bench attention");
     const cuda::MoeBenchCeilings& ceil = ceilings.value();
@@ -315,6 +371,9 @@ void add_bench_attention_command(CLI::App& bench) {
     attn->add_option("--repeats", opts->repeats, "timed repeats per case (median reported)")->capture_default_str();
     attn->add_option("--kv-dtype", opts->kv_dtype, "the KV cache's dtype: bf16 (the engine's on GPUs) or fp32")
         ->capture_default_str();
+    attn->add_option("--decode-sizes", opts->decode_sizes,
+                     "decode cases (GQA and mla) at these BATCHxCONTEXT sizes, comma-separated (default "
+                     "64x4096,8x32768 and, for GQA, 256x256)");
     attn->add_option("--json", opts->json_path, "also write the results to this JSON file");
     add_profile_out_options(*attn, opts->profile_out, opts->base_profile,
                             "with the prefill and mla cases' attention efficiencies");

@@ -252,6 +252,13 @@ TEST(BenchCli, BadFlagsAreOneErrorLine) {
     expect_one_line_error(run_epinfer("bench moe --json /tmp"), "--json /tmp: is a folder, not a file");
     expect_one_line_error(run_epinfer("bench attention --json /nonexistent-dir/a.json"),
                           "--json /nonexistent-dir/a.json: cannot write into the folder");
+    // --decode-sizes items are BATCHxCONTEXT, refused before any GPU work (so also without CUDA).
+    for (const auto& [sizes, message] :
+         {std::pair{"64x", "item '64x': expected BATCHxCONTEXT"}, std::pair{"0x64", "item '0x64': expected"},
+          std::pair{"64*4096", "item '64*4096': expected"}, std::pair{"64x4096,", "has an empty item"},
+          std::pair{"4096x4096", "4096 × 4096 cached tokens exceed the bench's 2097152"}}) {
+        expect_one_line_error(run_epinfer(std::string("bench attention --decode-sizes ") + sizes), message);
+    }
     expect_one_line_error(run_epinfer("bench comm --ranks 1 --json /tmp"),
                           "--json /tmp: is a folder, not a file");
 }
