@@ -133,10 +133,12 @@ protected:
         // The flash and MLA kernels round q and the probabilities to bf16 for the MMA; the CUDA-core kernel
         // reads the same bf16 K/V as the CPU and computes in fp32.
         const DType row = flash || shape.latent ? DType::kBF16 : DType::kF32;
-        const std::string kernel = !flash        ? (shape.latent ? "MLA kernel" : "CUDA cores")
-                                   : plan.decode ? fmt::format("decode, {} splits", plan.split.num_splits)
-                                   : plan.sm90   ? std::string("prefill, wgmma")
-                                                 : fmt::format("prefill, {} splits", plan.split.num_splits);
+        const std::string kernel =
+            !flash ? (shape.latent ? "MLA kernel" : "CUDA cores")
+            : plan.decode
+                ? fmt::format("decode{}, {} splits", plan.long_decode ? " (long)" : "", plan.split.num_splits)
+            : plan.sm90 ? std::string("prefill, wgmma")
+                        : fmt::format("prefill, {} splits", plan.split.num_splits);
         const std::string what = fmt::format("heads {}/{} D {}/{} bs {} T {} seqs {} ({})", shape.heads,
                                              shape.kv_heads, shape.dqk, shape.dv, bs, T, num_seqs, kernel);
         std::printf("measured attention_cuda %s %s: nmse %.3g max_rel %.3g\n", dtype_name(row), what.c_str(), d.nmse,
@@ -210,7 +212,20 @@ TEST_F(AttentionBf16KvTest, FlashDecode) {
         for (const int64_t bs : {int64_t{16}, int64_t{5}}) check(shape, batch, bs, true, seed++);
     }
     check({32, 4, 128, 128}, Batch{{4000}, {1}}, 16, true, seed++);  // one sequence: every split busy
+    EXPECT_FALSE(plan_.long_decode);
     check({32, 4, 128, 128}, Batch{{200}, {1}}, 16, true, seed++);   // one short sequence
+    // Enough sequences of long caches that a block walks every key of its sequence (≥ 1024, one split): the
+    // deeper pipeline (3 stages, 2 blocks per SM).
+    for (const auto& [shape, num_seqs] :
+         {std::pair{Shape{32, 4, 128, 128}, 64}, std::pair{Shape{24, 2, 64, 64}, 128}}) {
+        Batch many;
+        for (int i = 0; i < num_seqs; ++i) {
+            many.cached.push_back(1030 + (i * 37) % 500);
+            many.new_rows.push_back(1);
+        }
+        check(shape, many, 16, true, seed++);
+        EXPECT_TRUE(plan_.long_decode) << "D " << shape.dqk;
+    }
 }
 
 // Prompt chunks next to decode rows: the prefill layout, tiles holding tokens of several sequences.

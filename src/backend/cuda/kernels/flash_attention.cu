@@ -1,6 +1,7 @@
 // Flash attention over a bf16 KV cache (see flash_attention.cuh).
 #include <algorithm>
 #include <cmath>
+#include <type_traits>
 
 #include "backend/cuda/kernels/attention.cuh"
 #include "backend/cuda/kernels/flash_attention.cuh"
@@ -17,16 +18,21 @@ namespace {
 constexpr int kWarps = 4;
 constexpr int kThreads = kWarps * 32;
 constexpr int kTileKeys = 64;   // keys per shared-memory tile
-// Tiles in flight and blocks per SM (__launch_bounds__; key splits fill whole waves of them): decode takes 3 blocks
-// of 2 stages (12 warps per SM: its loop is latency-bound), prefill 2 blocks of 3 stages.
-template <bool kDecode>
+// The kernel's layout and pipeline: stages (tiles in flight) and blocks per SM (__launch_bounds__; key splits
+// fill whole waves of them). Decode takes 3 blocks of 2 stages (12 warps per SM: a short loop is latency-bound),
+// or, where each block walks at least kLongDecodeKeys keys, 2 blocks of 3: a tile more in flight per block
+// (H200, Qwen3-30B-A3B shape: 64 × 2048 89.8 → 77.6–79.3 µs, 64 × 4096 147.6 → 137.9; GLM-4.5 64 × 2048 165.0
+// → 142.7; at 256 keys the same or up to 4 % slower; docs/benchmarks/attention_h200.md); prefill 2 blocks of 3.
+enum class Pipe { kDecode, kLongDecode, kPrefill };
+template <Pipe P>
 constexpr int stages() {
-    return kDecode ? 2 : 3;
+    return P == Pipe::kDecode ? 2 : 3;
 }
-template <bool kDecode>
+template <Pipe P>
 constexpr int blocks_per_sm() {
-    return kDecode ? 3 : 2;
+    return P == Pipe::kDecode ? 3 : 2;
 }
+constexpr int64_t kLongDecodeKeys = 1024;
 constexpr int kRows = 16;       // query rows per warp (the MMA's M)
 constexpr int kMaxHeadsPerChunk = 16;
 constexpr int kMaxTokensPerBlock = kWarps * kRows;  // prefill with one head per chunk
@@ -44,9 +50,9 @@ struct Layout {
 };
 
 // Shared memory of D: the pipeline's K and V tiles, reused by the final merge.
-template <int D, bool kDecode>
+template <int D, Pipe P>
 constexpr size_t pipe_bytes() {
-    return size_t{stages<kDecode>()} * 2 * kTileKeys * D * sizeof(bf16);
+    return size_t{stages<P>()} * 2 * kTileKeys * D * sizeof(bf16);
 }
 
 // Offset (elements) of 16-byte chunk `chunk` of row `key` in a [kTileKeys, D] tile.
@@ -57,16 +63,17 @@ __device__ __forceinline__ int swizzle(int key, int chunk) {
 
 // kDecode: the block's ≤ 16 rows are shared by all warps, each taking 16 keys of a tile; else each warp
 // has its own 16 rows and takes every key.
-template <int D, bool kDecode>
-__global__ void __launch_bounds__(kThreads, blocks_per_sm<kDecode>())
+template <int D, Pipe P>
+__global__ void __launch_bounds__(kThreads, blocks_per_sm<P>())
     flash_attention_kernel(AttentionArgs a, Layout lay, KeySplit split, int32_t* error_flag) {
+    constexpr bool kDecode = P != Pipe::kPrefill;
     pdl_begin();
     extern __shared__ __align__(128) unsigned char smem_raw[];
     bf16* smem = reinterpret_cast<bf16*>(smem_raw);
     __shared__ int tok_pos[kMaxTokensPerBlock];  // −1: a bad query
     __shared__ int tok_seq[kMaxTokensPerBlock];
     __shared__ float m_s[kWarps * kRows], l_s[kWarps * kRows];
-    constexpr int kStages = stages<kDecode>();
+    constexpr int kStages = stages<P>();
     constexpr int kSliceKeys = kDecode ? kTileKeys / kWarps : kTileKeys;  // keys per warp per tile
     constexpr int kLd = D + 4;  // fp32 row stride of the final merge: rows 8 apart land on other banks
 
@@ -288,17 +295,17 @@ __global__ void __launch_bounds__(kThreads, blocks_per_sm<kDecode>())
     }
 }
 
-template <int D, bool kDecode>
+template <int D, Pipe P>
 cudaError_t launch(const AttentionArgs& a, const Layout& lay, const KeySplit& split, int64_t num_blocks,
                    int32_t* error_flag, cudaStream_t stream) {
-    constexpr size_t smem = pipe_bytes<D, kDecode>();
+    constexpr size_t smem = pipe_bytes<D, P>();
     static_assert(size_t{kWarps} * kRows * (D + 4) * sizeof(float) <= smem, "the merge fits in the pipeline's memory");
     // Dynamic and static shared memory together pass the default 48 KB even at D = 64.
-    const cudaError_t err = cudaFuncSetAttribute(flash_attention_kernel<D, kDecode>,
-                                                 cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
+    const cudaError_t err = cudaFuncSetAttribute(
+        flash_attention_kernel<D, P>, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
     if (err != cudaSuccess) return err;
-    return launch_pdl(flash_attention_kernel<D, kDecode>, dim3(static_cast<unsigned>(num_blocks)),
-                      dim3(kThreads), smem, stream, a, lay, split, error_flag);
+    return launch_pdl(flash_attention_kernel<D, P>, dim3(static_cast<unsigned>(num_blocks)), dim3(kThreads),
+                      smem, stream, a, lay, split, error_flag);
 }
 
 }  // namespace
@@ -334,11 +341,17 @@ FlashAttentionPlan plan_flash_attention(const AttentionArgs& a, int num_sms, boo
     const int64_t tiles = (a.num_tokens + plan.tokens_per_block - 1) / plan.tokens_per_block;
     const int64_t blocks = tiles * a.num_kv_heads * plan.num_chunks;
     if (plan.decode) {
-        const int64_t wave = int64_t{blocks_per_sm<true>()} * num_sms;
-        plan.split = plan_whole_wave_splits(a, blocks, {wave, kMinKeysPerSplit, kTileKeys, kBlockOverheadKeys});
+        const auto splits = [&](int per_sm) {
+            return plan_whole_wave_splits(
+                a, blocks, {int64_t{per_sm} * num_sms, kMinKeysPerSplit, kTileKeys, kBlockOverheadKeys});
+        };
+        // The deeper pipeline where the blocks' key ranges (in its waves) are long enough.
+        plan.split = splits(blocks_per_sm<Pipe::kLongDecode>());
+        plan.long_decode = plan.split.keys_per_split >= kLongDecodeKeys;
+        if (!plan.long_decode) plan.split = splits(blocks_per_sm<Pipe::kDecode>());
     } else {
         // Causal tiles differ in work, so no whole-wave model: split only to fill kPrefillWaves waves.
-        const int64_t slots = int64_t{kPrefillWaves} * blocks_per_sm<false>() * num_sms;
+        const int64_t slots = int64_t{kPrefillWaves} * blocks_per_sm<Pipe::kPrefill>() * num_sms;
         plan.split = plan_key_splits(a, blocks, {slots, slots, kMinKeysPerSplit, kTileKeys});
     }
     return plan;
@@ -360,14 +373,15 @@ cudaError_t launch_flash_attention(const AttentionArgs& args, const FlashAttenti
     const KeySplit split = key_split_in(args, plan.split, workspace);
     const int64_t tiles = (args.num_tokens + plan.tokens_per_block - 1) / plan.tokens_per_block;
     const int64_t num_blocks = tiles * args.num_kv_heads * plan.num_chunks * split.num_splits;
-    cudaError_t err;
-    if (args.head_dim_qk == 64) {
-        err = plan.decode ? launch<64, true>(args, lay, split, num_blocks, error_flag, stream)
-                          : launch<64, false>(args, lay, split, num_blocks, error_flag, stream);
-    } else {
-        err = plan.decode ? launch<128, true>(args, lay, split, num_blocks, error_flag, stream)
-                          : launch<128, false>(args, lay, split, num_blocks, error_flag, stream);
-    }
+    const auto launch_d = [&](auto d) {
+        constexpr int D = decltype(d)::value;
+        if (!plan.decode) return launch<D, Pipe::kPrefill>(args, lay, split, num_blocks, error_flag, stream);
+        return plan.long_decode
+                   ? launch<D, Pipe::kLongDecode>(args, lay, split, num_blocks, error_flag, stream)
+                   : launch<D, Pipe::kDecode>(args, lay, split, num_blocks, error_flag, stream);
+    };
+    const cudaError_t err = args.head_dim_qk == 64 ? launch_d(std::integral_constant<int, 64>{})
+                                                   : launch_d(std::integral_constant<int, 128>{});
     if (err != cudaSuccess || split.num_splits == 1) return err;
     return launch_attention_combine(args, split, stream);
 }

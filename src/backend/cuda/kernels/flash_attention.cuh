@@ -5,13 +5,15 @@
 // A block takes a tile of query rows — (query token, query head) pairs of one KV head's group, packed as
 // the MMA's M side, as FlashInfer and FlashMLA pack GQA heads — and streams that KV head's keys and values
 // through shared memory in tiles of 64 keys (cp.async: three stages, two in decode, which runs three blocks
-// per SM instead of two; 16-byte chunks XOR-swizzled so ldmatrix is conflict-free), reading each key and
+// per SM instead of two unless its blocks walk ≥ 1024 keys; 16-byte chunks XOR-swizzled so ldmatrix is
+// conflict-free), reading each key and
 // value row once for the whole group. A thread copies one chunk column of 8 (D = 128) or 4 consecutive keys,
 // so one block-table entry serves them when the block size is a power-of-two multiple of that.
 //   decode  (every sequence brings one query token): a block's rows are the ≤ 16 heads of one token's group;
 //           its four warps share those rows and take 16 keys each of every tile, merged at the end. The keys
 //           are also split over blocks, as many splits as fill whole waves of the GPU best (flash-decoding:
-//           each split writes a partial output with its max and sum; attention.cu's combine kernel merges them).
+//           each split writes a partial output with its max and sum; attention.cu's combine kernel merges
+//           them).
 //   prefill (otherwise): a block's 64 rows are consecutive tokens × the group's heads (≤ 16 per chunk), 16
 //           rows per warp, each warp over every key; tokens of different sequences in one tile are taken one
 //           sequence after the other; keys split over blocks only when the blocks fill fewer than two waves.
@@ -31,6 +33,7 @@ namespace epinfer::cuda {
 // The launch shape of one flash-attention op, and the workspace it needs.
 struct FlashAttentionPlan {
     bool decode = false;         // decode layout (above) or prefill
+    bool long_decode = false;  // decode blocks walk ≥ 1024 keys: the deeper pipeline (3 stages, 2 blocks/SM)
     bool sm90 = false;           // prefill on wgmma (flash_prefill_sm90.cuh; its own layout, no key splits)
     int heads_per_chunk = 0;     // query heads of one group in a block's rows (≤ 16)
     int num_chunks = 0;          // ⌈group / heads_per_chunk⌉
