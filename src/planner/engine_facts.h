@@ -54,7 +54,7 @@
 //                                       gemv tile reads the fp32 x, MoeGroupedGemmArgs::x_f32; split-K
 //                                       partials are reduced inside the GEMM kernels); the permute of
 //                                       p = rows·K picks (kernels/moe_permute.cu,
-//                                       engine_moe_permute_kernels): 1 kernel up to 1024 picks, 4 up to
+//                                       engine_moe_permute_kernels): 1 kernel up to 640 picks, 4 up to
 //                                       4864, 7 + 2·passes beyond; none when the MoE step has one token:
 //                                       pick mode (b47ccaa; cuda_moe_layer.cc moe_step_tiling,
 //                                       CudaMoeTiling::picks) makes its K picks the gemv's rows, each
@@ -170,7 +170,7 @@ inline constexpr int64_t kEngineMlaAbsorbAllRows = std::numeric_limits<int64_t>:
 inline constexpr int kEngineOutputBroadcasts = 2;           // pp > 1: sampled ids and non-finite flags
 inline constexpr int kEngineDpMoeHostRoundTrips = 5;        // per MoE layer under DP attention (above)
 // MoE permute (kernels/moe_permute.cu): up to this many picks, one block plans everything (kSmallPicks);
-inline constexpr int64_t kEnginePermuteOneBlockPicks = 1024;
+inline constexpr int64_t kEnginePermuteOneBlockPicks = 640;
 // up to this many, CUB's radix sort is one single-tile kernel (256 threads × 19 keys on sm_90, CUDA 13's
 // CUB); beyond, its onesweep path: 2 memsets, histogram, exclusive sum, then a memset and a kernel per
 // 8-bit pass over the keys 0..E.

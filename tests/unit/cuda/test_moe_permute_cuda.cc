@@ -128,6 +128,14 @@ INSTANTIATE_TEST_SUITE_P(
                       PermuteCase{"zero_token_experts", 77, 2, 300, Pattern::kFewExperts, false, 64},
                       PermuteCase{"k_equals_e", 45, 7, 7, Pattern::kRandomDistinct, true, 64},
                       PermuteCase{"decode_kimi", 64, 8, 384, Pattern::kRandomDistinct, true, 64},
+                      // Both sides of each path's bounds: the one-block plan's last size (640 picks), CUB's
+                      // one-tile sort (up to 4864 on sm_90), its onesweep path just above.
+                      PermuteCase{"one_block_limit", 80, 8, 128, Pattern::kRandomDistinct, true, 32},
+                      PermuteCase{"one_tile_just_above", 641, 1, 128, Pattern::kRandomWithDrops, true, 32},
+                      PermuteCase{"serving_qwen3", 256, 8, 128, Pattern::kRandomDistinct, true, 32},
+                      PermuteCase{"one_tile_with_drops", 511, 6, 160, Pattern::kRandomWithDrops, false, 32},
+                      PermuteCase{"one_tile_all_on_one", 4096, 1, 16, Pattern::kAllOnOne, true, 128},
+                      PermuteCase{"onesweep_just_above", 4865, 1, 16, Pattern::kFewExperts, false, 128},
                       PermuteCase{"prefill_many_blocks", 4099, 8, 384, Pattern::kRandomWithDrops, true, 128},
                       PermuteCase{"large_groups", 3000, 2, 2000, Pattern::kRandomDistinct, true, 128}),
     [](const ::testing::TestParamInfo<PermuteCase>& info) { return info.param.name; });

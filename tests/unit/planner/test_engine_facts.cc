@@ -52,8 +52,9 @@ TEST(EngineFacts, KernelsPerLayerQwen3) {
     EXPECT_EQ(big.moe, 9);
     EXPECT_EQ(big.head, 5);
     EXPECT_EQ(kernels_of_rows(m, 64).moe, 9);
-    EXPECT_EQ(kernels_of_rows(m, 128).moe, 9);  // 1024 picks: still the one-block permute
-    // 256 rows, 2048 picks: keys, CUB's one-tile sort, slots, finalize.
+    EXPECT_EQ(kernels_of_rows(m, 80).moe, 9);  // 640 picks: still the one-block permute
+    // 96 rows (768 picks) and 256 rows (2048): keys, CUB's one-tile sort, slots, finalize.
+    EXPECT_EQ(kernels_of_rows(m, 96).moe, 7 + 1 + 4);
     EXPECT_EQ(kernels_of_rows(m, 256).attention, 7);
     EXPECT_EQ(kernels_of_rows(m, 256).moe, 7 + 1 + 4);
     // 1024 rows, 8192 picks: keys, 2 memsets, histogram, exclusive sum, memset + onesweep (keys 0..128 in
@@ -94,8 +95,9 @@ TEST(EngineFacts, PickModeNeedsOneMoeToken) {
 
 TEST(EngineFacts, MoePermuteKernels) {
     EXPECT_EQ(engine_moe_permute_kernels(1, 128), 1);
-    EXPECT_EQ(engine_moe_permute_kernels(1024, 128), 1);
-    EXPECT_EQ(engine_moe_permute_kernels(1025, 128), 4);
+    EXPECT_EQ(engine_moe_permute_kernels(640, 128), 1);
+    EXPECT_EQ(engine_moe_permute_kernels(641, 128), 4);
+    EXPECT_EQ(engine_moe_permute_kernels(1024, 128), 4);
     EXPECT_EQ(engine_moe_permute_kernels(4864, 128), 4);
     EXPECT_EQ(engine_moe_permute_kernels(4865, 128), 9);
     EXPECT_EQ(engine_moe_permute_kernels(8192, 255), 9);   // keys 0..255: 8 bits, one pass

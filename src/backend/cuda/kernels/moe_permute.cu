@@ -12,7 +12,11 @@ namespace {
 
 constexpr int kThreads = 256;
 constexpr int kFinalizeThreads = 1024;
-constexpr int64_t kSmallPicks = 1024;  // up to this many picks: the one-block plan (permute_small_kernel)
+// Up to this many picks the one-block plan (permute_small_kernel), above it CUB's path: the one block's rank
+// loop grows with n² while the path's four kernels stay ~9.6 µs exposed up to 1024 picks (H200, kernel
+// timeline, Qwen3-30B-A3B and DeepSeek-V3: one block 7.4 µs at 512 picks, 9.2 at 640, 11.2 at 768, 16.2 at
+// 1024; docs/benchmarks/moe_h200.md).
+constexpr int64_t kSmallPicks = 640;
 constexpr size_t kAlign = 256;
 
 size_t align_up(size_t n) {

@@ -39,8 +39,9 @@ struct MoePermuteArgs {
 // Device workspace launch_moe_permute needs (256-byte aligned pieces: sort keys/values and CUB's own).
 size_t moe_permute_workspace_bytes(const MoePermuteArgs& args);
 
-// Builds the plan and the schedule: one kernel for T·K ≤ 1024 (a one-block counting sort), else keys →
-// CUB radix sort → slots → finalize. No host sync, graph-capturable; E ≤ ~50,000 (shared memory). @pre the pointers of args are valid for the sizes above.
+// Builds the plan and the schedule: one kernel for T·K ≤ 640 (a one-block counting sort), else keys →
+// CUB radix sort → slots → finalize. No host sync, graph-capturable; E ≤ ~50,000 (shared memory). @pre the
+// pointers of args are valid for the sizes above.
 // @post expert_offsets, token_of_row[0, S), k_of_slot[0, S) and slot_of_token_k equal moe_permute_plan().
 cudaError_t launch_moe_permute(const MoePermuteArgs& args, void* workspace, size_t workspace_bytes,
                                cudaStream_t stream);
