@@ -5,7 +5,8 @@
 //                [--output-len 0] [--max-step-tokens 2048] [--kv-cache-dtype bf16] [--layout tp8,dp8-ep8]
 //                [--micro-batches 0] [--memory-fraction F] [--kv-cache-tokens N] [--json]
 // --model is a config.json or a checkpoint folder; --hardware a shipped profile name (profiles/*.json,
-// EPINFER_PROFILES_DIR) or a profile file. --context defaults to --input-len + --output-len when
+// EPINFER_PROFILES_DIR) or a profile file. --input-len defaults to 2048, or half the model's
+// max_position_embeddings when that is fewer. --context defaults to --input-len + --output-len when
 // --output-len > 0 (the closed loop's requests hold that many tokens), else 4096 (or the model's
 // max_position_embeddings if fewer); a request longer than max_position_embeddings is refused, as the
 // engine refuses it. --memory-fraction and --kv-cache-tokens mean what they mean to serve and bench
@@ -51,7 +52,8 @@ struct PlanArgs {
     int nodes = 1;
     int64_t context = 4096;  // --context; used when given or without --output-len
     bool context_given = false;
-    int64_t input_len = 2048;
+    int64_t input_len = 2048;  // --input-len; without it half the model's positions when that is fewer
+    bool input_len_given = false;
     int64_t output_len = 0;
     int64_t max_step_tokens = planner::kEngineMaxStepTokens;
     std::string concurrency = "1,8,32,64,256,1024";
@@ -91,7 +93,7 @@ std::string executable_path() {
     return ec ? std::string() : exe.string();
 }
 
-Status run_plan(const PlanArgs& args) {
+Status run_plan(PlanArgs args) {
     if (args.model.empty())
         return invalid_argument("--model is required (a config.json or a checkpoint folder)");
     if (args.hardware.empty())
@@ -121,6 +123,10 @@ Status run_plan(const PlanArgs& args) {
     // The engine refuses a request past the model's positions: so does the plan, except that the default of
     // 4096 becomes the model's own limit when that is shorter, and the prompt's length when that is longer.
     const int64_t positions = config.max_position_embeddings;
+    if (!args.input_len_given && positions > 0) {  // the default fits a model of a short context
+        request.input_len = std::min(args.input_len, std::max<int64_t>(1, positions / 2));
+        args.input_len = request.input_len;
+    }
     if (positions > 0 && args.input_len > positions) {
         return invalid_argument(
             fmt::format("--input-len {}: more than the model's max_position_embeddings {} (the engine "
@@ -190,9 +196,10 @@ void add_plan_command(CLI::App& app) {
         "KV tokens each request holds and attends over, at most the model's "
         "max_position_embeddings (default: --input-len + --output-len with --output-len, else the "
         "larger of --input-len and 4096)");
-    cmd->add_option("--input-len", args->input_len,
-                    "prompt tokens for the prefill estimate and the closed loop")
-        ->capture_default_str();
+    CLI::Option* input_len = cmd->add_option(
+        "--input-len", args->input_len,
+        "prompt tokens for the prefill estimate and the closed loop (default 2048, or half the "
+        "model's max_position_embeddings when that is fewer)");
     cmd->add_option(
            "--output-len", args->output_len,
            "output tokens per request: ≥ 2 predicts a closed-loop run of C requests started together "
@@ -223,8 +230,9 @@ void add_plan_command(CLI::App& app) {
                     "what is left after one request of max_position_embeddings (default: not the engine's "
                     "rule, one request of --context must fit)");
     cmd->add_flag("--json", args->json, "print one JSON document instead of the table");
-    cmd->callback([args, context]() {
+    cmd->callback([args, context, input_len]() {
         args->context_given = context->count() > 0;
+        args->input_len_given = input_len->count() > 0;
         exit_on_error(run_plan(*args));
     });
 }

@@ -500,6 +500,17 @@ TEST(PlanCli, BadInputsFailInOneLine) {
     expect_one_line_error(run_plan(kimi + "--hardware h200_sxm --gpus 8 --context 1"),
                           "--context 1: shorter than --input-len 2048");
     EXPECT_EQ(run_plan(kimi + "--hardware h200_sxm --gpus 8 --input-len 8192").exit_code, 0);
+    // The default prompt of 2048 tokens becomes half the positions of a model of a shorter context (the
+    // bundled tiny checkpoint: 512); given, it is refused as above.
+    const std::string tiny =
+        "--model '" + std::string(EPINFER_TEST_DATA_DIR) + "/fixtures/deepseek_v3_tiny' ";
+    const CliResult short_context = run_plan(tiny + "--hardware h200_sxm --gpus 2 --json");
+    ASSERT_EQ(short_context.exit_code, 0) << short_context.err;
+    const nlohmann::json tiny_doc = nlohmann::json::parse(short_context.out);
+    EXPECT_EQ(tiny_doc["options"]["input_len"], 256);
+    EXPECT_EQ(tiny_doc["options"]["context_tokens"], 512);
+    expect_one_line_error(run_plan(tiny + "--hardware h200_sxm --gpus 2 --input-len 2048"),
+                          "--input-len 2048: more than the model's max_position_embeddings 512");
     expect_one_line_error(run_plan(kimi + "--hardware h200_sxm --gpus 8 --max-step-tokens 99999999999"),
                           "--max-step-tokens 99999999999: must be in [1, 1048576]");
     expect_one_line_error(run_plan(kimi + "--hardware h200_sxm --gpus 8 --layout tp8,dp8-ep8,tp8"),
