@@ -8,9 +8,8 @@
 // Cases (issue 4), GQA shapes of tests/data/configs (num_attention_heads / num_key_value_heads × head_dim):
 // Qwen3-30B-A3B 32 / 4 × 128 and GLM-4.5 96 / 8 × 128, each at
 //   decode:  batch 64 × context 4096 and batch 8 × context 32768 (one query token per sequence), and a
-//   serving
-//            batch of short contexts, 256 × 256 (the engine's decode steps at 256 requests of 128 + 128
-//            tokens);
+//            serving batch of short contexts, 256 × 256 (the engine's decode steps at 256 requests of
+//            128 + 128 tokens), or the sizes of --decode-sizes;
 //   prefill: 4096 and 16384 tokens of one sequence (causal);
 // and MLA's absorbed decode over the latent cache (cases "mla"; kv_lora_rank 512 + qk_rope_head_dim 64 per
 // token, V its first 512): Kimi K2 64 heads and DeepSeek-V3 128 heads, at the two decode sizes.
@@ -29,7 +28,7 @@
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
-#include <charconv>
+#include <cstdint>
 #include <cstdio>
 #include <fstream>
 #include <iterator>
@@ -37,7 +36,6 @@
 #include <nlohmann/json.hpp>
 #include <string>
 #include <string_view>
-#include <system_error>
 #include <vector>
 
 #include "comma_list.h"
@@ -67,8 +65,8 @@ struct BenchAttentionOptions {
     std::string json_path;
     std::string profile_out;   // write a hardware profile with the attention figures here
     std::string base_profile;  // ... starting from this one (name or file), required with profile_out
-    std::vector<std::string>
-        decode_sizes;  // --decode-sizes as given: BATCHxCONTEXT items; empty: the defaults
+    // --decode-sizes as given: comma-separated BATCHxCONTEXT items; empty: the default sizes.
+    std::vector<std::string> decode_sizes;
 };
 
 // A decode case's size: sequences × cached tokens each.
@@ -87,18 +85,18 @@ Result<std::vector<DecodeSize>> parse_decode_sizes(const std::vector<std::string
     std::vector<DecodeSize> sizes;
     for (const std::string& item : items) {
         const size_t x = item.find('x');
-        DecodeSize size;
-        const auto number = [](const std::string& text, int64_t& out) {
-            const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), out);
-            return !text.empty() && ec == std::errc() && end == text.data() + text.size();
+        const auto side = [](const std::string& text) {
+            return parse_flag_int(text, "--decode-sizes", 1, INT64_MAX);
         };
-        if (x == std::string::npos || !number(item.substr(0, x), size.batch) ||
-            !number(item.substr(x + 1), size.context) || size.batch < 1 || size.context < 1) {
+        const Result<int64_t> batch = side(item.substr(0, x)),
+                              context = side(x == std::string::npos ? "" : item.substr(x + 1));
+        if (!batch.is_ok() || !context.is_ok()) {
             return invalid_argument(
                 fmt::format("bench attention: --decode-sizes item '{}': expected BATCHxCONTEXT, two integers "
                             "≥ 1 (e.g. 64x4096)",
                             item));
         }
+        const DecodeSize size{batch.value(), context.value()};
         if (size.batch > kMaxDecodeTokens / size.context) {
             return invalid_argument(fmt::format(
                 "bench attention: --decode-sizes item '{}': {} × {} cached tokens exceed the bench's {}",

@@ -101,6 +101,9 @@ Status run_plan(PlanArgs args) {
 
     planner::PlanRequest request;
     EPI_ASSIGN_OR_RETURN(ModelConfig config, load_model(args.model, request.model_label));
+    const int64_t positions = config.max_position_embeddings;
+    if (!args.input_len_given && positions > 0)  // the default fits a model of a short context
+        args.input_len = std::min(args.input_len, std::max<int64_t>(1, positions / 2));
     EPI_ASSIGN_OR_RETURN(planner::HardwareProfile hardware,
                          planner::resolve_hardware_profile(args.hardware, executable_path()));
     request.gpus = args.gpus;
@@ -122,11 +125,6 @@ Status run_plan(PlanArgs args) {
     // A closed loop's requests hold input + output tokens: that is their KV unless --context says more.
     // The engine refuses a request past the model's positions: so does the plan, except that the default of
     // 4096 becomes the model's own limit when that is shorter, and the prompt's length when that is longer.
-    const int64_t positions = config.max_position_embeddings;
-    if (!args.input_len_given && positions > 0) {  // the default fits a model of a short context
-        request.input_len = std::min(args.input_len, std::max<int64_t>(1, positions / 2));
-        args.input_len = request.input_len;
-    }
     if (positions > 0 && args.input_len > positions) {
         return invalid_argument(
             fmt::format("--input-len {}: more than the model's max_position_embeddings {} (the engine "

@@ -446,7 +446,6 @@ Status CudaBackend::bf16_gemms(const MatmulGroupArgs& entries) {
     const float alpha = 1.0f, beta = 0.0f;
     for (int i = 0; i < group.num_matmuls; ++i) {
         const MatmulArgs& m = group.matmuls[i];
-        if (m.out_features == 0) continue;
         // Row-major y[T, N] = x[T, K] · W[N, K]ᵀ is column-major yᵀ[N, T] = op_T(W as [K, N]) · xᵀ[K, T].
         const int n = static_cast<int>(m.out_features), t = static_cast<int>(T), k = static_cast<int>(K);
         EPI_CUBLAS_CHECK(cublasGemmEx(cublas_, CUBLAS_OP_T, CUBLAS_OP_N, n, t, k, &alpha, m.w, CUDA_R_16BF, k,
